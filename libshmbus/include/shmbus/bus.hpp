@@ -1,0 +1,120 @@
+// shmbus — a bus: one named POSIX shared-memory segment.
+//
+// A bus is a ring-shaped log of fixed-size records in /dev/shm/shmbus.NAME.
+// One Producer appends; any number of Consumers each read every message from
+// their own cursor. Create, open or remove a bus here; attach a Producer or a
+// Consumer to a Bus to move messages (producer.hpp, consumer.hpp).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "shmbus/errors.hpp"
+
+namespace shmbus {
+
+namespace detail {
+class Segment;
+}
+
+// What a producer does when the ring is full.
+enum class Policy : std::uint32_t {
+  // Never overwrite a record a live, attached consumer has not read: wait
+  // (spin, then sleep on a futex) until it frees space. Nothing is lost. With
+  // no consumer attached, the ring keeps the newest records for late joiners.
+  block = 1,
+  // Never wait: overwrite the oldest record. A consumer that falls a full ring
+  // behind is told exactly how many messages it lost.
+  overwrite = 2,
+};
+
+const char* to_string(Policy p) noexcept;
+
+struct BusOptions {
+  std::uint64_t capacity = 65536;  // records in the ring; a power of two, >= 2
+  std::uint32_t record_size = 256; // bytes per record, header included; a multiple of 64
+  Policy policy = Policy::block;
+  std::uint32_t max_readers = 16;  // reader slots, 1..1024
+  mode_t mode = 0600;              // permission bits of the segment
+};
+
+// Limits checked by create() (and by open(), which trusts nothing it maps).
+inline constexpr std::uint64_t max_capacity = std::uint64_t{1} << 32;
+inline constexpr std::uint32_t max_record_size = 1u << 20;
+inline constexpr std::uint32_t max_readers_limit = 1024;
+inline constexpr std::size_t max_name_length = 200;
+
+// Bytes of payload a record of `record_size` bytes can carry.
+std::uint32_t max_payload_for(std::uint32_t record_size) noexcept;
+
+// Checks a bus name: 1..max_name_length characters from [A-Za-z0-9._-], not
+// starting with '.', no "..". Throws Error(Errc::invalid_name) naming the
+// problem.
+void validate_name(std::string_view name);
+
+// The path of a bus's segment, e.g. "/dev/shm/shmbus.NAME".
+std::string segment_path(std::string_view name);
+
+// A fixed description of an open bus.
+struct BusInfo {
+  std::string name;
+  Policy policy;
+  std::uint64_t capacity;
+  std::uint32_t record_size;
+  std::uint32_t max_payload;
+  std::uint32_t max_readers;
+  std::uint64_t segment_size;
+  std::uint64_t creation_time_ns;  // CLOCK_REALTIME
+  std::uint32_t layout_version;
+};
+
+// A handle to a mapped bus. Cheap to copy (it shares the mapping); the mapping
+// lives as long as any Bus, Producer or Consumer made from it.
+class Bus {
+ public:
+  // Creates a new bus, exclusively: throws Errc::already_exists if it exists.
+  // The whole segment is reserved up front, so a full /dev/shm is
+  // Errc::no_space here, never a SIGBUS later.
+  static Bus create(std::string_view name, const BusOptions& options = {});
+
+  // Opens an existing bus and validates its header against the real segment
+  // size before using anything in it. Waits up to `ready_timeout` for a
+  // creator that is still initialising it.
+  static Bus open(std::string_view name,
+                  std::chrono::milliseconds ready_timeout = std::chrono::milliseconds(2000));
+
+  // Creates the bus, or opens it if it exists. When two processes race, one
+  // creates and the other opens the finished segment. An existing bus keeps
+  // its own options (check info() if they matter).
+  static Bus open_or_create(std::string_view name, const BusOptions& options = {});
+
+  // Removes the segment's name. Processes that have it mapped keep using it.
+  // Returns false if it did not exist.
+  static bool remove(std::string_view name);
+
+  // True if a segment of that name exists (it may still fail to open).
+  static bool exists(std::string_view name);
+
+  const BusInfo& info() const noexcept;
+  const std::string& name() const noexcept;
+
+  // Next sequence number the producer will publish (messages published so far).
+  std::uint64_t head() const noexcept;
+  // Oldest sequence a late joiner can still start from.
+  std::uint64_t oldest() const noexcept;
+
+  // Internal: the shared mapping.
+  const std::shared_ptr<detail::Segment>& segment() const noexcept { return segment_; }
+
+ private:
+  explicit Bus(std::shared_ptr<detail::Segment> s);
+  std::shared_ptr<detail::Segment> segment_;
+};
+
+}  // namespace shmbus

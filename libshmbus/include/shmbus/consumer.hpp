@@ -1,0 +1,128 @@
+// shmbus — a consumer: reads every message of a bus from its own cursor.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "shmbus/bus.hpp"
+#include "shmbus/wait.hpp"
+
+namespace shmbus {
+
+enum class Start : std::uint8_t {
+  earliest,  // the oldest record still retained
+  latest,    // only messages published after attaching
+  sequence,  // ConsumerOptions::start_seq; Errc::not_retained if it is gone
+};
+
+struct ConsumerOptions {
+  std::string name = "consumer";  // shown by shmbus-inspect; truncated to 31 bytes
+  Start start = Start::earliest;
+  std::uint64_t start_seq = 0;
+  WaitOptions wait{};
+};
+
+// One message. In a `block` bus `payload` points into shared memory; in an
+// `overwrite` bus it points into the consumer's own buffer. Either way it is
+// valid until the next call to next() or poll() on the same Consumer.
+struct Message {
+  std::uint64_t seq = 0;
+  std::uint64_t timestamp_ns = 0;  // CLOCK_REALTIME at publish, or 0
+  std::span<const std::byte> payload;
+};
+
+enum class ReadStatus : std::uint8_t {
+  message,        // `message` holds the next message
+  timeout,        // nothing new within the timeout
+  end_of_stream,  // the producer closed the bus or died, and everything it
+                  // committed has been read; calling again waits for a new one
+  lost,           // `overwrite` only: `lost` messages were overwritten before
+                  // they could be read; the cursor moved to the oldest record
+  corrupt,        // the record at `message.seq` has an impossible length;
+                  // it was skipped
+};
+
+const char* to_string(ReadStatus s) noexcept;
+
+struct ReadResult {
+  ReadStatus status = ReadStatus::timeout;
+  Message message;
+  std::uint64_t lost = 0;  // with ReadStatus::lost
+};
+
+struct PollResult {
+  std::size_t count = 0;     // messages handed to the handler
+  std::uint64_t lost = 0;    // messages lost (overwrite) before or between them
+  std::uint64_t corrupt = 0; // records skipped as corrupt
+  bool end_of_stream = false;
+};
+
+// A consumer holds one reader slot of the bus for its lifetime; the slot is
+// released by the destructor, or reclaimed by the producer, a new consumer or
+// shmbus-inspect when the process dies. Not thread-safe: one thread at a time
+// per Consumer.
+class Consumer {
+ public:
+  // Throws Error: reader_table_full, not_retained (Start::sequence).
+  explicit Consumer(const Bus& bus, const ConsumerOptions& options = {});
+  ~Consumer();
+  Consumer(Consumer&&) noexcept;
+  Consumer& operator=(Consumer&&) noexcept;
+  Consumer(const Consumer&) = delete;
+  Consumer& operator=(const Consumer&) = delete;
+
+  // The next message, waiting up to `timeout` (zero: just look).
+  [[nodiscard]] ReadResult next(std::chrono::nanoseconds timeout = forever) noexcept;
+
+  // Up to `out.size()` messages available now (waiting up to `timeout` for
+  // the first), without advancing past them: the views stay valid until the
+  // next call. Fills `result` with counts; returns the messages read.
+  [[nodiscard]] std::span<const Message> read_batch(std::span<Message> out, PollResult& result,
+                                                    std::chrono::nanoseconds timeout) noexcept;
+
+  // Calls handler(const Message&) for up to `max` messages available now
+  // (waiting up to `timeout` for the first). One cursor update per batch.
+  template <class Handler>
+  PollResult poll(Handler&& handler, std::size_t max = 256,
+                  std::chrono::nanoseconds timeout = std::chrono::nanoseconds::zero()) {
+    PollResult total;
+    std::array<Message, 64> buf;
+    while (total.count < max) {
+      PollResult r;
+      const std::size_t want = std::min<std::size_t>(buf.size(), max - total.count);
+      auto got = read_batch(std::span<Message>(buf.data(), want), r,
+                            total.count == 0 ? timeout : std::chrono::nanoseconds::zero());
+      total.lost += r.lost;
+      total.corrupt += r.corrupt;
+      for (const Message& m : got) handler(m);
+      total.count += got.size();
+      if (r.end_of_stream) {
+        total.end_of_stream = true;
+        break;
+      }
+      if (got.size() < want) break;
+    }
+    return total;
+  }
+
+  // Sequence of the next message this consumer will read.
+  std::uint64_t cursor() const noexcept;
+  std::uint64_t delivered() const noexcept;
+  std::uint64_t lost() const noexcept;
+  // Index of this consumer's slot in the reader table.
+  std::uint32_t slot() const noexcept;
+  const Bus& bus() const noexcept;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shmbus

@@ -1,0 +1,51 @@
+// shmbus — setup-time errors.
+//
+// Two error channels (see README "Errors"):
+//  * Setup calls (create, open, attach a producer or consumer) throw
+//    shmbus::Error, a std::system_error whose code() is in shmbus::category()
+//    and whose what() names the bus and the problem in one line.
+//  * Hot-path calls (publish, claim, next, poll) are noexcept and return small
+//    [[nodiscard]] status enums (see producer.hpp and consumer.hpp).
+#pragma once
+
+#include <string>
+#include <system_error>
+
+namespace shmbus {
+
+enum class Errc : int {
+  invalid_name = 1,     // empty, too long, contains '/' or "..", or not printable
+  invalid_options,      // capacity not a power of two, record size not a multiple of 64, ...
+  already_exists,       // create() on a bus that exists
+  not_found,            // open() on a bus that does not exist
+  permission_denied,    // the segment exists but we may not open or map it
+  no_space,             // /dev/shm cannot hold the segment (reserved at creation)
+  not_a_bus,            // the segment's magic number is not shmbus's
+  version_mismatch,     // the segment has another layout version
+  truncated,            // the segment is smaller than its header says
+  corrupt,              // a header field or offset is impossible
+  not_ready,            // the creator never finished initialising the segment
+  producer_active,      // another live process is the producer
+  reader_table_full,    // every reader slot holds a live reader
+  not_retained,         // the requested start sequence is no longer (or not yet) in the ring
+  system,               // an operating-system call failed (see the message)
+};
+
+// The std::error_category of shmbus::Errc ("shmbus").
+const std::error_category& category() noexcept;
+
+inline std::error_code make_error_code(Errc e) noexcept {
+  return {static_cast<int>(e), category()};
+}
+
+// Thrown by every setup call. what() is one line: "bus 'NAME': what is wrong".
+class Error : public std::system_error {
+ public:
+  Error(Errc code, const std::string& message) : std::system_error(make_error_code(code), message) {}
+  Errc errc() const noexcept { return static_cast<Errc>(code().value()); }
+};
+
+}  // namespace shmbus
+
+template <>
+struct std::is_error_code_enum<shmbus::Errc> : std::true_type {};

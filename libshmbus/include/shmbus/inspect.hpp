@@ -1,0 +1,130 @@
+// shmbus — looking inside a bus without taking part in it.
+//
+// An Inspector maps a bus read-only, holds no reader slot and never disturbs
+// the producer or consumers. It is what shmbus-inspect is built on; everything
+// it reports comes from the segment's header, reader table and counters.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shmbus/bus.hpp"
+
+namespace shmbus {
+
+enum class Liveness : std::uint8_t {
+  alive,
+  dead,    // no such process
+  zombie,  // exited, not yet reaped by its parent
+  reused,  // the pid now belongs to another process (start time differs)
+};
+const char* to_string(Liveness l) noexcept;
+
+// Liveness of the process `pid` that started at `start_ticks` (field 22 of
+// /proc/PID/stat, clock ticks since boot).
+Liveness process_liveness(pid_t pid, std::uint64_t start_ticks) noexcept;
+
+struct ProducerView {
+  bool attached = false;          // a process holds the producer role
+  pid_t pid = 0;                  // the holder, or the last holder
+  std::uint64_t start_ticks = 0;
+  Liveness liveness = Liveness::dead;
+  bool closed = false;            // end-of-stream was marked
+  bool waiting_for_space = false; // blocked on a full ring (block policy)
+  std::optional<std::uint32_t> blocked_on_slot;  // the reader holding it back
+  std::uint32_t takeovers = 0;    // producers that took the bus over
+};
+
+struct ReaderView {
+  std::uint32_t slot = 0;
+  pid_t pid = 0;
+  std::uint64_t start_ticks = 0;
+  Liveness liveness = Liveness::dead;
+  std::string name;
+  std::uint64_t cursor = 0;       // next sequence it will read
+  std::uint64_t delivered = 0;
+  std::uint64_t lost = 0;
+  std::uint64_t attach_time_ns = 0;    // CLOCK_REALTIME
+  std::uint64_t last_active_ns = 0;    // CLOCK_REALTIME of its last batch or wait
+  bool sleeping = false;          // asleep on the data futex
+};
+
+struct Counters {
+  std::uint64_t published = 0;        // messages published (== head)
+  std::uint64_t producer_waits = 0;   // times the producer found the ring full
+  std::uint64_t producer_wait_ns = 0; // time the producer spent waiting for space
+  std::uint64_t wakeups = 0;          // futex wake calls made (data and space)
+  std::uint64_t readers_reclaimed = 0;// dead reader slots reclaimed
+  std::uint32_t data_sleepers = 0;    // consumers asleep on the data futex now
+};
+
+struct Snapshot {
+  BusInfo info;
+  std::uint64_t head = 0;
+  std::uint64_t oldest = 0;
+  std::uint64_t last_publish_ns = 0;  // CLOCK_REALTIME timestamp of record head-1, or 0
+  Counters counters;
+  ProducerView producer;
+  std::vector<ReaderView> readers;    // slots in use only
+};
+
+// A copy of one record, read with the same torn-read check a consumer uses.
+struct RecordView {
+  std::uint64_t seq = 0;
+  std::uint64_t timestamp_ns = 0;
+  std::uint32_t length = 0;
+  std::vector<std::byte> payload;
+};
+
+struct Problem {
+  std::string where;  // "header.capacity", "reader[3]", "record 1234 (slot 210)"
+  std::string what;
+};
+
+class Inspector {
+ public:
+  // Maps the bus read-only and validates it like Bus::open. Throws Error.
+  static Inspector open(std::string_view name);
+  ~Inspector();
+  Inspector(Inspector&&) noexcept;
+  Inspector& operator=(Inspector&&) noexcept;
+
+  const BusInfo& info() const noexcept;
+  Snapshot snapshot() const;
+
+  // The record holding `seq` if it is still in the ring and committed.
+  std::optional<RecordView> record(std::uint64_t seq) const;
+
+  // Validates the whole segment: header, reader table, and every record's
+  // framing (length, sequence matching its slot). Empty when clean.
+  std::vector<Problem> check() const;
+
+  struct Impl;
+
+ private:
+  Inspector();
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reclaims the slots of dead readers of `name` (maps the bus read-write).
+// Returns the reclaimed readers as they were.
+std::vector<ReaderView> reclaim_dead_readers(std::string_view name);
+
+struct ListEntry {
+  std::string name;            // bus name (segment name without "shmbus.")
+  std::uint64_t file_size = 0;
+  std::optional<Snapshot> snapshot;  // when it validated
+  std::string error;           // why it did not
+};
+
+// Every shmbus segment in /dev/shm, sorted by name. Segments that are not
+// named shmbus.* are skipped.
+std::vector<ListEntry> list_buses();
+
+}  // namespace shmbus

@@ -1,0 +1,98 @@
+// shmbus — the producer: the one process that appends to a bus.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "shmbus/bus.hpp"
+#include "shmbus/wait.hpp"
+
+namespace shmbus {
+
+struct ProducerOptions {
+  // How publish() and claim() wait for space in a `block` bus.
+  WaitOptions wait{};
+  // Stamp each record with CLOCK_REALTIME (a vDSO read, ~20 ns). Off writes 0.
+  bool timestamps = true;
+  // Wait in the constructor until this many live consumers are attached
+  // (so a producer that must not start before its readers loses nothing).
+  std::uint32_t wait_for_readers = 0;
+  std::chrono::nanoseconds wait_for_readers_timeout = forever;
+};
+
+enum class PublishStatus : std::uint8_t {
+  ok,
+  too_large,  // payload longer than the bus's max payload
+  timeout,    // `block` bus stayed full for the whole timeout
+  closed,     // close() was called on this producer
+};
+
+const char* to_string(PublishStatus s) noexcept;
+
+struct PublishResult {
+  PublishStatus status;
+  std::uint64_t seq;  // sequence number given to the message (valid when ok)
+  explicit operator bool() const noexcept { return status == PublishStatus::ok; }
+};
+
+// A record reserved by claim(): write up to data.size() bytes, then commit().
+struct Claim {
+  PublishStatus status = PublishStatus::closed;
+  std::uint64_t seq = 0;
+  std::span<std::byte> data;  // points into the shared segment
+  explicit operator bool() const noexcept { return status == PublishStatus::ok; }
+};
+
+// Producer owns the bus's producer role exclusively. Constructing one on a bus
+// whose producer is alive throws Error(Errc::producer_active) naming its pid;
+// on a bus whose producer died (or left), it takes over and continues the
+// sequence after the last committed record. Not thread-safe: one thread at a
+// time per Producer.
+class Producer {
+ public:
+  explicit Producer(const Bus& bus, const ProducerOptions& options = {});
+  ~Producer();  // releases the role; the bus stays open for another producer
+  Producer(Producer&&) noexcept;
+  Producer& operator=(Producer&&) noexcept;
+  Producer(const Producer&) = delete;
+  Producer& operator=(const Producer&) = delete;
+
+  // Copies `payload` into the next record and publishes it. No allocation,
+  // lock or system call unless a consumer sleeps or the ring is full.
+  [[nodiscard]] PublishResult publish(std::span<const std::byte> payload,
+                                      std::chrono::nanoseconds timeout = forever) noexcept;
+
+  // Reserves the next record for `size` bytes (<= max payload) to be written
+  // in place. Exactly one claim may be open; commit() publishes it.
+  [[nodiscard]] Claim claim(std::size_t size, std::chrono::nanoseconds timeout = forever) noexcept;
+  // Publishes the open claim with its first `size` bytes (<= the claimed size).
+  void commit(std::size_t size) noexcept;
+  void commit() noexcept;  // the whole claimed size
+
+  // Publishes messages in order, sharing one timestamp, one head update and
+  // one wake-up check. Returns how many were published: all of them, or fewer
+  // if the timeout ran out or one was too large (it and those after it are not
+  // published).
+  [[nodiscard]] std::size_t publish_batch(std::span<const std::span<const std::byte>> payloads,
+                                          std::chrono::nanoseconds timeout = forever) noexcept;
+
+  // Marks end-of-stream, wakes every waiter and gives up the producer role.
+  // Consumers drain what was published and then see end_of_stream.
+  void close() noexcept;
+
+  // Consumers currently attached and alive (rescans the reader table).
+  std::uint32_t live_readers() const;
+
+  std::uint64_t next_seq() const noexcept;
+  const Bus& bus() const noexcept;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shmbus

@@ -1,0 +1,9 @@
+// shmbus — a shared-memory message bus. Include this for the whole API.
+#pragma once
+
+#include "shmbus/bus.hpp"
+#include "shmbus/consumer.hpp"
+#include "shmbus/errors.hpp"
+#include "shmbus/inspect.hpp"
+#include "shmbus/producer.hpp"
+#include "shmbus/wait.hpp"

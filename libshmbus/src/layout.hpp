@@ -1,0 +1,256 @@
+// shmbus — the shared-memory layout. Everything that crosses the process
+// boundary is defined here and nowhere else.
+//
+// A bus is one POSIX shared-memory segment, /dev/shm/shmbus.NAME:
+//
+//   offset 0                 header_size                log_offset (4 KiB aligned)
+//   +------------------------+--------------------------+------------------------------+
+//   | SegmentHeader (512 B)  | ReaderSlot[max_readers]  | Record[capacity]             |
+//   | identity, head, owner, | 128 B each: owner, name, | record_size bytes each,      |
+//   | futex words, counters  | cursor, counters         | slot = seq & (capacity - 1)  |
+//   +------------------------+--------------------------+------------------------------+
+//                                                        segment_size = log_offset +
+//                                                          capacity * record_size
+//
+// SegmentHeader, one 64-byte cache line per row (byte offsets):
+//
+//     0  identity   magic u64 | layout_version u32 (written LAST) | header_size u32 |
+//                   record_size u32 | max_readers u32 | capacity u64 | policy u32 |
+//                   reader_slot_size u32 | reader_table_offset u64 | log_offset u64 |
+//                   segment_size u64                                  (immutable)
+//    64  creation   creation_time_ns u64 | creator_pid u32 | reserved  (immutable)
+//   128  publish    head u64 | oldest u64 | reserved         (producer writes)
+//   192  producer   owner u64 | start_ticks u64 | pid u32 | closed u32 | takeovers u32 |
+//                   flags u32 | producer_waits u64 | producer_wait_ns u64 |
+//                   wakeups u64 | readers_reclaimed u64
+//   256  data wake  data_futex u32 | data_sleepers u32 | reserved   (consumers sleep here)
+//   320  space wake space_futex u32 | producer_sleeping u32 | blocked_on_slot u32 |
+//                   reserved                                      (producer sleeps here)
+//   384  reserved (two lines)
+//
+// ReaderSlot (128 bytes; two cache lines so the cursor line is the consumer's alone):
+//
+//     0  owner u64 | state u32 | pid u32 | start_ticks u64 | name char[32] |
+//        attach_time_ns u64 | reserved                       (set at attach/reclaim)
+//    64  cursor u64 | delivered u64 | lost u64 | last_active_ns u64 | sleeping u32 |
+//        reserved                                         (the consumer writes)
+//
+// Record (record_size bytes, a multiple of 64; 64-byte aligned):
+//
+//    0                   1                   2                   3
+//    0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//   +-+-------------------------------------------------------------+
+//   |B|                commit tag (u64): seq + 1                    |  0
+//   + +                                                             +
+//   | |                 (B: being overwritten)                      |
+//   +-+-------------------------------------------------------------+
+//   |                   timestamp_ns (u64, CLOCK_REALTIME or 0)     |  8
+//   +                                                               +
+//   |                                                               |
+//   +---------------------------------------------------------------+
+//   |                   length (u32, <= record_size - 24)           | 16
+//   +---------------------------------------------------------------+
+//   |                   reserved (u32, 0)                           | 20
+//   +---------------------------------------------------------------+
+//   |                   payload (length bytes) ...                  | 24
+//   +---------------------------------------------------------------+
+//
+// The commit tag is written LAST, with release, after the payload, timestamp
+// and length: tag == seq + 1 means "record seq is complete". 0 means never
+// written. In an `overwrite` bus the producer first stores BUSY | (seq + 1)
+// so a consumer still copying the previous occupant sees the tag change and
+// discards its copy (seqlock); in a `block` bus no live reader can be on a
+// record being overwritten, so the BUSY store is skipped.
+//
+// Versioning: bump kLayoutVersion whenever any offset, size, field meaning or
+// protocol rule here changes. Readers refuse any other version. New fields go
+// into reserved bytes only together with a version bump.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace shmbus::layout {
+
+inline constexpr std::uint64_t kMagic = 0x3130'5355'424d'4853ULL;  // "SHMBUS01" little-endian
+inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kCacheLine = 64;
+inline constexpr std::uint32_t kPageSize = 4096;
+inline constexpr std::uint32_t kRecordHeaderSize = 24;
+inline constexpr std::uint32_t kMinRecordSize = 64;
+inline constexpr std::uint32_t kReaderNameSize = 32;
+inline constexpr std::uint64_t kBusyBit = std::uint64_t{1} << 63;
+
+// ReaderSlot::owner values besides a packed process identity.
+inline constexpr std::uint64_t kOwnerFree = 0;
+inline constexpr std::uint64_t kOwnerReclaiming = ~std::uint64_t{0};  // pid 0xffffffff: never real
+
+// ReaderSlot::state
+inline constexpr std::uint32_t kSlotFree = 0;
+inline constexpr std::uint32_t kSlotActive = 1;  // cursor is binding for the producer
+
+struct alignas(kCacheLine) SegmentHeader {
+  // --- line 0: identity, immutable once layout_version is set ---
+  std::uint64_t magic;
+  std::atomic<std::uint32_t> layout_version;  // 0 while initialising; stored last (release)
+  std::uint32_t header_size;
+  std::uint32_t record_size;
+  std::uint32_t max_readers;
+  std::uint64_t capacity;
+  std::uint32_t policy;  // shmbus::Policy
+  std::uint32_t reader_slot_size;
+  std::uint64_t reader_table_offset;
+  std::uint64_t log_offset;
+  std::uint64_t segment_size;
+
+  // --- line 1: creation, immutable ---
+  alignas(kCacheLine) std::uint64_t creation_time_ns;
+  std::uint32_t creator_pid;
+  std::uint32_t reserved1[13];
+
+  // --- line 2: written by the producer on every publish ---
+  alignas(kCacheLine) std::atomic<std::uint64_t> head;  // next sequence to publish
+  std::atomic<std::uint64_t> oldest;  // a joining reader may start here: never overwritten
+                                      // while a reader's cursor is at or after it
+  std::uint64_t reserved2[6];
+
+  // --- line 3: producer role and counters (rarely written) ---
+  alignas(kCacheLine) std::atomic<std::uint64_t> producer_owner;  // packed identity, 0 = none
+  std::atomic<std::uint64_t> producer_start_ticks;
+  std::atomic<std::uint32_t> producer_pid;     // last holder (kept after it leaves)
+  std::atomic<std::uint32_t> closed;           // 1 = end-of-stream marked
+  std::atomic<std::uint32_t> takeovers;
+  std::atomic<std::uint32_t> producer_flags;   // reserved
+  std::atomic<std::uint64_t> producer_waits;
+  std::atomic<std::uint64_t> producer_wait_ns;
+  std::atomic<std::uint64_t> wakeups;
+  std::atomic<std::uint64_t> readers_reclaimed;
+
+  // --- line 4: consumers waiting for data sleep on data_futex ---
+  alignas(kCacheLine) std::atomic<std::uint32_t> data_futex;
+  std::atomic<std::uint32_t> data_sleepers;
+  std::uint32_t reserved4[14];
+
+  // --- line 5: the producer waiting for space sleeps on space_futex ---
+  alignas(kCacheLine) std::atomic<std::uint32_t> space_futex;
+  std::atomic<std::uint32_t> producer_sleeping;
+  std::atomic<std::uint32_t> blocked_on_slot;  // slot + 1 of the reader holding it back, 0 = none
+  std::uint32_t reserved5[13];
+
+  // --- lines 6-7: reserved ---
+  alignas(kCacheLine) std::uint8_t reserved6[128];
+};
+
+struct alignas(kCacheLine) ReaderSlot {
+  // --- line 0: identity, written at attach and reclaim ---
+  std::atomic<std::uint64_t> owner;  // packed identity, kOwnerFree or kOwnerReclaiming
+  std::atomic<std::uint32_t> state;  // kSlotFree / kSlotActive
+  std::atomic<std::uint32_t> pid;
+  std::atomic<std::uint64_t> start_ticks;
+  char name[kReaderNameSize];  // NUL-padded; untrusted when read
+  std::atomic<std::uint64_t> attach_time_ns;
+
+  // --- line 1: written by the owning consumer only ---
+  alignas(kCacheLine) std::atomic<std::uint64_t> cursor;  // next sequence it will read
+  std::atomic<std::uint64_t> delivered;
+  std::atomic<std::uint64_t> lost;
+  std::atomic<std::uint64_t> last_active_ns;
+  std::atomic<std::uint32_t> sleeping;
+  std::uint32_t reserved1[7];
+};
+
+struct RecordHeader {
+  std::atomic<std::uint64_t> tag;  // commit mark: seq + 1, BUSY | (seq + 1), or 0
+  std::uint64_t timestamp_ns;
+  std::uint32_t length;
+  std::uint32_t reserved;
+};
+
+// ---- the layout is the contract: check every size, offset and alignment ----
+template <class T>
+inline constexpr bool kSharedOk = std::is_standard_layout_v<T>;
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(sizeof(std::atomic<std::uint64_t>) == 8 && alignof(std::atomic<std::uint64_t>) == 8);
+static_assert(sizeof(std::atomic<std::uint32_t>) == 4 && alignof(std::atomic<std::uint32_t>) == 4);
+static_assert(kSharedOk<SegmentHeader> && kSharedOk<ReaderSlot> && kSharedOk<RecordHeader>);
+
+static_assert(sizeof(SegmentHeader) == 512 && alignof(SegmentHeader) == kCacheLine);
+static_assert(offsetof(SegmentHeader, magic) == 0);
+static_assert(offsetof(SegmentHeader, layout_version) == 8);
+static_assert(offsetof(SegmentHeader, header_size) == 12);
+static_assert(offsetof(SegmentHeader, record_size) == 16);
+static_assert(offsetof(SegmentHeader, max_readers) == 20);
+static_assert(offsetof(SegmentHeader, capacity) == 24);
+static_assert(offsetof(SegmentHeader, policy) == 32);
+static_assert(offsetof(SegmentHeader, reader_slot_size) == 36);
+static_assert(offsetof(SegmentHeader, reader_table_offset) == 40);
+static_assert(offsetof(SegmentHeader, log_offset) == 48);
+static_assert(offsetof(SegmentHeader, segment_size) == 56);
+static_assert(offsetof(SegmentHeader, creation_time_ns) == 64);
+static_assert(offsetof(SegmentHeader, creator_pid) == 72);
+static_assert(offsetof(SegmentHeader, head) == 128);
+static_assert(offsetof(SegmentHeader, oldest) == 136);
+static_assert(offsetof(SegmentHeader, producer_owner) == 192);
+static_assert(offsetof(SegmentHeader, producer_start_ticks) == 200);
+static_assert(offsetof(SegmentHeader, producer_pid) == 208);
+static_assert(offsetof(SegmentHeader, closed) == 212);
+static_assert(offsetof(SegmentHeader, takeovers) == 216);
+static_assert(offsetof(SegmentHeader, producer_flags) == 220);
+static_assert(offsetof(SegmentHeader, producer_waits) == 224);
+static_assert(offsetof(SegmentHeader, producer_wait_ns) == 232);
+static_assert(offsetof(SegmentHeader, wakeups) == 240);
+static_assert(offsetof(SegmentHeader, readers_reclaimed) == 248);
+static_assert(offsetof(SegmentHeader, data_futex) == 256);
+static_assert(offsetof(SegmentHeader, data_sleepers) == 260);
+static_assert(offsetof(SegmentHeader, space_futex) == 320);
+static_assert(offsetof(SegmentHeader, producer_sleeping) == 324);
+static_assert(offsetof(SegmentHeader, blocked_on_slot) == 328);
+static_assert(offsetof(SegmentHeader, reserved6) == 384);
+
+static_assert(sizeof(ReaderSlot) == 128 && alignof(ReaderSlot) == kCacheLine);
+static_assert(offsetof(ReaderSlot, owner) == 0);
+static_assert(offsetof(ReaderSlot, state) == 8);
+static_assert(offsetof(ReaderSlot, pid) == 12);
+static_assert(offsetof(ReaderSlot, start_ticks) == 16);
+static_assert(offsetof(ReaderSlot, name) == 24);
+static_assert(offsetof(ReaderSlot, attach_time_ns) == 56);
+static_assert(offsetof(ReaderSlot, cursor) == 64);
+static_assert(offsetof(ReaderSlot, delivered) == 72);
+static_assert(offsetof(ReaderSlot, lost) == 80);
+static_assert(offsetof(ReaderSlot, last_active_ns) == 88);
+static_assert(offsetof(ReaderSlot, sleeping) == 96);
+
+static_assert(sizeof(RecordHeader) == kRecordHeaderSize);
+static_assert(offsetof(RecordHeader, tag) == 0);
+static_assert(offsetof(RecordHeader, timestamp_ns) == 8);
+static_assert(offsetof(RecordHeader, length) == 16);
+static_assert(offsetof(RecordHeader, reserved) == 20);
+static_assert(kMinRecordSize % kCacheLine == 0 && kMinRecordSize > kRecordHeaderSize);
+
+constexpr std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+
+// Where the log starts for a given reader count (the only layout rule that
+// depends on an option).
+constexpr std::uint64_t log_offset_for(std::uint32_t max_readers) {
+  return align_up(sizeof(SegmentHeader) + std::uint64_t{max_readers} * sizeof(ReaderSlot),
+                  kPageSize);
+}
+static_assert(log_offset_for(1) == 4096 && log_offset_for(28) == 4096 && log_offset_for(29) == 8192);
+
+// Packed process identity stored in owner words: pid in the low 32 bits, the
+// low 32 bits of the process start time (clock ticks since boot) above. A real
+// process never packs to 0 (pid 0 does not exist) or to all ones (pids stay
+// below 2^22), which leaves those values for kOwnerFree and kOwnerReclaiming.
+constexpr std::uint64_t pack_identity(std::uint32_t pid, std::uint64_t start_ticks) {
+  return (start_ticks << 32) | pid;
+}
+constexpr std::uint32_t identity_pid(std::uint64_t id) { return static_cast<std::uint32_t>(id); }
+constexpr std::uint32_t identity_start32(std::uint64_t id) {
+  return static_cast<std::uint32_t>(id >> 32);
+}
+
+}  // namespace shmbus::layout

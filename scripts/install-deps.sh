@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what shmbus needs to build, test and benchmark, from Debian's packages.
+# Safe to run again: packages already present are skipped.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libboost-dev                       # Boost.Interprocess, Boost.Asio (header-only)
+  libgtest-dev libgmock-dev          # GoogleTest
+  libbenchmark-dev                   # Google Benchmark
+  libcli11-dev                       # argument parsing
+  libfmt-dev                         # formatting
+  nlohmann-json3-dev                 # --json output
+  libzmq3-dev cppzmq-dev             # ZeroMQ, the benchmark's comparison transport
+  procps                             # ps/pgrep used by tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}" >&2
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi

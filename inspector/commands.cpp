@@ -1,0 +1,388 @@
+#include "commands.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <unistd.h>
+
+#include "report.hpp"
+#include "shmbus/inspect.hpp"
+#include "text.hpp"
+
+namespace shmbus::inspect_tool {
+
+using nlohmann::json;
+
+ToolError::ToolError(const std::string& bus, const std::string& problem)
+    : std::runtime_error(fmt::format("bus '{}': {}", bus, problem)) {}
+
+namespace {
+
+void print_out(std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+}
+
+void print_json(const json& j, bool pretty = true) {
+  print_out(dump_json(j, pretty));
+  print_out("\n");
+}
+
+const char* errc_name(Errc e) {
+  switch (e) {
+    case Errc::invalid_name: return "invalid_name";
+    case Errc::invalid_options: return "invalid_options";
+    case Errc::already_exists: return "already_exists";
+    case Errc::not_found: return "not_found";
+    case Errc::permission_denied: return "permission_denied";
+    case Errc::no_space: return "no_space";
+    case Errc::not_a_bus: return "not_a_bus";
+    case Errc::version_mismatch: return "version_mismatch";
+    case Errc::truncated: return "truncated";
+    case Errc::corrupt: return "corrupt";
+    case Errc::not_ready: return "not_ready";
+    case Errc::producer_active: return "producer_active";
+    case Errc::reader_table_full: return "reader_table_full";
+    case Errc::not_retained: return "not_retained";
+    case Errc::system: return "system";
+  }
+  return "unknown";
+}
+
+// Errors that say nothing about the segment's contents: the bus cannot be
+// looked at at all, so they are errors rather than findings.
+bool is_access_error(Errc e) {
+  return e == Errc::not_found || e == Errc::permission_denied || e == Errc::invalid_name ||
+         e == Errc::system;
+}
+
+// Stop flag for watch: set by SIGINT/SIGTERM.
+std::atomic<bool> g_stop{false};
+extern "C" void on_stop_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a sleeping nanosleep returns EINTR at once
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// Sleeps for `d`, or until a stop signal arrives. False if stopped.
+bool sleep_unless_stopped(std::chrono::nanoseconds d) {
+  timespec deadline{};
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  const auto total = deadline.tv_nsec + d.count() % 1'000'000'000;
+  deadline.tv_sec += static_cast<time_t>(d.count() / 1'000'000'000 + total / 1'000'000'000);
+  deadline.tv_nsec = static_cast<long>(total % 1'000'000'000);
+  while (!g_stop.load(std::memory_order_relaxed)) {
+    const int rc = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nullptr);
+    if (rc == 0) return !g_stop.load(std::memory_order_relaxed);
+    if (rc != EINTR) return !g_stop.load(std::memory_order_relaxed);
+  }
+  return false;
+}
+
+double seconds_between(std::chrono::steady_clock::time_point a,
+                       std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Takes a report over `sample` (rates), or from one snapshot when it is zero.
+BusReport sample_report(const Inspector& insp, std::chrono::nanoseconds sample) {
+  if (sample.count() <= 0) return make_report(insp.snapshot(), realtime_now_ns());
+  const auto t0 = std::chrono::steady_clock::now();
+  Snapshot before = insp.snapshot();
+  if (!sleep_unless_stopped(sample)) return make_report(before, realtime_now_ns());
+  Snapshot after = insp.snapshot();
+  const auto t1 = std::chrono::steady_clock::now();
+  return make_report(before, after, seconds_between(t0, t1), realtime_now_ns());
+}
+
+std::string hexdump(std::span<const std::byte> bytes) {
+  std::string out;
+  for (std::size_t off = 0; off < bytes.size(); off += 16) {
+    const auto line = bytes.subspan(off, std::min<std::size_t>(16, bytes.size() - off));
+    std::string ascii;
+    for (std::byte b : line) {
+      const auto c = static_cast<unsigned char>(b);
+      ascii += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '.';
+    }
+    out += fmt::format("  {:08x}  {:<48}  |{}|\n", off, hex(line), ascii);
+  }
+  return out;
+}
+
+json record_json(const RecordView& r) {
+  const std::span<const std::byte> payload(r.payload);
+  return json{{"seq", r.seq},
+              {"timestamp_ns", r.timestamp_ns},
+              {"length", r.length},
+              {"payload_hex", hex(payload)},
+              {"text", is_text(payload)
+                           ? json(std::string(reinterpret_cast<const char*>(r.payload.data()),
+                                              r.payload.size()))
+                           : json(nullptr)}};
+}
+
+std::string record_header(const RecordView& r) {
+  return fmt::format("seq {}  {}  len {}", r.seq,
+                     r.timestamp_ns ? utc_time(r.timestamp_ns) : std::string("no timestamp"),
+                     r.length);
+}
+
+}  // namespace
+
+int run_list(bool json_out) {
+  const auto entries = list_buses();
+  const auto now = realtime_now_ns();
+  if (json_out) {
+    json buses = json::array();
+    for (const ListEntry& e : entries) buses.push_back(to_json(e, now));
+    print_json(json{{"time_ns", now}, {"buses", std::move(buses)}});
+    return 0;
+  }
+  if (entries.empty()) {
+    std::fputs("shmbus-inspect: no shmbus segments in /dev/shm\n", stderr);
+    return 0;
+  }
+  print_out(render_list(entries, now));
+  return 0;
+}
+
+int run_show(const std::string& bus, std::chrono::nanoseconds sample, bool json_out) {
+  const Inspector insp = Inspector::open(bus);
+  const BusReport r = sample_report(insp, sample);
+  if (json_out) {
+    print_json(to_json(r));
+  } else {
+    print_out(render_show(r));
+  }
+  return 0;
+}
+
+int run_dump(const DumpArgs& a) {
+  const Inspector insp = Inspector::open(a.bus);
+  const Snapshot snap = insp.snapshot();
+  std::uint64_t from = snap.oldest;
+  if (a.from) {
+    from = *a.from;
+  } else if (a.last) {
+    const std::uint64_t retained = snap.head > snap.oldest ? snap.head - snap.oldest : 0;
+    from = snap.head - std::min(*a.last, retained);
+  }
+  if (from < snap.oldest) {
+    throw ToolError(a.bus, fmt::format("sequence {} is no longer retained (oldest is {}, head {})",
+                                       from, snap.oldest, snap.head));
+  }
+  if (from > snap.head) {
+    throw ToolError(a.bus, fmt::format("sequence {} is not published yet (head is {})", from,
+                                       snap.head));
+  }
+  // --last N already chose the range; otherwise --count N from `from` (0: to head).
+  std::uint64_t end = snap.head;
+  if (!a.last && a.count != 0) end = from + std::min(a.count, snap.head - from);
+
+  std::uint64_t shown = 0;
+  std::uint64_t missing = 0;
+  json records = json::array();
+  for (std::uint64_t seq = from; seq < end; ++seq) {
+    const auto rec = insp.record(seq);
+    if (!rec) {
+      ++missing;  // overwritten while we were reading, or not committed
+      continue;
+    }
+    ++shown;
+    switch (a.format) {
+      case DumpFormat::json:
+        records.push_back(record_json(*rec));
+        break;
+      case DumpFormat::text:
+        print_out(fmt::format("{}  \"{}\"\n", record_header(*rec),
+                              escape(std::span<const std::byte>(rec->payload))));
+        break;
+      case DumpFormat::hex:
+        print_out(record_header(*rec) + "\n" + hexdump(rec->payload));
+        break;
+    }
+  }
+  if (a.format == DumpFormat::json) {
+    print_json(json{{"bus", a.bus},
+                    {"head", snap.head},
+                    {"oldest", snap.oldest},
+                    {"from", from},
+                    {"to", end},
+                    {"missing", missing},
+                    {"records", std::move(records)}});
+  }
+  std::fflush(stdout);
+  if (missing) {
+    std::fputs(fmt::format("shmbus-inspect: bus '{}': {} of {} records were overwritten or not "
+                           "committed while dumping\n",
+                           a.bus, missing, end - from)
+                   .c_str(),
+               stderr);
+  } else if (shown == 0) {
+    std::fputs(fmt::format("shmbus-inspect: bus '{}': no records from {} (head is {})\n", a.bus,
+                           from, snap.head)
+                   .c_str(),
+               stderr);
+  }
+  return 0;
+}
+
+int run_watch(const std::string& bus, std::chrono::nanoseconds interval,
+              std::optional<std::uint64_t> count, bool json_out) {
+  const Inspector insp = Inspector::open(bus);
+  install_stop_handlers();
+  const bool tty = !json_out && isatty(STDOUT_FILENO) == 1;
+  auto t0 = std::chrono::steady_clock::now();
+  Snapshot before = insp.snapshot();
+  for (std::uint64_t n = 0; !count || n < *count; ++n) {
+    if (!sleep_unless_stopped(interval)) break;
+    if (!Bus::exists(bus)) throw ToolError(bus, "the bus was removed while watching");
+    Snapshot after = insp.snapshot();
+    const auto t1 = std::chrono::steady_clock::now();
+    const BusReport r = make_report(before, after, seconds_between(t0, t1), realtime_now_ns());
+    if (json_out) {
+      print_json(to_json(r), false);
+    } else if (tty) {
+      // Home, clear, redraw: a refreshing view like top.
+      print_out("\x1b[H\x1b[2J");
+      print_out(render_show(r));
+      print_out(fmt::format("\nevery {}; Ctrl-C to quit\n", human_duration(
+                                                              std::chrono::duration<double>(interval).count())));
+    } else {
+      print_out(render_watch_line(r) + "\n");
+    }
+    std::fflush(stdout);
+    before = std::move(after);
+    t0 = t1;
+  }
+  return 0;
+}
+
+int run_check(const std::string& bus, bool json_out) {
+  std::vector<Problem> problems;
+  std::string code;  // Errc name when the segment did not even open
+  try {
+    const Inspector insp = Inspector::open(bus);
+    problems = insp.check();
+  } catch (const Error& e) {
+    if (is_access_error(e.errc())) throw;
+    code = errc_name(e.errc());
+    problems.push_back({"segment", e.what()});
+  }
+  if (json_out) {
+    json list = json::array();
+    for (const Problem& p : problems) {
+      list.push_back({{"where", p.where}, {"what", p.what}});
+    }
+    print_json(json{{"bus", bus},
+                    {"clean", problems.empty()},
+                    {"open_error", code.empty() ? json(nullptr) : json(code)},
+                    {"problems", std::move(list)}});
+  } else if (problems.empty()) {
+    print_out(fmt::format("bus '{}': clean (header, reader table and every retained record)\n", bus));
+  } else {
+    print_out(fmt::format("bus '{}': {} problem{}{}\n", bus, problems.size(),
+                          problems.size() == 1 ? "" : "s",
+                          code.empty() ? "" : fmt::format(" ({})", code)));
+    for (const Problem& p : problems) print_out(fmt::format("  {}: {}\n", p.where, p.what));
+  }
+  std::fflush(stdout);
+  if (problems.empty()) return 0;
+  std::fputs(fmt::format("shmbus-inspect: bus '{}': check found {} problem{}\n", bus,
+                         problems.size(), problems.size() == 1 ? "" : "s")
+                 .c_str(),
+             stderr);
+  return 1;
+}
+
+int run_gc(const std::string& bus, bool json_out) {
+  // What the producer was waiting for, to say whether it can move on now.
+  const ProducerView before = Inspector::open(bus).snapshot().producer;
+  const std::vector<ReaderView> reclaimed = reclaim_dead_readers(bus);
+  bool unblocked = false;
+  for (const ReaderView& r : reclaimed) {
+    unblocked |= before.waiting_for_space && before.blocked_on_slot == r.slot;
+  }
+  if (json_out) {
+    json list = json::array();
+    for (const ReaderView& r : reclaimed) list.push_back(to_json(r));
+    print_json(json{{"bus", bus},
+                    {"reclaimed", std::move(list)},
+                    {"producer_unblocked", unblocked}});
+    return 0;
+  }
+  if (reclaimed.empty()) {
+    print_out(fmt::format("bus '{}': no dead readers\n", bus));
+    return 0;
+  }
+  for (const ReaderView& r : reclaimed) {
+    print_out(fmt::format("bus '{}': reclaimed reader {} '{}' (pid {}, {}, cursor {}, delivered {})\n",
+                          bus, r.slot, display_name(r.name), r.pid, to_string(r.liveness), r.cursor,
+                          r.delivered));
+  }
+  if (unblocked) {
+    print_out(fmt::format("bus '{}': producer pid {} was held back by it and can continue\n", bus,
+                          before.pid));
+  }
+  return 0;
+}
+
+int run_rm(const std::string& bus, bool force, bool json_out) {
+  std::optional<Snapshot> snap;
+  std::string invalid;
+  try {
+    snap = Inspector::open(bus).snapshot();
+  } catch (const Error& e) {
+    if (is_access_error(e.errc())) throw;
+    if (e.errc() == Errc::not_ready && !force) {
+      throw ToolError(bus, "not removed: its creator is still initialising it (use --force)");
+    }
+    invalid = e.what();  // nobody can be using a segment that does not validate
+  }
+
+  std::vector<std::string> users;
+  if (snap) {
+    const ProducerView& p = snap->producer;
+    if (p.attached && is_alive(p.liveness)) users.push_back(fmt::format("producer pid {}", p.pid));
+    for (const ReaderView& r : snap->readers) {
+      if (is_alive(r.liveness)) {
+        users.push_back(fmt::format("reader {} '{}' pid {}", r.slot, display_name(r.name), r.pid));
+      }
+    }
+  }
+  std::string who;
+  for (const std::string& u : users) who += (who.empty() ? "" : ", ") + u;
+  if (!users.empty() && !force) {
+    throw ToolError(bus, fmt::format("not removed: in use by {} (use --force)", who));
+  }
+  if (!Bus::remove(bus)) throw ToolError(bus, "no such bus");
+
+  if (json_out) {
+    json j{{"bus", bus},
+           {"removed", true},
+           {"segment", segment_path(bus)},
+           {"in_use_by", users},
+           {"invalid", invalid.empty() ? json(nullptr) : json(invalid)}};
+    print_json(j);
+    return 0;
+  }
+  std::string msg = fmt::format("bus '{}': removed {}", bus, segment_path(bus));
+  if (!users.empty()) {
+    msg += fmt::format("; still mapped by {}, who keep using it until they detach", who);
+  }
+  if (!invalid.empty()) msg += fmt::format(" (it did not validate: {})", invalid);
+  print_out(msg + "\n");
+  return 0;
+}
+
+}  // namespace shmbus::inspect_tool

@@ -1,0 +1,40 @@
+// shmbus-inspect — the subcommands. Each returns the process exit status:
+//   0  success (check: the bus is clean)
+//   1  the bus has problems (check), the command was refused (rm), or an error
+// and throws on errors, which main() reports as one line on stderr.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace shmbus::inspect_tool {
+
+// An error the program itself detects; what() names the bus and the problem.
+class ToolError : public std::runtime_error {
+ public:
+  ToolError(const std::string& bus, const std::string& problem);
+};
+
+int run_list(bool json);
+int run_show(const std::string& bus, std::chrono::nanoseconds sample, bool json);
+
+enum class DumpFormat { text, hex, json };
+struct DumpArgs {
+  std::string bus;
+  std::optional<std::uint64_t> from;  // default: the oldest retained record
+  std::optional<std::uint64_t> last;  // instead of --from: the newest N records
+  std::uint64_t count = 10;           // 0: everything up to head
+  DumpFormat format = DumpFormat::text;
+};
+int run_dump(const DumpArgs& args);
+
+int run_watch(const std::string& bus, std::chrono::nanoseconds interval,
+              std::optional<std::uint64_t> count, bool json);
+int run_check(const std::string& bus, bool json);
+int run_gc(const std::string& bus, bool json);
+int run_rm(const std::string& bus, bool force, bool json);
+
+}  // namespace shmbus::inspect_tool

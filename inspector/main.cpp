@@ -1,0 +1,140 @@
+// shmbus-inspect: looks inside shmbus buses without taking part in them.
+//
+// Every view maps the bus read-only through shmbus::Inspector (no reader
+// slot, no effect on the producer or consumers); only `gc` and `rm` change
+// anything, and they say what they changed. Errors are one line on stderr
+// naming the bus; the exit status is 0 on success, 1 on an error, a refusal
+// or (check) a bus with problems, 2 on a usage error.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "commands.hpp"
+#include "shmbus/errors.hpp"
+#include "text.hpp"
+
+namespace {
+
+using namespace shmbus::inspect_tool;
+
+std::string one_line(std::string s) {
+  for (char& c : s) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return s;
+}
+
+CLI::Validator duration_validator() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        return parse_duration(s) ? std::string() : "not a duration (e.g. 200ms, 1s, 1.5s): " + s;
+      },
+      "DURATION");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "shmbus-inspect: look inside shmbus buses (/dev/shm/shmbus.*) without disturbing them.\n"
+      "Views map a bus read-only and take no reader slot; gc and rm say what they change."};
+  app.set_version_flag("--version", "shmbus-inspect 0.1.0");
+  app.require_subcommand(1);
+
+  bool json = false;
+  const char* json_help = "machine-readable JSON output (schema in docs/inspector.md)";
+  std::string bus;
+  std::string interval = "200ms";
+  std::string watch_interval = "1s";
+  std::uint64_t watch_count = 0;
+  bool force = false;
+  DumpArgs dump;
+  std::string dump_format = "text";
+
+  auto* list = app.add_subcommand("list", "every shmbus bus on this machine, one line each");
+  list->add_flag("--json", json, json_help);
+
+  auto* show = app.add_subcommand(
+      "show", "a bus's header, fill level, publish rate and reader table, with warnings");
+  show->add_option("bus", bus, "bus name")->required();
+  show->add_option("--interval", interval,
+                   "how long to sample for rates (0: no rates)")->capture_default_str()
+      ->check(duration_validator());
+  show->add_flag("--json", json, json_help);
+
+  auto* dump_cmd = app.add_subcommand("dump", "records with sequence, timestamp, length, payload");
+  dump_cmd->add_option("bus", dump.bus, "bus name")->required();
+  auto* from_opt = dump_cmd->add_option("--from", dump.from, "first sequence (default: oldest retained)");
+  dump_cmd->add_option("--last", dump.last, "the newest N records instead of --from")
+      ->excludes(from_opt);
+  dump_cmd->add_option("--count", dump.count, "records to show, 0 for all up to head")->capture_default_str();
+  dump_cmd->add_option("--format", dump_format, "payload format")->capture_default_str()
+      ->check(CLI::IsMember({"text", "hex", "json"}));
+  dump_cmd->add_flag("--json", json, "same as --format json");
+
+  auto* watch = app.add_subcommand(
+      "watch", "a refreshing view of rates and lags until Ctrl-C (one line per interval "
+               "when stdout is not a terminal)");
+  watch->add_option("bus", bus, "bus name")->required();
+  watch->add_option("--interval", watch_interval, "time between refreshes")->capture_default_str()
+      ->check(duration_validator());
+  watch->add_option("--count", watch_count, "stop after N refreshes (default: until Ctrl-C)");
+  watch->add_flag("--json", json, "one JSON object (as show --json) per line");
+
+  auto* check = app.add_subcommand(
+      "check", "validate header, reader table and every record; exit 0 only when clean");
+  check->add_option("bus", bus, "bus name")->required();
+  check->add_flag("--json", json, json_help);
+
+  auto* gc = app.add_subcommand("gc", "reclaim the reader slots of dead consumers");
+  gc->add_option("bus", bus, "bus name")->required();
+  gc->add_flag("--json", json, json_help);
+
+  auto* rm = app.add_subcommand(
+      "rm", "remove a bus; refused while a live producer or reader is attached");
+  rm->add_option("bus", bus, "bus name")->required();
+  rm->add_flag("--force", force, "remove even while in use (they keep their mapping)");
+  rm->add_flag("--json", json, json_help);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  const std::string& target = dump_cmd->parsed() ? dump.bus : bus;
+  try {
+    if (list->parsed()) return run_list(json);
+    if (show->parsed()) return run_show(bus, *parse_duration(interval), json);
+    if (dump_cmd->parsed()) {
+      dump.format = json ? DumpFormat::json
+                    : dump_format == "hex"  ? DumpFormat::hex
+                    : dump_format == "json" ? DumpFormat::json
+                                            : DumpFormat::text;
+      return run_dump(dump);
+    }
+    if (watch->parsed()) {
+      return run_watch(bus, *parse_duration(watch_interval),
+                       watch_count ? std::optional<std::uint64_t>(watch_count) : std::nullopt, json);
+    }
+    if (check->parsed()) return run_check(bus, json);
+    if (gc->parsed()) return run_gc(bus, json);
+    if (rm->parsed()) return run_rm(bus, force, json);
+  } catch (const shmbus::Error& e) {
+    // The library's messages already name the bus.
+    std::fputs(fmt::format("shmbus-inspect: {}\n", one_line(e.what())).c_str(), stderr);
+    return 1;
+  } catch (const ToolError& e) {
+    std::fputs(fmt::format("shmbus-inspect: {}\n", one_line(e.what())).c_str(), stderr);
+    return 1;
+  } catch (const std::exception& e) {
+    std::fputs(fmt::format("shmbus-inspect: bus '{}': {}\n", target, one_line(e.what())).c_str(),
+               stderr);
+    return 1;
+  }
+  return 2;
+}

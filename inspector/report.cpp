@@ -1,0 +1,401 @@
+#include "report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <ctime>
+
+#include "text.hpp"
+
+namespace shmbus::inspect_tool {
+
+namespace {
+
+using nlohmann::json;
+
+json opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+double percent_of(std::uint64_t part, std::uint64_t whole) {
+  return whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
+}
+
+bool same_reader(const ReaderView& a, const ReaderView& b) {
+  return a.slot == b.slot && a.pid == b.pid && a.start_ticks == b.start_ticks &&
+         a.attach_time_ns == b.attach_time_ns;
+}
+
+std::string reader_label(const ReaderReport& r) {
+  return fmt::format("reader {} '{}' (pid {}, {})", r.view.slot, display_name(r.view.name),
+                     r.view.pid, to_string(r.view.liveness));
+}
+
+// Rows of cells; columns sized to fit. Cells in `right` columns are right
+// aligned (numbers). The last cell of a row is never padded, so a short row
+// can carry a long message.
+std::string render_table(const std::vector<std::vector<std::string>>& rows,
+                         const std::vector<bool>& right, std::string_view indent) {
+  std::vector<std::size_t> width;
+  for (const auto& row : rows) {
+    for (std::size_t c = 0; c + 1 < row.size(); ++c) {
+      if (width.size() <= c) width.resize(c + 1, 0);
+      width[c] = std::max(width[c], row[c].size());
+    }
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line(indent);
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      const bool last = c + 1 == row.size();
+      if (c) line += "  ";
+      if (last) {
+        // Right-aligned columns still line up when they end a row.
+        if (c < right.size() && right[c] && c < width.size()) {
+          line += fmt::format("{:>{}}", row[c], width[c]);
+        } else {
+          line += row[c];
+        }
+      } else if (c < right.size() && right[c]) {
+        line += fmt::format("{:>{}}", row[c], width[c]);
+      } else {
+        line += fmt::format("{:<{}}", row[c], width[c]);
+      }
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line;
+    out += '\n';
+  }
+  return out;
+}
+
+std::string producer_text(const BusReport& r) {
+  const ProducerView& p = r.snap.producer;
+  std::string s;
+  if (p.attached) {
+    s = fmt::format("pid {} {}", p.pid, to_string(p.liveness));
+    if (p.waiting_for_space) {
+      s += ", waiting for space";
+      if (p.blocked_on_slot) s += fmt::format(" (held back by reader {})", *p.blocked_on_slot);
+    }
+  } else if (p.pid != 0) {
+    s = fmt::format("none (last: pid {})", p.pid);
+  } else {
+    s = "none";
+  }
+  if (p.closed) s += ", end-of-stream marked";
+  if (p.takeovers) s += fmt::format(", {} takeover{}", p.takeovers, p.takeovers == 1 ? "" : "s");
+  return s;
+}
+
+std::string hms(std::uint64_t realtime_ns) {
+  const auto secs = static_cast<std::time_t>(realtime_ns / 1'000'000'000u);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  return buf;
+}
+
+}  // namespace
+
+bool is_alive(Liveness l) noexcept { return l == Liveness::alive; }
+
+std::string display_name(const std::string& name) {
+  if (name.empty()) return "-";
+  return escape(name);
+}
+
+std::string dump_json(const nlohmann::json& j, bool pretty) {
+  return j.dump(pretty ? 2 : -1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
+  BusReport r;
+  r.snap = snap;
+  r.now_ns = now_ns;
+  const std::uint64_t cap = snap.info.capacity;
+  r.retained = snap.head >= snap.oldest ? snap.head - snap.oldest : 0;
+  r.publish_age_s = age_seconds(snap.last_publish_ns, now_ns);
+  r.producer_alive = snap.producer.attached && is_alive(snap.producer.liveness);
+
+  std::vector<ReaderView> readers = snap.readers;
+  std::sort(readers.begin(), readers.end(),
+            [](const ReaderView& a, const ReaderView& b) { return a.slot < b.slot; });
+  for (const ReaderView& v : readers) {
+    ReaderReport rr;
+    rr.view = v;
+    rr.alive = is_alive(v.liveness);
+    rr.lag = snap.head > v.cursor ? snap.head - v.cursor : 0;
+    rr.lag_percent = percent_of(rr.lag, cap);
+    rr.idle_s = age_seconds(v.last_active_ns, now_ns);
+    r.unread = std::max(r.unread, std::min(rr.lag, cap));
+    r.readers.push_back(std::move(rr));
+  }
+  r.fill_percent = percent_of(r.unread, cap);
+
+  // Warnings, most urgent first: dead readers, then what they cause.
+  for (const ReaderReport& rr : r.readers) {
+    if (rr.alive) continue;
+    r.warnings.push_back(
+        {"dead_reader", rr.view.slot,
+         fmt::format("{} is dead but still holds its slot at cursor {}; "
+                     "`shmbus-inspect gc {}` reclaims it",
+                     reader_label(rr), rr.view.cursor, snap.info.name)});
+  }
+  const ProducerView& p = snap.producer;
+  if (p.attached && !is_alive(p.liveness)) {
+    r.warnings.push_back(
+        {"producer_dead", std::nullopt,
+         fmt::format("producer pid {} is {}: consumers drain what it committed, then see "
+                     "end-of-stream; a new producer can take the bus over",
+                     p.pid, to_string(p.liveness))});
+  }
+  if (r.producer_alive && p.waiting_for_space) {
+    std::string who = "a reader";
+    if (p.blocked_on_slot) {
+      who = fmt::format("reader {}", *p.blocked_on_slot);
+      for (const ReaderReport& rr : r.readers) {
+        if (rr.view.slot == *p.blocked_on_slot) who = reader_label(rr);
+      }
+    }
+    r.warnings.push_back({"producer_blocked", p.blocked_on_slot,
+                          fmt::format("producer pid {} is blocked on a full ring, held back by {}",
+                                      p.pid, who)});
+  }
+  for (const ReaderReport& rr : r.readers) {
+    if (cap == 0 || rr.lag * 2 <= cap) continue;
+    r.warnings.push_back({"reader_lagging", rr.view.slot,
+                          fmt::format("{} lags {} messages ({:.1f}% of the ring)", reader_label(rr),
+                                      rr.lag, rr.lag_percent)});
+  }
+  return r;
+}
+
+BusReport make_report(const Snapshot& before, const Snapshot& after, double seconds,
+                      std::uint64_t now_ns) {
+  BusReport r = make_report(after, now_ns);
+  if (seconds <= 0) return r;
+  r.sample_s = seconds;
+  const std::uint64_t published =
+      after.head >= before.head ? after.head - before.head : 0;  // a new bus restarts at 0
+  r.publish_rate = static_cast<double>(published) / seconds;
+  for (ReaderReport& rr : r.readers) {
+    for (const ReaderView& old : before.readers) {
+      if (!same_reader(old, rr.view) || rr.view.delivered < old.delivered) continue;
+      rr.rate = static_cast<double>(rr.view.delivered - old.delivered) / seconds;
+    }
+  }
+  return r;
+}
+
+nlohmann::json to_json(const ReaderView& v) {
+  return json{
+      {"slot", v.slot},
+      {"name", v.name},
+      {"pid", v.pid},
+      {"start_ticks", v.start_ticks},
+      {"liveness", to_string(v.liveness)},
+      {"alive", is_alive(v.liveness)},
+      {"cursor", v.cursor},
+      {"delivered", v.delivered},
+      {"lost", v.lost},
+      {"attach_time_ns", v.attach_time_ns},
+      {"last_active_ns", v.last_active_ns},
+      {"sleeping", v.sleeping},
+  };
+}
+
+nlohmann::json to_json(const BusReport& r) {
+  const Snapshot& s = r.snap;
+  const ProducerView& p = s.producer;
+  json readers = json::array();
+  for (const ReaderReport& rr : r.readers) {
+    json j = to_json(rr.view);
+    j["lag"] = rr.lag;
+    j["lag_percent"] = rr.lag_percent;
+    j["rate"] = opt(rr.rate);
+    j["last_active_age_s"] = opt(rr.idle_s);
+    readers.push_back(std::move(j));
+  }
+  json warnings = json::array();
+  for (const Warning& w : r.warnings) {
+    warnings.push_back({{"kind", w.kind},
+                        {"slot", w.slot ? json(*w.slot) : json(nullptr)},
+                        {"message", w.message}});
+  }
+  return json{
+      {"bus", s.info.name},
+      {"segment", segment_path(s.info.name)},
+      {"time_ns", r.now_ns},
+      {"layout_version", s.info.layout_version},
+      {"policy", to_string(s.info.policy)},
+      {"capacity", s.info.capacity},
+      {"record_size", s.info.record_size},
+      {"max_payload", s.info.max_payload},
+      {"max_readers", s.info.max_readers},
+      {"segment_size", s.info.segment_size},
+      {"creation_time_ns", s.info.creation_time_ns},
+      {"head", s.head},
+      {"oldest", s.oldest},
+      {"retained", r.retained},
+      {"unread", r.unread},
+      {"fill_percent", r.fill_percent},
+      {"last_publish_ns", s.last_publish_ns == 0 ? json(nullptr) : json(s.last_publish_ns)},
+      {"last_publish_age_s", opt(r.publish_age_s)},
+      {"sample_s", opt(r.sample_s)},
+      {"publish_rate", opt(r.publish_rate)},
+      {"producer",
+       {{"attached", p.attached},
+        {"pid", p.pid},
+        {"start_ticks", p.start_ticks},
+        {"liveness", to_string(p.liveness)},
+        {"alive", r.producer_alive},
+        {"closed", p.closed},
+        {"waiting_for_space", p.waiting_for_space},
+        {"blocked_on_slot", p.blocked_on_slot ? json(*p.blocked_on_slot) : json(nullptr)},
+        {"takeovers", p.takeovers}}},
+      {"counters",
+       {{"published", s.counters.published},
+        {"producer_waits", s.counters.producer_waits},
+        {"producer_wait_ns", s.counters.producer_wait_ns},
+        {"wakeups", s.counters.wakeups},
+        {"readers_reclaimed", s.counters.readers_reclaimed},
+        {"data_sleepers", s.counters.data_sleepers}}},
+      {"readers", std::move(readers)},
+      {"warnings", std::move(warnings)},
+  };
+}
+
+nlohmann::json to_json(const ListEntry& e, std::uint64_t now_ns) {
+  json j{{"name", e.name},
+         {"segment", segment_path(e.name)},
+         {"file_size", e.file_size},
+         {"valid", e.snapshot.has_value()},
+         {"error", e.snapshot ? json(nullptr) : json(e.error)}};
+  if (!e.snapshot) return j;
+  const BusReport r = make_report(*e.snapshot, now_ns);
+  std::uint32_t live = 0;
+  for (const ReaderReport& rr : r.readers) live += rr.alive ? 1 : 0;
+  const ProducerView& p = r.snap.producer;
+  j.update(json{
+      {"policy", to_string(r.snap.info.policy)},
+      {"capacity", r.snap.info.capacity},
+      {"record_size", r.snap.info.record_size},
+      {"segment_size", r.snap.info.segment_size},
+      {"head", r.snap.head},
+      {"oldest", r.snap.oldest},
+      {"readers_live", live},
+      {"readers_dead", r.readers.size() - live},
+      {"producer",
+       {{"attached", p.attached},
+        {"pid", p.pid},
+        {"liveness", to_string(p.liveness)},
+        {"alive", r.producer_alive},
+        {"closed", p.closed}}},
+      {"last_publish_ns",
+       r.snap.last_publish_ns == 0 ? json(nullptr) : json(r.snap.last_publish_ns)},
+      {"last_publish_age_s", opt(r.publish_age_s)},
+      {"warnings", r.warnings.size()},
+  });
+  return j;
+}
+
+std::string render_show(const BusReport& r) {
+  const Snapshot& s = r.snap;
+  const BusInfo& i = s.info;
+  std::string out = fmt::format("bus '{}'  {}  {}  layout v{}\n", i.name, segment_path(i.name),
+                                human_bytes(i.segment_size), i.layout_version);
+  const auto row = [&out](std::string_view key, const std::string& value) {
+    out += fmt::format("  {:<10} {}\n", key, value);
+  };
+  row("policy", to_string(i.policy));
+  row("ring", fmt::format("{} records x {} B (max payload {} B), {} reader slots ({} in use)",
+                          i.capacity, i.record_size, i.max_payload, i.max_readers,
+                          s.readers.size()));
+  row("created", fmt::format("{} ({})", utc_time(i.creation_time_ns),
+                             human_age(age_seconds(i.creation_time_ns, r.now_ns))));
+  row("head", fmt::format("{}", s.head));
+  row("oldest", fmt::format("{} ({} retained)", s.oldest, r.retained));
+  row("fill", s.readers.empty()
+                  ? std::string("no readers attached")
+                  : fmt::format("{} of {} unread by the slowest reader ({:.1f}%)", r.unread,
+                                i.capacity, r.fill_percent));
+  std::string publish =
+      r.sample_s ? fmt::format("{} over {}", human_rate(r.publish_rate), human_duration(*r.sample_s))
+                 : std::string("rate not sampled");
+  publish += fmt::format(", last {}", human_age(r.publish_age_s));
+  row("publish", publish);
+  row("producer", producer_text(r));
+  const Counters& c = s.counters;
+  row("counters",
+      fmt::format("published {}, producer waits {} ({}), wake-ups {}, readers reclaimed {}, "
+                  "consumers asleep {}",
+                  c.published, c.producer_waits,
+                  human_duration(static_cast<double>(c.producer_wait_ns) / 1e9), c.wakeups,
+                  c.readers_reclaimed, c.data_sleepers));
+
+  out += '\n';
+  if (r.readers.empty()) {
+    out += "  no readers\n";
+  } else {
+    std::vector<std::vector<std::string>> rows{{"SLOT", "NAME", "PID", "STATE", "CURSOR", "LAG",
+                                                "LAG%", "DELIVERED", "LOST", "RATE",
+                                                "LAST-READ"}};
+    for (const ReaderReport& rr : r.readers) {
+      const ReaderView& v = rr.view;
+      rows.push_back({fmt::format("{}", v.slot), display_name(v.name), fmt::format("{}", v.pid),
+                      std::string(to_string(v.liveness)) + (v.sleeping ? ",asleep" : ""),
+                      fmt::format("{}", v.cursor), fmt::format("{}", rr.lag),
+                      fmt::format("{:.1f}%", rr.lag_percent), fmt::format("{}", v.delivered),
+                      fmt::format("{}", v.lost), human_rate(rr.rate), human_age(rr.idle_s)});
+    }
+    out += render_table(rows, {true, false, true, false, true, true, true, true, true, true, false},
+                        "  ");
+  }
+  if (!r.warnings.empty()) out += '\n';
+  for (const Warning& w : r.warnings) out += fmt::format("warning: {}\n", w.message);
+  return out;
+}
+
+std::string render_watch_line(const BusReport& r) {
+  const Snapshot& s = r.snap;
+  std::string line = fmt::format("{} {} head {} publish {} fill {:.1f}% producer ", hms(r.now_ns),
+                                 s.info.name, s.head, human_rate(r.publish_rate), r.fill_percent);
+  const ProducerView& p = s.producer;
+  if (p.attached) {
+    line += fmt::format("{} {}{}", p.pid, to_string(p.liveness),
+                        p.waiting_for_space ? " blocked" : "");
+  } else {
+    line += "none";
+  }
+  for (const ReaderReport& rr : r.readers) {
+    line += fmt::format(" | {} {} {} lag {} {}", rr.view.slot, display_name(rr.view.name),
+                        to_string(rr.view.liveness), rr.lag, human_rate(rr.rate));
+  }
+  return line;
+}
+
+std::string render_list(const std::vector<ListEntry>& entries, std::uint64_t now_ns) {
+  std::vector<std::vector<std::string>> rows{{"NAME", "SIZE", "POLICY", "RING", "HEAD", "READERS",
+                                              "PRODUCER", "LAST-PUBLISH"}};
+  for (const ListEntry& e : entries) {
+    if (!e.snapshot) {
+      rows.push_back({escape(e.name), human_bytes(e.file_size), "invalid: " + e.error});
+      continue;
+    }
+    const BusReport r = make_report(*e.snapshot, now_ns);
+    std::size_t live = 0;
+    for (const ReaderReport& rr : r.readers) live += rr.alive ? 1 : 0;
+    const ProducerView& p = r.snap.producer;
+    std::string producer = "none";
+    if (p.attached) producer = fmt::format("{} {}", p.pid, to_string(p.liveness));
+    if (p.closed) producer += " (closed)";
+    rows.push_back({e.name, human_bytes(e.file_size), to_string(r.snap.info.policy),
+                    fmt::format("{} x {} B", r.snap.info.capacity, r.snap.info.record_size),
+                    fmt::format("{}", r.snap.head),
+                    fmt::format("{} live, {} dead", live, r.readers.size() - live), producer,
+                    human_age(r.publish_age_s)});
+  }
+  return render_table(rows, {false, true, false, true, true, false, false, false}, "");
+}
+
+}  // namespace shmbus::inspect_tool

@@ -1,0 +1,72 @@
+// shmbus-inspect — what a bus looks like to a person: one or two snapshots
+// turned into lags, rates and warnings, rendered as text or JSON.
+//
+// Everything here is derived from shmbus::Snapshot (inspect.hpp); nothing
+// reads the segment directly.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shmbus/inspect.hpp"
+
+namespace shmbus::inspect_tool {
+
+struct ReaderReport {
+  ReaderView view;
+  bool alive = false;            // liveness == alive
+  std::uint64_t lag = 0;         // head - cursor: messages not yet read
+  double lag_percent = 0;        // lag as % of capacity
+  std::optional<double> rate;    // messages/s delivered over the sample
+  std::optional<double> idle_s;  // since its last read or wait; empty if never
+};
+
+struct Warning {
+  std::string kind;  // dead_reader, producer_blocked, reader_lagging, producer_dead
+  std::optional<std::uint32_t> slot;
+  std::string message;
+};
+
+struct BusReport {
+  Snapshot snap;
+  std::uint64_t now_ns = 0;              // CLOCK_REALTIME when the report was taken
+  std::optional<double> sample_s;        // seconds between the two snapshots
+  std::optional<double> publish_rate;    // messages/s over the sample
+  std::uint64_t retained = 0;            // head - oldest: records a late joiner can read
+  std::uint64_t unread = 0;              // head - slowest reader's cursor, at most capacity
+  double fill_percent = 0;               // unread as % of capacity
+  std::optional<double> publish_age_s;   // since the newest record was published
+  bool producer_alive = false;           // attached and alive
+  std::vector<ReaderReport> readers;     // by slot
+  std::vector<Warning> warnings;
+};
+
+// A report from one snapshot (no rates) ...
+BusReport make_report(const Snapshot& snap, std::uint64_t now_ns);
+// ... or from two taken `seconds` apart (rates from the difference).
+BusReport make_report(const Snapshot& before, const Snapshot& after, double seconds,
+                      std::uint64_t now_ns);
+
+bool is_alive(Liveness l) noexcept;
+
+// JSON (schema in docs/inspector.md).
+nlohmann::json to_json(const BusReport& r);
+nlohmann::json to_json(const ReaderView& r);
+nlohmann::json to_json(const ListEntry& e, std::uint64_t now_ns);
+
+// Text.
+std::string render_show(const BusReport& r);
+std::string render_watch_line(const BusReport& r);  // one line, no newline
+std::string render_list(const std::vector<ListEntry>& entries, std::uint64_t now_ns);
+
+// Reader names are untrusted bytes: printable, escaped, never empty.
+std::string display_name(const std::string& name);
+
+// Serialises with invalid UTF-8 replaced, so an odd reader name cannot throw.
+std::string dump_json(const nlohmann::json& j, bool pretty);
+
+}  // namespace shmbus::inspect_tool

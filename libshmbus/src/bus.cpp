@@ -1,0 +1,102 @@
+#include "shmbus/bus.hpp"
+
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "segment.hpp"
+
+namespace shmbus {
+
+const char* to_string(Policy p) noexcept {
+  switch (p) {
+    case Policy::block: return "block";
+    case Policy::overwrite: return "overwrite";
+  }
+  return "unknown";
+}
+
+std::uint32_t max_payload_for(std::uint32_t record_size) noexcept {
+  return record_size > layout::kRecordHeaderSize ? record_size - layout::kRecordHeaderSize : 0;
+}
+
+void validate_name(std::string_view name) {
+  auto bad = [&](const std::string& why) {
+    std::string shown;
+    for (char c : name.substr(0, 64)) shown += (c >= 0x20 && c < 0x7f) ? c : '?';
+    throw Error(Errc::invalid_name, "bus '" + shown + "': invalid name: " + why);
+  };
+  if (name.empty()) bad("empty");
+  if (name.size() > max_name_length)
+    bad(std::to_string(name.size()) + " characters, at most " + std::to_string(max_name_length));
+  if (name.find('/') != std::string_view::npos) bad("contains '/'");
+  if (name.find("..") != std::string_view::npos) bad("contains '..'");
+  if (name.front() == '.') bad("starts with '.'");
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "character 0x%02x is not one of A-Z a-z 0-9 . _ -",
+                    static_cast<unsigned char>(c));
+      bad(buf);
+    }
+  }
+}
+
+std::string segment_path(std::string_view name) { return "/dev/shm/shmbus." + std::string(name); }
+
+Bus::Bus(std::shared_ptr<detail::Segment> s) : segment_(std::move(s)) {}
+
+Bus Bus::create(std::string_view name, const BusOptions& options) {
+  return Bus(detail::Segment::create(name, options));
+}
+
+Bus Bus::open(std::string_view name, std::chrono::milliseconds ready_timeout) {
+  return Bus(detail::Segment::open(name, detail::Segment::Access::read_write, ready_timeout));
+}
+
+Bus Bus::open_or_create(std::string_view name, const BusOptions& options) {
+  for (int attempt = 0;; ++attempt) {
+    try {
+      return create(name, options);
+    } catch (const Error& e) {
+      if (e.errc() != Errc::already_exists) throw;
+    }
+    try {
+      return open(name);
+    } catch (const Error& e) {
+      // Removed between our create and open: try again, a few times.
+      if (e.errc() != Errc::not_found || attempt >= 8) throw;
+    }
+  }
+}
+
+bool Bus::remove(std::string_view name) {
+  validate_name(name);
+  return boost::interprocess::shared_memory_object::remove(("shmbus." + std::string(name)).c_str());
+}
+
+bool Bus::exists(std::string_view name) {
+  validate_name(name);
+  return ::access(segment_path(name).c_str(), F_OK) == 0;
+}
+
+const BusInfo& Bus::info() const noexcept { return segment_->info(); }
+const std::string& Bus::name() const noexcept { return segment_->info().name; }
+
+std::uint64_t Bus::head() const noexcept {
+  return segment_->header()->head.load(std::memory_order_acquire);
+}
+
+std::uint64_t Bus::oldest() const noexcept {
+  const std::uint64_t h = head();
+  const std::uint64_t cap = segment_->capacity();
+  const std::uint64_t floor = h > cap ? h - cap : 0;
+  if (segment_->overwrite()) return floor;
+  const std::uint64_t o = segment_->header()->oldest.load(std::memory_order_acquire);
+  return (o < floor || o > h) ? floor : o;  // the field is untrusted: clamp to what can exist
+}
+
+}  // namespace shmbus

@@ -1,0 +1,398 @@
+// shmbus — the consumer side of the ring.
+//
+// A consumer owns one ReaderSlot: it writes the slot's cursor line and reads
+// everything else. It never reads header.head on the hot path: record
+// `cursor` is ready when its commit tag equals cursor + 1 (acquire), which
+// keeps consumers off the producer's cache lines and off each other's.
+//
+// The cursor in the slot is published lazily: when the next call starts (so
+// a `block` view stays valid until then) and once per batch.
+#include "shmbus/consumer.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "segment.hpp"
+#include "sys.hpp"
+
+namespace shmbus {
+
+const char* to_string(ReadStatus s) noexcept {
+  switch (s) {
+    case ReadStatus::message: return "message";
+    case ReadStatus::timeout: return "timeout";
+    case ReadStatus::end_of_stream: return "end of stream";
+    case ReadStatus::lost: return "lost";
+    case ReadStatus::corrupt: return "corrupt";
+  }
+  return "?";
+}
+
+namespace {
+constexpr std::uint64_t kLivenessPeriodNs = 50'000'000;  // producer death noticed within this
+constexpr std::size_t kCopyBudget = 4u << 20;             // overwrite copy buffer, bytes
+enum class Step { message, empty, lost, corrupt };
+}  // namespace
+
+struct Consumer::Impl {
+  Bus bus;
+  detail::Segment& seg;
+  layout::SegmentHeader* h;
+  layout::ReaderSlot* slot = nullptr;
+  std::uint32_t index = 0;
+  ConsumerOptions opt;
+  std::uint64_t identity = 0;
+  std::uint64_t cap;
+  std::uint64_t mask;
+  std::uint32_t max_payload;
+  bool overwrite;
+  std::uint64_t cursor = 0;     // next sequence to read
+  std::uint64_t published = 0;  // cursor as last stored in the slot
+  std::uint64_t delivered = 0;
+  std::uint64_t lost = 0;
+  std::uint64_t last_lost = 0;  // size of the last lap, for ReadStatus::lost
+  std::uint64_t next_liveness = 0;
+  std::size_t batch_cap = 64;
+  std::unique_ptr<std::byte[]> copy;  // overwrite: batch_cap * max_payload bytes
+
+  Impl(const Bus& b, const ConsumerOptions& o)
+      : bus(b),
+        seg(*b.segment()),
+        h(seg.header()),
+        opt(o),
+        cap(seg.capacity()),
+        mask(seg.capacity() - 1),
+        max_payload(seg.max_payload()),
+        overwrite(seg.overwrite()) {
+    if (overwrite) {
+      batch_cap = std::clamp<std::size_t>(kCopyBudget / std::max<std::uint32_t>(1, max_payload), 1, 64);
+      copy = std::make_unique<std::byte[]>(batch_cap * max_payload);
+    }
+  }
+
+  void attach();
+  void detach() noexcept;
+
+  void release() noexcept {
+    if (cursor == published) return;
+    slot->delivered.store(delivered, std::memory_order_relaxed);
+    slot->lost.store(lost, std::memory_order_relaxed);
+    // Frees every record before `cursor`: pairs with the producer's acquire
+    // load of cursors when it rescans.
+    slot->cursor.store(cursor, std::memory_order_release);
+    published = cursor;
+    if (!overwrite) {
+      // Dekker with a producer going to sleep for space: we stored the
+      // cursor, now load producer_sleeping; it stores producer_sleeping, then
+      // heavy_barrier() and rescans cursors.
+      detail::light_barrier();
+      if (h->producer_sleeping.load(std::memory_order_relaxed) != 0) {
+        h->space_futex.fetch_add(1, std::memory_order_release);
+        detail::futex_wake(&h->space_futex, 1);
+        h->wakeups.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
+
+  // One attempt at record `cursor`. `out` is filled for Step::message (and
+  // its seq for Step::corrupt); `copy_to` receives the payload in overwrite.
+  Step try_read(Message& out, std::byte* copy_to) noexcept {
+    const std::uint64_t c = cursor;
+    layout::RecordHeader* r = seg.record(c);
+    // Pairs with the producer's release store of the commit tag.
+    const std::uint64_t t = r->tag.load(std::memory_order_acquire);
+    if (t == c + 1) [[likely]] {
+      const std::uint32_t len = r->length;
+      const std::uint64_t ts = r->timestamp_ns;
+      const std::byte* src = detail::Segment::payload(r);
+      if (overwrite) {
+        if (len <= max_payload) std::memcpy(copy_to, src, len);
+        // Seqlock re-check: pairs with the producer's release fence after its
+        // BUSY store. A changed tag means the copy may be torn: discard it.
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (r->tag.load(std::memory_order_relaxed) != t) return lapped(c);
+        src = copy_to;
+      }
+      if (len > max_payload) [[unlikely]] {
+        out.seq = c;
+        cursor = c + 1;
+        return Step::corrupt;
+      }
+      out.seq = c;
+      out.timestamp_ns = ts;
+      out.payload = std::span<const std::byte>(src, len);
+      cursor = c + 1;
+      ++delivered;
+      return Step::message;
+    }
+    if (t == 0) return Step::empty;
+    const std::uint64_t tseq = (t & ~layout::kBusyBit) - 1;
+    if (tseq <= c) return Step::empty;  // an older occupant, or record c being written
+    return lapped(c);
+  }
+
+  // Record `c` was overwritten before we read it. Resume at the oldest record
+  // that is not about to be overwritten and count every sequence skipped.
+  Step lapped(std::uint64_t c) noexcept {
+    layout::RecordHeader* r = seg.record(c);
+    const std::uint64_t t = r->tag.load(std::memory_order_acquire);
+    const std::uint64_t tseq = (t & ~layout::kBusyBit) - 1;
+    if (t == 0 || tseq <= c) return Step::empty;  // raced with nothing: read again
+    if ((tseq & mask) != (c & mask)) {           // a tag that cannot be in this slot
+      cursor = c + 1;
+      return Step::corrupt;
+    }
+    // Everything up to tseq - capacity is certainly gone; head (untrusted,
+    // so only used when plausible) may say more is.
+    std::uint64_t n = std::max(c + 1, tseq + 1 - cap);
+    const std::uint64_t hd = h->head.load(std::memory_order_acquire);
+    if (hd >= cap && hd <= tseq + cap + 1) n = std::max(n, hd - cap + 1);
+    last_lost = n - c;
+    lost += last_lost;
+    cursor = n;
+    return Step::lost;
+  }
+
+  // True when no more data can come: the producer closed the bus, or the
+  // producer that holds the role is dead. Checked only when the ring is empty.
+  bool end_of_stream(std::uint64_t now) noexcept {
+    // Pairs with the producer's release store of `closed` after its last commit.
+    if (h->closed.load(std::memory_order_acquire) != 0) return true;
+    if (now < next_liveness) return false;
+    next_liveness = now + kLivenessPeriodNs;
+    const std::uint64_t owner = h->producer_owner.load(std::memory_order_acquire);
+    if (owner == layout::kOwnerFree || owner == layout::kOwnerReclaiming) return false;
+    return detail::identity_liveness(owner) != Liveness::alive;
+  }
+
+  enum class Wait { message, lost, corrupt, timeout, eos };
+
+  // Reads one record, waiting up to `timeout`: spin, then yield, then sleep
+  // on data_futex, as WaitOptions say.
+  Wait read_one(Message& out, std::byte* copy_to, std::chrono::nanoseconds timeout) noexcept {
+    auto from_step = [](Step s) {
+      return s == Step::message ? Wait::message : s == Step::lost ? Wait::lost : Wait::corrupt;
+    };
+    Step s = try_read(out, copy_to);
+    if (s != Step::empty) [[likely]] return from_step(s);
+
+    const std::uint64_t start = detail::monotonic_ns();
+    const std::uint64_t deadline =
+        timeout == forever ? UINT64_MAX
+                           : start + static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
+    const std::uint64_t spin_end = start + static_cast<std::uint64_t>(opt.wait.spin_time.count());
+    const std::uint64_t yield_end = spin_end + static_cast<std::uint64_t>(opt.wait.yield_time.count());
+    slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+    for (std::uint64_t now = start;; now = detail::monotonic_ns()) {
+      if (end_of_stream(now)) {
+        // Everything committed before the close (or the death) is visible now.
+        s = try_read(out, copy_to);
+        return s == Step::empty ? Wait::eos : from_step(s);
+      }
+      if (now >= deadline) return Wait::timeout;
+      if (opt.wait.strategy == WaitStrategy::busy_spin || now < spin_end) {
+        for (int k = 0; k < 16; ++k) {
+          detail::cpu_relax();
+          s = try_read(out, copy_to);
+          if (s != Step::empty) return from_step(s);
+        }
+        continue;
+      }
+      if (opt.wait.strategy == WaitStrategy::spin_yield || now < yield_end) {
+        ::sched_yield();
+      } else {
+        // Sleep. Dekker with the producer: we count ourselves in
+        // data_sleepers, then heavy_barrier() and re-check the record; it
+        // stores the tag, then loads data_sleepers.
+        h->data_sleepers.fetch_add(1, std::memory_order_acq_rel);
+        slot->sleeping.store(1, std::memory_order_relaxed);
+        const std::uint32_t seen = h->data_futex.load(std::memory_order_acquire);
+        const bool barrier_ok = detail::heavy_barrier();
+        s = try_read(out, copy_to);
+        if (s == Step::empty && h->closed.load(std::memory_order_acquire) == 0) {
+          std::uint64_t slice = std::min(deadline - now, kLivenessPeriodNs);
+          if (!barrier_ok) slice = std::min<std::uint64_t>(slice, 1'000'000);
+          detail::futex_wait(&h->data_futex, seen, slice);
+        }
+        slot->sleeping.store(0, std::memory_order_relaxed);
+        h->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
+        slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+        if (s != Step::empty) return from_step(s);
+      }
+      s = try_read(out, copy_to);
+      if (s != Step::empty) return from_step(s);
+    }
+  }
+};
+
+void Consumer::Impl::attach() {
+  detail::register_barrier();
+  identity = detail::self_identity();
+  const std::uint32_t n = seg.max_readers();
+  for (int pass = 0; pass < 2 && !slot; ++pass) {
+    for (std::uint32_t i = 0; i < n && !slot; ++i) {
+      std::uint64_t expected = layout::kOwnerFree;
+      if (seg.reader(i)->owner.compare_exchange_strong(expected, identity, std::memory_order_acq_rel)) {
+        slot = seg.reader(i);
+        index = i;
+      }
+    }
+    if (!slot && pass == 0) {
+      for (std::uint32_t i = 0; i < n; ++i) detail::reclaim_if_dead(seg, i);
+    }
+  }
+  if (!slot)
+    detail::fail(Errc::reader_table_full, seg.info().name,
+                 "all " + std::to_string(n) + " reader slots hold live readers");
+
+  slot->pid.store(static_cast<std::uint32_t>(::getpid()), std::memory_order_relaxed);
+  slot->start_ticks.store(detail::self_start_ticks(), std::memory_order_relaxed);
+  std::memset(slot->name, 0, sizeof slot->name);
+  std::memcpy(slot->name, opt.name.data(), std::min(opt.name.size(), sizeof slot->name - 1));
+  slot->attach_time_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+  slot->delivered.store(0, std::memory_order_relaxed);
+  slot->lost.store(0, std::memory_order_relaxed);
+  slot->sleeping.store(0, std::memory_order_relaxed);
+  slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+
+  auto not_retained = [&](std::uint64_t seq, std::uint64_t lo, std::uint64_t hi) {
+    detach();
+    detail::fail(Errc::not_retained, seg.info().name,
+                 "sequence " + std::to_string(seq) + " is not retained (the bus holds " + std::to_string(lo) +
+                     ".." + std::to_string(hi) + ")");
+  };
+  const std::uint64_t hd = bus.head();
+  const std::uint64_t oldest = bus.oldest();
+  std::uint64_t c = 0;
+  switch (opt.start) {
+    case Start::earliest: c = oldest; break;
+    case Start::latest: c = hd; break;
+    case Start::sequence:
+      if (opt.start_seq < oldest || opt.start_seq > hd) not_retained(opt.start_seq, oldest, hd);
+      c = opt.start_seq;
+      break;
+  }
+  slot->cursor.store(c, std::memory_order_relaxed);
+  // From here the producer counts our cursor (pairs with its acquire load).
+  slot->state.store(layout::kSlotActive, std::memory_order_release);
+  // Dekker with the producer's rescan: we stored our cursor, now load its
+  // floor; it stores the floor, fences, then loads cursors again.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!overwrite) {
+    const std::uint64_t floor = bus.oldest();
+    if (c < floor) {
+      if (opt.start == Start::sequence) not_retained(opt.start_seq, floor, bus.head());
+      c = floor;
+      slot->cursor.store(c, std::memory_order_release);
+    }
+  }
+  cursor = published = c;
+  // A producer waiting for readers sleeps on space_futex.
+  h->space_futex.fetch_add(1, std::memory_order_release);
+  detail::futex_wake(&h->space_futex, INT_MAX);
+}
+
+void Consumer::Impl::detach() noexcept {
+  if (!slot) return;
+  // Only if the slot is still ours (it is not, if it was reclaimed).
+  if (slot->owner.load(std::memory_order_acquire) == identity) {
+    slot->delivered.store(delivered, std::memory_order_relaxed);
+    slot->lost.store(lost, std::memory_order_relaxed);
+    // The producer stops counting our cursor (pairs with its acquire load).
+    slot->state.store(layout::kSlotFree, std::memory_order_release);
+    std::uint64_t me = identity;
+    slot->owner.compare_exchange_strong(me, layout::kOwnerFree, std::memory_order_acq_rel);
+    if (!overwrite) {
+      h->space_futex.fetch_add(1, std::memory_order_release);
+      detail::futex_wake(&h->space_futex, INT_MAX);
+    }
+  }
+  slot = nullptr;
+}
+
+// ---- public API ----
+
+Consumer::Consumer(const Bus& bus, const ConsumerOptions& options)
+    : impl_(std::make_unique<Impl>(bus, options)) {
+  impl_->attach();
+}
+
+Consumer::~Consumer() {
+  if (impl_) impl_->detach();
+}
+
+Consumer::Consumer(Consumer&&) noexcept = default;
+Consumer& Consumer::operator=(Consumer&& o) noexcept {
+  if (this != &o) {
+    if (impl_) impl_->detach();
+    impl_ = std::move(o.impl_);
+  }
+  return *this;
+}
+
+ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
+  Impl& c = *impl_;
+  c.release();
+  ReadResult r;
+  switch (c.read_one(r.message, c.copy.get(), timeout)) {
+    case Impl::Wait::message: r.status = ReadStatus::message; break;
+    case Impl::Wait::lost:
+      r.status = ReadStatus::lost;
+      r.lost = c.last_lost;
+      r.message = {};
+      break;
+    case Impl::Wait::corrupt:
+      r.status = ReadStatus::corrupt;
+      r.message.payload = {};
+      break;
+    case Impl::Wait::timeout: r.status = ReadStatus::timeout; break;
+    case Impl::Wait::eos: r.status = ReadStatus::end_of_stream; break;
+  }
+  return r;
+}
+
+std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult& result,
+                                              std::chrono::nanoseconds timeout) noexcept {
+  Impl& c = *impl_;
+  c.release();
+  result = {};
+  const std::size_t max = std::min(out.size(), c.overwrite ? c.batch_cap : out.size());
+  std::size_t n = 0;
+  bool may_wait = true;
+  while (n < max) {
+    std::byte* copy_to = c.copy ? c.copy.get() + n * c.max_payload : nullptr;
+    Impl::Wait w;
+    if (may_wait) {
+      w = c.read_one(out[n], copy_to, timeout);
+    } else {
+      Step s = c.try_read(out[n], copy_to);
+      if (s == Step::empty) break;
+      w = s == Step::message ? Impl::Wait::message : s == Step::lost ? Impl::Wait::lost : Impl::Wait::corrupt;
+    }
+    if (w == Impl::Wait::message) {
+      ++n;
+      may_wait = false;
+    } else if (w == Impl::Wait::lost) {
+      result.lost += c.last_lost;
+    } else if (w == Impl::Wait::corrupt) {
+      ++result.corrupt;
+    } else {
+      if (w == Impl::Wait::eos) result.end_of_stream = true;
+      break;
+    }
+  }
+  result.count = n;
+  return out.first(n);
+}
+
+std::uint64_t Consumer::cursor() const noexcept { return impl_->cursor; }
+std::uint64_t Consumer::delivered() const noexcept { return impl_->delivered; }
+std::uint64_t Consumer::lost() const noexcept { return impl_->lost; }
+std::uint32_t Consumer::slot() const noexcept { return impl_->index; }
+const Bus& Consumer::bus() const noexcept { return impl_->bus; }
+
+}  // namespace shmbus

@@ -1,0 +1,230 @@
+// shmbus — read-only inspection of a bus (the basis of shmbus-inspect).
+#include "shmbus/inspect.hpp"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "segment.hpp"
+#include "sys.hpp"
+
+namespace shmbus {
+
+struct Inspector::Impl {
+  std::shared_ptr<detail::Segment> seg;
+};
+
+Inspector::Inspector() : impl_(std::make_unique<Impl>()) {}
+Inspector::~Inspector() = default;
+Inspector::Inspector(Inspector&&) noexcept = default;
+Inspector& Inspector::operator=(Inspector&&) noexcept = default;
+
+Inspector Inspector::open(std::string_view name) {
+  Inspector i;
+  i.impl_->seg = detail::Segment::open(name, detail::Segment::Access::read_only, std::chrono::milliseconds(200));
+  return i;
+}
+
+const BusInfo& Inspector::info() const noexcept { return impl_->seg->info(); }
+
+namespace {
+
+std::string slot_name(const layout::ReaderSlot& r) {
+  std::string s;
+  for (std::size_t i = 0; i < sizeof r.name && r.name[i] != '\0'; ++i) {
+    const char c = r.name[i];
+    s += (c >= 0x20 && c < 0x7f) ? c : '?';  // untrusted bytes
+  }
+  return s;
+}
+
+ReaderView reader_view(const detail::Segment& seg, std::uint32_t i, std::uint64_t owner) {
+  const layout::ReaderSlot& r = *seg.reader(i);
+  ReaderView v;
+  v.slot = i;
+  v.pid = static_cast<pid_t>(layout::identity_pid(owner));
+  v.start_ticks = r.start_ticks.load(std::memory_order_relaxed);
+  v.liveness = detail::identity_liveness(owner);
+  v.name = slot_name(r);
+  v.cursor = r.cursor.load(std::memory_order_acquire);
+  v.delivered = r.delivered.load(std::memory_order_relaxed);
+  v.lost = r.lost.load(std::memory_order_relaxed);
+  v.attach_time_ns = r.attach_time_ns.load(std::memory_order_relaxed);
+  v.last_active_ns = r.last_active_ns.load(std::memory_order_relaxed);
+  v.sleeping = r.sleeping.load(std::memory_order_relaxed) != 0;
+  return v;
+}
+
+bool in_use(std::uint64_t owner) { return owner != layout::kOwnerFree && owner != layout::kOwnerReclaiming; }
+
+}  // namespace
+
+Snapshot Inspector::snapshot() const {
+  const detail::Segment& seg = *impl_->seg;
+  const layout::SegmentHeader& h = *seg.header();
+  Snapshot s;
+  s.info = seg.info();
+  s.head = h.head.load(std::memory_order_acquire);
+  const std::uint64_t cap = seg.capacity();
+  const std::uint64_t floor = s.head > cap ? s.head - cap : 0;
+  const std::uint64_t o = h.oldest.load(std::memory_order_acquire);
+  s.oldest = (seg.overwrite() || o < floor || o > s.head) ? floor : o;
+  if (s.head > 0) {
+    const layout::RecordHeader* r = seg.record(s.head - 1);
+    if (r->tag.load(std::memory_order_acquire) == s.head) s.last_publish_ns = r->timestamp_ns;
+  }
+  s.counters.published = s.head;
+  s.counters.producer_waits = h.producer_waits.load(std::memory_order_relaxed);
+  s.counters.producer_wait_ns = h.producer_wait_ns.load(std::memory_order_relaxed);
+  s.counters.wakeups = h.wakeups.load(std::memory_order_relaxed);
+  s.counters.readers_reclaimed = h.readers_reclaimed.load(std::memory_order_relaxed);
+  s.counters.data_sleepers = h.data_sleepers.load(std::memory_order_relaxed);
+
+  ProducerView& p = s.producer;
+  const std::uint64_t owner = h.producer_owner.load(std::memory_order_acquire);
+  p.attached = in_use(owner);
+  p.pid = static_cast<pid_t>(h.producer_pid.load(std::memory_order_relaxed));
+  p.start_ticks = h.producer_start_ticks.load(std::memory_order_relaxed);
+  if (p.attached) {
+    p.pid = static_cast<pid_t>(layout::identity_pid(owner));
+    p.liveness = detail::identity_liveness(owner);
+  } else if (p.pid > 0) {
+    p.liveness = process_liveness(p.pid, p.start_ticks);
+  }
+  p.closed = h.closed.load(std::memory_order_acquire) != 0;
+  const std::uint32_t blocked = h.blocked_on_slot.load(std::memory_order_relaxed);
+  p.waiting_for_space = h.producer_sleeping.load(std::memory_order_relaxed) != 0 || blocked != 0;
+  if (blocked != 0 && blocked <= seg.max_readers()) p.blocked_on_slot = blocked - 1;
+  p.takeovers = h.takeovers.load(std::memory_order_relaxed);
+
+  for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
+    const std::uint64_t ro = seg.reader(i)->owner.load(std::memory_order_acquire);
+    if (in_use(ro)) s.readers.push_back(reader_view(seg, i, ro));
+  }
+  return s;
+}
+
+std::optional<RecordView> Inspector::record(std::uint64_t seq) const {
+  const detail::Segment& seg = *impl_->seg;
+  layout::RecordHeader* r = seg.record(seq);
+  const std::uint64_t t = r->tag.load(std::memory_order_acquire);
+  if (t != seq + 1) return std::nullopt;
+  RecordView v;
+  v.seq = seq;
+  v.timestamp_ns = r->timestamp_ns;
+  v.length = r->length;
+  const std::uint32_t n = std::min(v.length, seg.max_payload());
+  v.payload.resize(n);
+  std::memcpy(v.payload.data(), detail::Segment::payload(r), n);
+  // Same torn-read check as an overwrite consumer.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (r->tag.load(std::memory_order_relaxed) != t) return std::nullopt;
+  return v;
+}
+
+std::vector<Problem> Inspector::check() const {
+  const detail::Segment& seg = *impl_->seg;
+  const layout::SegmentHeader& h = *seg.header();
+  std::vector<Problem> out;
+  auto add = [&](std::string where, std::string what) { out.push_back({std::move(where), std::move(what)}); };
+  const std::uint64_t cap = seg.capacity();
+  const std::uint64_t h0 = h.head.load(std::memory_order_acquire);
+
+  if (!seg.overwrite()) {
+    const std::uint64_t o = h.oldest.load(std::memory_order_acquire);
+    if (o > h0 || h0 - o > cap)
+      add("header.oldest", "oldest " + std::to_string(o) + " is outside the ring (head " + std::to_string(h0) + ")");
+  }
+  if (const std::uint32_t c = h.closed.load(std::memory_order_relaxed); c > 1)
+    add("header.closed", "value " + std::to_string(c) + " is neither 0 nor 1");
+  if (const std::uint32_t b = h.blocked_on_slot.load(std::memory_order_relaxed); b > seg.max_readers())
+    add("header.blocked_on_slot", "slot " + std::to_string(b) + " is beyond the reader table");
+
+  for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
+    const layout::ReaderSlot& r = *seg.reader(i);
+    const std::string where = "reader[" + std::to_string(i) + "]";
+    const std::uint64_t owner = r.owner.load(std::memory_order_acquire);
+    const std::uint32_t state = r.state.load(std::memory_order_acquire);
+    if (state > layout::kSlotActive) add(where, "state " + std::to_string(state) + " is unknown");
+    if (owner == layout::kOwnerFree && state == layout::kSlotActive) add(where, "active but has no owner");
+    if (!in_use(owner) || state != layout::kSlotActive) continue;
+    const std::uint64_t c = r.cursor.load(std::memory_order_acquire);
+    const std::uint64_t h1 = h.head.load(std::memory_order_acquire);
+    if (c > h1) add(where, "cursor " + std::to_string(c) + " is beyond head " + std::to_string(h1));
+    if (!seg.overwrite() && c + cap < h0)
+      add(where, "cursor " + std::to_string(c) + " is more than a ring behind head " + std::to_string(h0) +
+                     " in a block bus");
+    if (std::find(std::begin(r.name), std::end(r.name), '\0') == std::end(r.name))
+      add(where, "name is not NUL-terminated");
+  }
+
+  const std::uint64_t mask = cap - 1;
+  for (std::uint64_t i = 0; i < cap; ++i) {
+    layout::RecordHeader* r = seg.record(i);
+    const std::uint64_t t = r->tag.load(std::memory_order_acquire);
+    const std::uint32_t len = r->length;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (r->tag.load(std::memory_order_relaxed) != t) continue;  // being written right now
+    const std::uint64_t h1 = h.head.load(std::memory_order_acquire);
+    const std::string where_slot = "slot " + std::to_string(i);
+    if (t == 0) {
+      if (h0 > i) add("record (" + where_slot + ")", "never committed, but head " + std::to_string(h0) + " is past it");
+      continue;
+    }
+    const bool busy = (t & layout::kBusyBit) != 0;
+    const std::uint64_t seq = (t & ~layout::kBusyBit) - 1;
+    const std::string where = "record " + std::to_string(seq) + " (" + where_slot + ")";
+    if ((seq & mask) != i) {
+      add("record (" + where_slot + ")", "commit tag names sequence " + std::to_string(seq) + ", which belongs in slot " +
+                                             std::to_string(seq & mask));
+      continue;
+    }
+    if (seq > h1 + (busy ? cap : 0)) add(where, "sequence is beyond head " + std::to_string(h1));
+    else if (seq + cap < h0) add(where, "stale: the ring is at head " + std::to_string(h0) + ", a write was lost");
+    if (!busy && len > seg.max_payload())
+      add(where, "length " + std::to_string(len) + " exceeds the record's payload capacity " +
+                     std::to_string(seg.max_payload()));
+  }
+  return out;
+}
+
+std::vector<ReaderView> reclaim_dead_readers(std::string_view name) {
+  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, std::chrono::milliseconds(200));
+  std::vector<ReaderView> out;
+  for (std::uint32_t i = 0; i < seg->max_readers(); ++i) {
+    const std::uint64_t owner = seg->reader(i)->owner.load(std::memory_order_acquire);
+    if (!in_use(owner)) continue;
+    ReaderView before = reader_view(*seg, i, owner);
+    if (before.liveness == Liveness::alive) continue;
+    if (detail::reclaim_if_dead(*seg, i)) out.push_back(std::move(before));
+  }
+  return out;
+}
+
+std::vector<ListEntry> list_buses() {
+  std::vector<ListEntry> out;
+  DIR* d = ::opendir("/dev/shm");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    const std::string_view fn = e->d_name;
+    constexpr std::string_view prefix = "shmbus.";
+    if (fn.substr(0, prefix.size()) != prefix || fn.size() == prefix.size()) continue;
+    ListEntry entry;
+    entry.name = std::string(fn.substr(prefix.size()));
+    struct stat st {};
+    if (::stat(("/dev/shm/" + std::string(fn)).c_str(), &st) == 0) entry.file_size = static_cast<std::uint64_t>(st.st_size);
+    try {
+      entry.snapshot = Inspector::open(entry.name).snapshot();
+    } catch (const std::exception& ex) {
+      entry.error = ex.what();
+    }
+    out.push_back(std::move(entry));
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end(), [](const ListEntry& a, const ListEntry& b) { return a.name < b.name; });
+  return out;
+}
+
+}  // namespace shmbus

@@ -1,0 +1,173 @@
+#include <fcntl.h>
+#include <pthread.h>
+#include <linux/futex.h>
+#include <linux/membarrier.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+
+#include "layout.hpp"
+#include "sys.hpp"
+
+namespace shmbus::detail {
+
+std::uint64_t realtime_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return std::uint64_t(ts.tv_sec) * 1'000'000'000u + std::uint64_t(ts.tv_nsec);
+}
+
+std::uint64_t monotonic_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::uint64_t(ts.tv_sec) * 1'000'000'000u + std::uint64_t(ts.tv_nsec);
+}
+
+namespace {
+
+struct StatInfo {
+  bool found = false;
+  char state = '?';
+  std::uint64_t start_ticks = 0;
+};
+
+// Reads /proc/PID/stat. The command name (field 2) may hold spaces and
+// parentheses, so fields are counted from the last ')'.
+StatInfo read_stat(pid_t pid) noexcept {
+  StatInfo info;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return info;
+  char buf[1024];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return info;
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return info;
+  info.found = true;
+  ++p;
+  // After ')': " S ppid pgrp ..." — state is field 3, starttime field 22.
+  int field = 2;
+  while (*p && field < 22) {
+    while (*p == ' ') ++p;
+    ++field;
+    if (field == 3) info.state = *p;
+    if (field == 22) {
+      info.start_ticks = std::strtoull(p, nullptr, 10);
+      break;
+    }
+    while (*p && *p != ' ') ++p;
+  }
+  return info;
+}
+
+}  // namespace
+
+std::uint64_t process_start_ticks(pid_t pid) noexcept { return read_stat(pid).start_ticks; }
+
+std::uint64_t self_start_ticks() noexcept {
+  static const std::uint64_t ticks = process_start_ticks(::getpid());
+  return ticks;
+}
+
+std::uint64_t self_identity() noexcept {
+  // Not cached across fork(): a child has its own pid and start time.
+  return layout::pack_identity(static_cast<std::uint32_t>(::getpid()),
+                               process_start_ticks(::getpid()));
+}
+
+namespace {
+Liveness liveness_impl(pid_t pid, std::uint64_t start, bool low32) noexcept {
+  if (pid <= 0) return Liveness::dead;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return Liveness::dead;
+  StatInfo s = read_stat(pid);
+  if (!s.found) return Liveness::dead;
+  if (s.state == 'Z' || s.state == 'X' || s.state == 'x') return Liveness::zombie;
+  std::uint64_t actual = low32 ? (s.start_ticks & 0xffffffffu) : s.start_ticks;
+  if (actual != start) return Liveness::reused;
+  return Liveness::alive;
+}
+}  // namespace
+
+Liveness identity_liveness(std::uint64_t identity) noexcept {
+  return liveness_impl(static_cast<pid_t>(layout::identity_pid(identity)),
+                       layout::identity_start32(identity), true);
+}
+
+void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
+                std::uint64_t timeout_ns) noexcept {
+  timespec ts{};
+  timespec* tp = nullptr;
+  if (timeout_ns) {
+    ts.tv_sec = static_cast<time_t>(timeout_ns / 1'000'000'000u);
+    ts.tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000u);
+    tp = &ts;
+  }
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, expected, tp, nullptr, 0);
+}
+
+void futex_wake(std::atomic<std::uint32_t>* word, int count) noexcept {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, count, nullptr, nullptr, 0);
+}
+
+bool g_light_barrier_is_compiler_only = false;
+
+namespace {
+std::atomic<pid_t> g_registered_pid{0};
+void after_fork_in_child() {
+  // Membarrier registration belongs to the address space: a forked child is
+  // not registered, so it must fence fully until it registers itself.
+  g_light_barrier_is_compiler_only = false;
+  g_registered_pid.store(0, std::memory_order_relaxed);
+}
+}  // namespace
+
+void register_barrier() noexcept {
+  static const bool atfork_installed = [] {
+    ::pthread_atfork(nullptr, nullptr, after_fork_in_child);
+    return true;
+  }();
+  (void)atfork_installed;
+  const pid_t me = ::getpid();
+  if (g_registered_pid.load(std::memory_order_relaxed) == me) return;
+  long mask = ::syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  bool ok = mask >= 0 && (mask & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
+            (mask & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) &&
+            ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+  g_light_barrier_is_compiler_only = ok;
+  g_registered_pid.store(me, std::memory_order_relaxed);
+}
+
+bool heavy_barrier() noexcept {
+  // Our own side of the handshake needs a full fence in any case.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return ::syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0;
+}
+
+}  // namespace shmbus::detail
+
+namespace shmbus {
+
+Liveness process_liveness(pid_t pid, std::uint64_t start_ticks) noexcept {
+  return detail::liveness_impl(pid, start_ticks, false);
+}
+
+const char* to_string(Liveness l) noexcept {
+  switch (l) {
+    case Liveness::alive: return "alive";
+    case Liveness::dead: return "dead";
+    case Liveness::zombie: return "zombie";
+    case Liveness::reused: return "pid reused";
+  }
+  return "?";
+}
+
+}  // namespace shmbus

@@ -1,0 +1,424 @@
+// shmbus — the producer side of the ring.
+//
+// Ownership (who writes what; everyone else only reads it):
+//   producer  header.head, header.oldest, every record, header.producer_*,
+//             header.closed, header.producer_sleeping, header.blocked_on_slot
+//   consumer  its own ReaderSlot's cursor line (cursor, delivered, lost, ...)
+//   anyone    header.data_futex / space_futex (increment, then FUTEX_WAKE)
+//
+// Space accounting in a `block` bus. The producer may write sequence s only
+// while s < limit_, where limit_ = floor + capacity and `floor` is at most
+// every active reader's cursor at the last rescan. limit_ is cached: the
+// reader table is rescanned only when s reaches it, which happens at least
+// every capacity/16 messages (so a late joiner always finds most of the ring
+// retained) and whenever the ring would otherwise be full.
+//
+// A joining reader and a rescan meet in a Dekker handshake: the producer
+// stores header.oldest = floor, fences, and scans cursors again; the reader
+// stores its cursor, fences, and loads header.oldest, moving its cursor up to
+// it if needed. Either the producer sees the new cursor and lowers floor, or
+// the reader sees the floor and starts at or after it; both are safe.
+#include "shmbus/producer.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "segment.hpp"
+#include "sys.hpp"
+
+namespace shmbus {
+
+const char* to_string(PublishStatus s) noexcept {
+  switch (s) {
+    case PublishStatus::ok: return "ok";
+    case PublishStatus::too_large: return "too large";
+    case PublishStatus::timeout: return "timeout";
+    case PublishStatus::closed: return "closed";
+  }
+  return "?";
+}
+
+struct Producer::Impl {
+  Bus bus;
+  detail::Segment& seg;
+  layout::SegmentHeader* h;
+  ProducerOptions opt;
+  std::uint64_t identity = 0;
+  std::uint64_t cap;
+  std::uint64_t chunk;      // rescan at least every `chunk` messages
+  std::uint32_t max_payload;
+  bool overwrite;
+  std::uint64_t next = 0;   // next sequence to publish (local copy of head)
+  std::uint64_t limit = 0;  // block: may write sequences < limit without rescanning
+  bool closed = false;
+  bool claim_open = false;
+  std::uint64_t claim_seq = 0;
+  std::size_t claim_size = 0;
+
+  Impl(const Bus& b, const ProducerOptions& o)
+      : bus(b),
+        seg(*b.segment()),
+        h(seg.header()),
+        opt(o),
+        cap(seg.capacity()),
+        chunk(std::max<std::uint64_t>(1, seg.capacity() / 16)),
+        max_payload(seg.max_payload()),
+        overwrite(seg.overwrite()) {}
+
+  void acquire_role();
+  void release_role(bool mark_closed) noexcept;
+  void recompute_limit(std::uint64_t s) noexcept;
+  std::uint64_t min_active_cursor(std::uint64_t upper, std::uint32_t* holder) noexcept;
+  bool wait_for_space(std::uint64_t last_seq, std::chrono::nanoseconds timeout) noexcept;
+  void reclaim_dead_holders(std::uint64_t needed_floor) noexcept;
+  std::uint32_t count_live_readers() const;
+
+  void begin_write(layout::RecordHeader* r, std::uint64_t s) noexcept {
+    if (overwrite) {
+      // Seqlock: a reader still copying the old occupant must see the tag
+      // change. The release fence orders this store before the payload
+      // stores below; it pairs with the reader's acquire fence before its re-check.
+      r->tag.store(layout::kBusyBit | (s + 1), std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_release);
+    }
+  }
+
+  static void finish_write(layout::RecordHeader* r, std::uint64_t s, std::uint32_t len,
+                           std::uint64_t ts) noexcept {
+    r->timestamp_ns = ts;
+    r->length = len;
+    r->reserved = 0;
+    // Commit mark, written last: publishes payload, length and timestamp.
+    // Pairs with the consumer's acquire load of the tag.
+    r->tag.store(s + 1, std::memory_order_release);
+  }
+
+  void publish_head(std::uint64_t new_next) noexcept {
+    next = new_next;
+    // For late joiners, the inspector and a producer taking over; consumers
+    // poll the commit tags, not head. Pairs with their acquire loads of head.
+    h->head.store(new_next, std::memory_order_release);
+    if (overwrite) h->oldest.store(new_next > cap ? new_next - cap : 0, std::memory_order_relaxed);
+    wake_data_sleepers();
+  }
+
+  void wake_data_sleepers() noexcept {
+    // Dekker with a consumer going to sleep: we stored the tag, then load
+    // data_sleepers; it increments data_sleepers, then issues heavy_barrier()
+    // and re-checks the tag. No system call unless somebody sleeps.
+    detail::light_barrier();
+    if (h->data_sleepers.load(std::memory_order_relaxed) != 0) {
+      h->data_futex.fetch_add(1, std::memory_order_release);
+      detail::futex_wake(&h->data_futex, INT_MAX);
+      h->wakeups.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  std::uint64_t now_stamp() const noexcept { return opt.timestamps ? detail::realtime_ns() : 0; }
+};
+
+void Producer::Impl::acquire_role() {
+  detail::register_barrier();
+  identity = detail::self_identity();
+  bool took_over = false;
+  for (;;) {
+    std::uint64_t cur = h->producer_owner.load(std::memory_order_acquire);
+    if (cur == layout::kOwnerFree) {
+      if (h->producer_owner.compare_exchange_strong(cur, identity, std::memory_order_acq_rel)) break;
+      continue;
+    }
+    if (cur == identity || detail::identity_liveness(cur) == Liveness::alive) {
+      detail::fail(Errc::producer_active, seg.info().name,
+                   "another producer is attached (pid " + std::to_string(layout::identity_pid(cur)) + ")");
+    }
+    // The holder is dead, a zombie, or its pid was reused: take over.
+    if (h->producer_owner.compare_exchange_strong(cur, identity, std::memory_order_acq_rel)) {
+      took_over = true;
+      break;
+    }
+  }
+  h->producer_pid.store(static_cast<std::uint32_t>(::getpid()), std::memory_order_relaxed);
+  h->producer_start_ticks.store(detail::self_start_ticks(), std::memory_order_relaxed);
+  if (took_over) h->takeovers.fetch_add(1, std::memory_order_relaxed);
+
+  // Continue after the last committed record. A producer that died between
+  // committing a record and storing head left committed records past head:
+  // skip them, or the sequence would repeat. A half-written record (tag not
+  // yet seq + 1) is simply overwritten.
+  std::uint64_t s = h->head.load(std::memory_order_acquire);
+  for (std::uint64_t i = 0; i < cap; ++i) {
+    if (seg.record(s)->tag.load(std::memory_order_acquire) != s + 1) break;
+    ++s;
+  }
+  next = s;
+  h->head.store(s, std::memory_order_release);
+  if (overwrite) h->oldest.store(s > cap ? s - cap : 0, std::memory_order_relaxed);
+  limit = 0;  // force a rescan before the first write
+  if (!overwrite) recompute_limit(s);
+  // A new stream: consumers that saw end-of-stream can read on.
+  h->closed.store(0, std::memory_order_release);
+}
+
+void Producer::Impl::release_role(bool mark_closed) noexcept {
+  if (claim_open) {
+    // An open claim is abandoned: its record never gets a commit mark.
+    claim_open = false;
+  }
+  if (mark_closed) h->closed.store(1, std::memory_order_release);  // after every commit tag
+  h->blocked_on_slot.store(0, std::memory_order_relaxed);
+  std::uint64_t me = identity;
+  h->producer_owner.compare_exchange_strong(me, layout::kOwnerFree, std::memory_order_acq_rel);
+  if (mark_closed) {
+    h->data_futex.fetch_add(1, std::memory_order_release);
+    detail::futex_wake(&h->data_futex, INT_MAX);
+  }
+}
+
+std::uint64_t Producer::Impl::min_active_cursor(std::uint64_t upper, std::uint32_t* holder) noexcept {
+  std::uint64_t m = upper;
+  const std::uint32_t n = seg.max_readers();
+  for (std::uint32_t i = 0; i < n; ++i) {
+    layout::ReaderSlot* r = seg.reader(i);
+    // Acquire: a reader's cursor store (release) frees the records before it.
+    if (r->state.load(std::memory_order_acquire) != layout::kSlotActive) continue;
+    const std::uint64_t c = r->cursor.load(std::memory_order_acquire);
+    if (c < m) {
+      m = c;
+      if (holder) *holder = i;
+    }
+  }
+  return m;
+}
+
+void Producer::Impl::recompute_limit(std::uint64_t s) noexcept {
+  // Keep at least capacity - chunk records protected for late joiners.
+  const std::uint64_t keep_floor = s + chunk > cap ? s + chunk - cap : 0;
+  std::uint64_t floor = std::min(min_active_cursor(s, nullptr), keep_floor);
+  // Publish the floor, then look again (see the handshake at the top).
+  h->oldest.store(floor, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the joining reader's fence
+  const std::uint64_t again = min_active_cursor(s, nullptr);
+  if (again < floor) {
+    floor = again;
+    h->oldest.store(floor, std::memory_order_relaxed);
+  }
+  limit = floor + cap;
+}
+
+std::uint32_t Producer::Impl::count_live_readers() const {
+  std::uint32_t n = 0;
+  for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
+    layout::ReaderSlot* r = seg.reader(i);
+    if (r->state.load(std::memory_order_acquire) != layout::kSlotActive) continue;
+    const std::uint64_t o = r->owner.load(std::memory_order_acquire);
+    if (o == layout::kOwnerFree || o == layout::kOwnerReclaiming) continue;
+    if (detail::identity_liveness(o) == Liveness::alive) ++n;
+  }
+  return n;
+}
+
+void Producer::Impl::reclaim_dead_holders(std::uint64_t needed_floor) noexcept {
+  for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
+    layout::ReaderSlot* r = seg.reader(i);
+    if (r->state.load(std::memory_order_acquire) != layout::kSlotActive) continue;
+    if (r->cursor.load(std::memory_order_acquire) >= needed_floor) continue;
+    detail::reclaim_if_dead(seg, i);
+  }
+}
+
+// Waits until sequence `last_seq` may be written. Spin, then yield, then
+// sleep on space_futex; readers holding the ring are checked for liveness
+// every 50 ms, so a dead one is reclaimed within that bound.
+bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanoseconds timeout) noexcept {
+  recompute_limit(last_seq);
+  if (last_seq < limit) return true;
+
+  constexpr std::uint64_t kLivenessPeriodNs = 50'000'000;
+  const std::uint64_t needed_floor = last_seq + 1 - cap;  // every cursor must reach this
+  const std::uint64_t start = detail::monotonic_ns();
+  const std::uint64_t deadline =
+      timeout == forever ? UINT64_MAX : start + static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
+  const std::uint64_t spin_end = start + static_cast<std::uint64_t>(opt.wait.spin_time.count());
+  const std::uint64_t yield_end = spin_end + static_cast<std::uint64_t>(opt.wait.yield_time.count());
+  std::uint64_t next_liveness = start;  // check at once: the holder may be long dead
+  h->producer_waits.fetch_add(1, std::memory_order_relaxed);
+  bool ok = false;
+  for (;;) {
+    recompute_limit(last_seq);
+    if (last_seq < limit) {
+      ok = true;
+      break;
+    }
+    if (closed) break;
+    const std::uint64_t now = detail::monotonic_ns();
+    if (now >= deadline) break;
+    if (now >= next_liveness) {
+      std::uint32_t holder = 0;
+      min_active_cursor(last_seq, &holder);
+      h->blocked_on_slot.store(holder + 1, std::memory_order_relaxed);
+      reclaim_dead_holders(needed_floor);
+      next_liveness = now + kLivenessPeriodNs;
+      continue;
+    }
+    if (opt.wait.strategy == WaitStrategy::busy_spin || now < spin_end) {
+      for (int k = 0; k < 32; ++k) detail::cpu_relax();
+    } else if (opt.wait.strategy == WaitStrategy::spin_yield || now < yield_end) {
+      ::sched_yield();
+    } else {
+      // Sleep. Dekker with consumers: we store producer_sleeping, then
+      // heavy_barrier() and re-check cursors; they store their cursor, then
+      // load producer_sleeping (light barrier between).
+      const std::uint32_t seen = h->space_futex.load(std::memory_order_acquire);
+      h->producer_sleeping.store(1, std::memory_order_relaxed);
+      const bool barrier_ok = detail::heavy_barrier();
+      recompute_limit(last_seq);
+      if (last_seq < limit) {
+        h->producer_sleeping.store(0, std::memory_order_relaxed);
+        ok = true;
+        break;
+      }
+      std::uint64_t slice = std::min(deadline - now, next_liveness - now);
+      if (!barrier_ok) slice = std::min<std::uint64_t>(slice, 1'000'000);
+      detail::futex_wait(&h->space_futex, seen, slice);
+      h->producer_sleeping.store(0, std::memory_order_relaxed);
+    }
+  }
+  h->blocked_on_slot.store(0, std::memory_order_relaxed);
+  h->producer_wait_ns.fetch_add(detail::monotonic_ns() - start, std::memory_order_relaxed);
+  return ok;
+}
+
+// ---- public API ----
+
+Producer::Producer(const Bus& bus, const ProducerOptions& options)
+    : impl_(std::make_unique<Impl>(bus, options)) {
+  Impl& p = *impl_;
+  if (options.wait_for_readers > 0) {
+    // Setup path: poll the reader table; joining readers wake space_futex.
+    const std::uint64_t start = detail::monotonic_ns();
+    const std::uint64_t budget = options.wait_for_readers_timeout == forever
+                                     ? UINT64_MAX
+                                     : static_cast<std::uint64_t>(options.wait_for_readers_timeout.count());
+    while (p.count_live_readers() < options.wait_for_readers) {
+      const std::uint64_t elapsed = detail::monotonic_ns() - start;
+      if (elapsed >= budget)
+        detail::fail(Errc::system, bus.name(),
+                     "timed out waiting for " + std::to_string(options.wait_for_readers) + " readers (" +
+                         std::to_string(p.count_live_readers()) + " attached)");
+      const std::uint32_t seen = p.h->space_futex.load(std::memory_order_acquire);
+      detail::futex_wait(&p.h->space_futex, seen, std::min<std::uint64_t>(budget - elapsed, 10'000'000));
+    }
+  }
+  p.acquire_role();
+}
+
+Producer::~Producer() {
+  if (impl_ && !impl_->closed) impl_->release_role(false);
+}
+
+Producer::Producer(Producer&&) noexcept = default;
+Producer& Producer::operator=(Producer&& o) noexcept {
+  if (this != &o) {
+    if (impl_ && !impl_->closed) impl_->release_role(false);
+    impl_ = std::move(o.impl_);
+  }
+  return *this;
+}
+
+PublishResult Producer::publish(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) noexcept {
+  Impl& p = *impl_;
+  if (p.closed || p.claim_open) return {PublishStatus::closed, 0};
+  if (payload.size() > p.max_payload) return {PublishStatus::too_large, 0};
+  const std::uint64_t s = p.next;
+  if (!p.overwrite && s >= p.limit && !p.wait_for_space(s, timeout)) return {PublishStatus::timeout, 0};
+  layout::RecordHeader* r = p.seg.record(s);
+  p.begin_write(r, s);
+  std::memcpy(detail::Segment::payload(r), payload.data(), payload.size());
+  Impl::finish_write(r, s, static_cast<std::uint32_t>(payload.size()), p.now_stamp());
+  p.publish_head(s + 1);
+  return {PublishStatus::ok, s};
+}
+
+Claim Producer::claim(std::size_t size, std::chrono::nanoseconds timeout) noexcept {
+  Impl& p = *impl_;
+  Claim c;
+  if (p.closed || p.claim_open) return c;  // status closed
+  if (size > p.max_payload) {
+    c.status = PublishStatus::too_large;
+    return c;
+  }
+  const std::uint64_t s = p.next;
+  if (!p.overwrite && s >= p.limit && !p.wait_for_space(s, timeout)) {
+    c.status = PublishStatus::timeout;
+    return c;
+  }
+  layout::RecordHeader* r = p.seg.record(s);
+  p.begin_write(r, s);
+  p.claim_open = true;
+  p.claim_seq = s;
+  p.claim_size = size;
+  c.status = PublishStatus::ok;
+  c.seq = s;
+  c.data = std::span<std::byte>(detail::Segment::payload(r), size);
+  return c;
+}
+
+void Producer::commit(std::size_t size) noexcept {
+  Impl& p = *impl_;
+  if (!p.claim_open) return;
+  p.claim_open = false;
+  const std::uint64_t s = p.claim_seq;
+  Impl::finish_write(p.seg.record(s), s, static_cast<std::uint32_t>(std::min(size, p.claim_size)), p.now_stamp());
+  p.publish_head(s + 1);
+}
+
+void Producer::commit() noexcept { commit(impl_ ? impl_->claim_size : 0); }
+
+std::size_t Producer::publish_batch(std::span<const std::span<const std::byte>> payloads,
+                                    std::chrono::nanoseconds timeout) noexcept {
+  Impl& p = *impl_;
+  if (p.closed || p.claim_open) return 0;
+  std::size_t total = payloads.size();
+  for (std::size_t i = 0; i < payloads.size(); ++i) {
+    if (payloads[i].size() > p.max_payload) {
+      total = i;
+      break;
+    }
+  }
+  std::size_t done = 0;
+  while (done < total) {
+    // At most half a ring at a time, so a full batch never waits for itself.
+    const std::uint64_t n = std::min<std::uint64_t>(total - done, std::max<std::uint64_t>(1, p.cap / 2));
+    const std::uint64_t first = p.next;
+    const std::uint64_t last = first + n - 1;
+    if (!p.overwrite && last >= p.limit && !p.wait_for_space(last, timeout)) break;
+    const std::uint64_t ts = p.now_stamp();
+    for (std::uint64_t k = 0; k < n; ++k) {
+      const std::uint64_t s = first + k;
+      const auto& m = payloads[done + k];
+      layout::RecordHeader* r = p.seg.record(s);
+      p.begin_write(r, s);
+      std::memcpy(detail::Segment::payload(r), m.data(), m.size());
+      Impl::finish_write(r, s, static_cast<std::uint32_t>(m.size()), ts);
+    }
+    p.publish_head(first + n);
+    done += n;
+  }
+  return done;
+}
+
+void Producer::close() noexcept {
+  if (!impl_ || impl_->closed) return;
+  impl_->release_role(true);
+  impl_->closed = true;
+}
+
+std::uint32_t Producer::live_readers() const { return impl_->count_live_readers(); }
+std::uint64_t Producer::next_seq() const noexcept { return impl_->next; }
+const Bus& Producer::bus() const noexcept { return impl_->bus; }
+
+}  // namespace shmbus

@@ -1,0 +1,280 @@
+#include "segment.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "sys.hpp"
+
+namespace bip = boost::interprocess;
+
+namespace shmbus::detail {
+
+std::string bus_prefix(std::string_view name) {
+  std::string s = "bus '";
+  s.append(name);
+  s += "': ";
+  return s;
+}
+
+void fail(Errc code, std::string_view bus, const std::string& what) {
+  throw Error(code, bus_prefix(bus) + what);
+}
+
+namespace {
+
+std::string shm_name(std::string_view bus) { return "shmbus." + std::string(bus); }
+
+bool is_pow2(std::uint64_t v) { return v && !(v & (v - 1)); }
+
+std::string num(std::uint64_t v) { return std::to_string(v); }
+
+Errc errc_from_interprocess(const bip::interprocess_exception& e) {
+  switch (e.get_error_code()) {
+    case bip::not_found_error: return Errc::not_found;
+    case bip::already_exists_error: return Errc::already_exists;
+    case bip::security_error: return Errc::permission_denied;
+    case bip::out_of_space_error: return Errc::no_space;
+    default: break;
+  }
+  switch (e.get_native_error()) {
+    case ENOENT: return Errc::not_found;
+    case EEXIST: return Errc::already_exists;
+    case EACCES:
+    case EPERM: return Errc::permission_denied;
+    case ENOSPC: return Errc::no_space;
+    default: return Errc::system;
+  }
+}
+
+std::string describe(const bip::interprocess_exception& e) {
+  int native = e.get_native_error();
+  if (native) return std::strerror(native);
+  return e.what();
+}
+
+void validate_options(std::string_view name, const BusOptions& o) {
+  if (!is_pow2(o.capacity) || o.capacity < 2 || o.capacity > max_capacity)
+    fail(Errc::invalid_options, name,
+         "capacity " + num(o.capacity) + " is not a power of two between 2 and 2^32");
+  if (o.record_size < layout::kMinRecordSize || o.record_size > max_record_size ||
+      o.record_size % layout::kCacheLine != 0)
+    fail(Errc::invalid_options, name,
+         "record size " + num(o.record_size) + " is not a multiple of 64 between 64 and " +
+             num(max_record_size));
+  if (o.max_readers < 1 || o.max_readers > max_readers_limit)
+    fail(Errc::invalid_options, name,
+         "max readers " + num(o.max_readers) + " is not between 1 and " + num(max_readers_limit));
+  if (o.policy != Policy::block && o.policy != Policy::overwrite)
+    fail(Errc::invalid_options, name, "unknown policy");
+  if (o.mode & ~mode_t{0777}) fail(Errc::invalid_options, name, "mode has bits beyond 0777");
+  if (layout::log_offset_for(o.max_readers) + o.capacity * o.record_size > (std::uint64_t{1} << 46))
+    fail(Errc::invalid_options, name, "segment would be larger than 64 TiB");
+}
+
+std::uint64_t segment_size_for(const BusOptions& o) {
+  return layout::log_offset_for(o.max_readers) + o.capacity * o.record_size;
+}
+
+}  // namespace
+
+std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std::uint64_t file_size) {
+  auto problem = [](Errc c, std::string w) { return std::optional<HeaderProblem>({c, std::move(w)}); };
+  if (file_size < sizeof(std::uint64_t)) return problem(Errc::truncated, "segment is " + num(file_size) + " bytes, smaller than a header");
+  const std::uint64_t magic = h.magic;
+  if (magic != layout::kMagic) return problem(Errc::not_a_bus, "not a shmbus segment (bad magic number)");
+  if (file_size < sizeof(layout::SegmentHeader))
+    return problem(Errc::truncated, "segment is " + num(file_size) + " bytes, smaller than its " +
+                                        num(sizeof(layout::SegmentHeader)) + "-byte header");
+  const std::uint32_t version = h.layout_version.load(std::memory_order_acquire);
+  if (version == 0) return problem(Errc::not_ready, "segment was never fully initialised (layout version 0)");
+  if (version != layout::kLayoutVersion)
+    return problem(Errc::version_mismatch, "layout version " + num(version) + ", this library reads version " +
+                                               num(layout::kLayoutVersion));
+  const std::uint32_t header_size = h.header_size;
+  const std::uint32_t record_size = h.record_size;
+  const std::uint32_t max_readers = h.max_readers;
+  const std::uint64_t capacity = h.capacity;
+  const std::uint32_t policy = h.policy;
+  const std::uint32_t slot_size = h.reader_slot_size;
+  const std::uint64_t table = h.reader_table_offset;
+  const std::uint64_t log = h.log_offset;
+  const std::uint64_t size = h.segment_size;
+  if (header_size != sizeof(layout::SegmentHeader))
+    return problem(Errc::corrupt, "header size " + num(header_size) + " is not " + num(sizeof(layout::SegmentHeader)));
+  if (record_size < layout::kMinRecordSize || record_size > max_record_size || record_size % layout::kCacheLine)
+    return problem(Errc::corrupt, "record size " + num(record_size) + " is impossible");
+  if (max_readers < 1 || max_readers > max_readers_limit)
+    return problem(Errc::corrupt, "max readers " + num(max_readers) + " is impossible");
+  if (!is_pow2(capacity) || capacity < 2 || capacity > max_capacity)
+    return problem(Errc::corrupt, "capacity " + num(capacity) + " is not a power of two between 2 and 2^32");
+  if (policy != static_cast<std::uint32_t>(Policy::block) && policy != static_cast<std::uint32_t>(Policy::overwrite))
+    return problem(Errc::corrupt, "policy " + num(policy) + " is unknown");
+  if (slot_size != sizeof(layout::ReaderSlot))
+    return problem(Errc::corrupt, "reader slot size " + num(slot_size) + " is not " + num(sizeof(layout::ReaderSlot)));
+  if (table != sizeof(layout::SegmentHeader))
+    return problem(Errc::corrupt, "reader table offset " + num(table) + " is not " + num(sizeof(layout::SegmentHeader)));
+  if (log != layout::log_offset_for(max_readers))
+    return problem(Errc::corrupt, "log offset " + num(log) + " does not match " + num(max_readers) + " readers");
+  const std::uint64_t expected = log + capacity * record_size;  // no overflow: both bounded above
+  if (size != expected)
+    return problem(Errc::corrupt, "segment size field " + num(size) + " does not match capacity x record size (" +
+                                      num(expected) + ")");
+  if (file_size < size)
+    return problem(Errc::truncated, "segment is " + num(file_size) + " bytes but its header needs " + num(size));
+  if (file_size > size)
+    return problem(Errc::corrupt, "segment is " + num(file_size) + " bytes, larger than its header says (" + num(size) + ")");
+  return std::nullopt;
+}
+
+Segment::~Segment() = default;
+
+void Segment::attach(std::string_view name) {
+  base_ = static_cast<std::byte*>(region_->get_address());
+  size_ = region_->get_size();
+  header_ = reinterpret_cast<layout::SegmentHeader*>(base_);
+  readers_ = reinterpret_cast<layout::ReaderSlot*>(base_ + header_->reader_table_offset);
+  log_ = base_ + header_->log_offset;
+  mask_ = header_->capacity - 1;
+  info_.name = std::string(name);
+  info_.policy = static_cast<Policy>(header_->policy);
+  info_.capacity = header_->capacity;
+  info_.record_size = header_->record_size;
+  info_.max_payload = max_payload_for(header_->record_size);
+  info_.max_readers = header_->max_readers;
+  info_.segment_size = header_->segment_size;
+  info_.creation_time_ns = header_->creation_time_ns;
+  info_.layout_version = header_->layout_version.load(std::memory_order_relaxed);
+}
+
+std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions& o) {
+  validate_name(name);
+  validate_options(name, o);
+  const std::string shm = shm_name(name);
+  const std::uint64_t size = segment_size_for(o);
+  std::shared_ptr<Segment> seg(new Segment);
+  bip::shared_memory_object obj;
+  try {
+    obj = bip::shared_memory_object(bip::create_only, shm.c_str(), bip::read_write,
+                                    bip::permissions(static_cast<unsigned>(o.mode)));
+  } catch (const bip::interprocess_exception& e) {
+    fail(errc_from_interprocess(e), name, "cannot create segment /dev/shm/" + shm + ": " + describe(e));
+  }
+  // From here on, a failure must not leave a half-made segment behind.
+  try {
+    const int fd = obj.get_mapping_handle().handle;
+    if (::fchmod(fd, o.mode) != 0)  // shm_open applied the umask; the user asked for exactly o.mode
+      fail(Errc::system, name, std::string("fchmod: ") + std::strerror(errno));
+    if (::ftruncate(fd, static_cast<off_t>(size)) != 0)
+      fail(errno == ENOSPC || errno == EFBIG ? Errc::no_space : Errc::system, name,
+           "cannot size segment to " + num(size) + " bytes: " + std::strerror(errno));
+    // Reserve every page now: on a full /dev/shm this fails here instead of
+    // raising SIGBUS on first touch in the middle of a run.
+    if (int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size)); rc != 0)
+      fail(rc == ENOSPC ? Errc::no_space : Errc::system, name,
+           "cannot reserve " + num(size) + " bytes in /dev/shm: " + std::strerror(rc));
+    seg->region_ = std::make_unique<bip::mapped_region>(obj, bip::read_write, 0, size);
+    auto* h = static_cast<layout::SegmentHeader*>(seg->region_->get_address());
+    // The file is zero-filled: every counter, cursor and commit tag starts at 0.
+    h->magic = layout::kMagic;
+    h->header_size = sizeof(layout::SegmentHeader);
+    h->record_size = o.record_size;
+    h->max_readers = o.max_readers;
+    h->capacity = o.capacity;
+    h->policy = static_cast<std::uint32_t>(o.policy);
+    h->reader_slot_size = sizeof(layout::ReaderSlot);
+    h->reader_table_offset = sizeof(layout::SegmentHeader);
+    h->log_offset = layout::log_offset_for(o.max_readers);
+    h->segment_size = size;
+    h->creation_time_ns = realtime_ns();
+    h->creator_pid = static_cast<std::uint32_t>(::getpid());
+    // Written last: publishes every field above to openers, which acquire-poll it.
+    h->layout_version.store(layout::kLayoutVersion, std::memory_order_release);
+    seg->attach(name);
+  } catch (...) {
+    bip::shared_memory_object::remove(shm.c_str());
+    throw;
+  }
+  return seg;
+}
+
+std::shared_ptr<Segment> Segment::open(std::string_view name, Access access,
+                                       std::chrono::milliseconds ready_timeout) {
+  validate_name(name);
+  const std::string shm = shm_name(name);
+  const auto mode = access == Access::read_write ? bip::read_write : bip::read_only;
+  bip::shared_memory_object obj;
+  try {
+    obj = bip::shared_memory_object(bip::open_only, shm.c_str(), mode);
+  } catch (const bip::interprocess_exception& e) {
+    Errc c = errc_from_interprocess(e);
+    if (c == Errc::not_found) fail(c, name, "no such bus (/dev/shm/" + shm + " does not exist)");
+    fail(c, name, "cannot open /dev/shm/" + shm + ": " + describe(e));
+  }
+  const int fd = obj.get_mapping_handle().handle;
+  const std::uint64_t deadline = monotonic_ns() + std::uint64_t(ready_timeout.count()) * 1'000'000u;
+  for (;;) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) fail(Errc::system, name, std::string("fstat: ") + std::strerror(errno));
+    const std::uint64_t file_size = static_cast<std::uint64_t>(st.st_size);
+    std::optional<HeaderProblem> problem;
+    std::unique_ptr<bip::mapped_region> region;
+    if (file_size < sizeof(layout::SegmentHeader)) {
+      problem = HeaderProblem{Errc::truncated, "segment is " + num(file_size) + " bytes, smaller than its " +
+                                                   num(sizeof(layout::SegmentHeader)) + "-byte header"};
+      if (file_size >= sizeof(std::uint64_t)) {
+        // Enough to tell a foreign file from a bus still being sized.
+        std::uint64_t magic = 0;
+        if (::pread(fd, &magic, sizeof magic, 0) == sizeof magic && magic != 0 && magic != layout::kMagic)
+          problem = HeaderProblem{Errc::not_a_bus, "not a shmbus segment (bad magic number)"};
+      }
+    } else {
+      try {
+        region = std::make_unique<bip::mapped_region>(obj, mode, 0, file_size);
+      } catch (const bip::interprocess_exception& e) {
+        fail(errc_from_interprocess(e), name, "cannot map /dev/shm/" + shm + ": " + describe(e));
+      }
+      problem = validate_header(*static_cast<const layout::SegmentHeader*>(region->get_address()), file_size);
+      if (!problem) {
+        std::shared_ptr<Segment> seg(new Segment);
+        seg->region_ = std::move(region);
+        seg->attach(name);
+        return seg;
+      }
+    }
+    // A creator may still be between shm_open, ftruncate and the version store.
+    const bool maybe_initialising =
+        problem->code == Errc::not_ready ||
+        (problem->code == Errc::truncated && file_size < sizeof(layout::SegmentHeader));
+    if (!maybe_initialising || monotonic_ns() >= deadline) fail(problem->code, name, problem->what);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // setup path only
+  }
+}
+
+bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept {
+  layout::ReaderSlot* r = s.reader(i);
+  std::uint64_t owner = r->owner.load(std::memory_order_acquire);
+  if (owner == layout::kOwnerFree || owner == layout::kOwnerReclaiming) return false;
+  if (identity_liveness(owner) == Liveness::alive) return false;
+  // Only one reclaimer wins; a new reader cannot claim the slot meanwhile.
+  if (!r->owner.compare_exchange_strong(owner, layout::kOwnerReclaiming, std::memory_order_acq_rel))
+    return false;
+  // The producer stops counting this cursor once it sees kSlotFree (pairs with its acquire load).
+  r->state.store(layout::kSlotFree, std::memory_order_release);
+  r->sleeping.store(0, std::memory_order_relaxed);
+  s.header()->readers_reclaimed.fetch_add(1, std::memory_order_relaxed);
+  // Free for the next reader, which acquires owner before initialising the slot.
+  r->owner.store(layout::kOwnerFree, std::memory_order_release);
+  // A producer asleep on this reader can go on now.
+  s.header()->space_futex.fetch_add(1, std::memory_order_release);
+  futex_wake(&s.header()->space_futex, INT32_MAX);
+  return true;
+}
+
+}  // namespace shmbus::detail

@@ -1,0 +1,79 @@
+// shmbus — a mapped, validated segment. Private to the library.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "layout.hpp"
+#include "shmbus/bus.hpp"
+
+namespace boost::interprocess {
+class mapped_region;
+}
+
+namespace shmbus::detail {
+
+// "bus 'NAME': " — every error message starts with it.
+std::string bus_prefix(std::string_view name);
+[[noreturn]] void fail(Errc code, std::string_view bus, const std::string& what);
+
+// The result of checking a header against the real size of its segment.
+struct HeaderProblem {
+  Errc code;
+  std::string what;
+};
+// Checks magic, version, every size and offset of `h` against `file_size`,
+// reading each field once. Never touches memory past `file_size`.
+std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std::uint64_t file_size);
+
+class Segment {
+ public:
+  enum class Access { read_write, read_only };
+
+  static std::shared_ptr<Segment> create(std::string_view name, const BusOptions& options);
+  static std::shared_ptr<Segment> open(std::string_view name, Access access,
+                                       std::chrono::milliseconds ready_timeout);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  const BusInfo& info() const noexcept { return info_; }
+  layout::SegmentHeader* header() const noexcept { return header_; }
+  layout::ReaderSlot* reader(std::uint32_t i) const noexcept { return readers_ + i; }
+  std::uint32_t max_readers() const noexcept { return info_.max_readers; }
+  std::uint64_t capacity() const noexcept { return info_.capacity; }
+  std::uint32_t record_size() const noexcept { return info_.record_size; }
+  std::uint32_t max_payload() const noexcept { return info_.max_payload; }
+  bool overwrite() const noexcept { return info_.policy == Policy::overwrite; }
+  std::byte* base() const noexcept { return base_; }
+  std::uint64_t size() const noexcept { return size_; }
+
+  layout::RecordHeader* record(std::uint64_t seq) const noexcept {
+    return reinterpret_cast<layout::RecordHeader*>(log_ + (seq & mask_) * info_.record_size);
+  }
+  static std::byte* payload(layout::RecordHeader* r) noexcept {
+    return reinterpret_cast<std::byte*>(r) + layout::kRecordHeaderSize;
+  }
+
+ private:
+  Segment() = default;
+  void attach(std::string_view name);
+
+  BusInfo info_{};
+  std::unique_ptr<boost::interprocess::mapped_region> region_;
+  std::byte* base_ = nullptr;
+  std::uint64_t size_ = 0;
+  layout::SegmentHeader* header_ = nullptr;
+  layout::ReaderSlot* readers_ = nullptr;
+  std::byte* log_ = nullptr;
+  std::uint64_t mask_ = 0;
+};
+
+// Reclaims reader slot `i` if its owner is dead. Returns true if it did.
+bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept;
+
+}  // namespace shmbus::detail

@@ -1,0 +1,64 @@
+// shmbus — operating-system helpers: clocks, process identity and liveness,
+// futexes on shared words, and the asymmetric memory barrier.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+#include "shmbus/inspect.hpp"
+
+namespace shmbus::detail {
+
+std::uint64_t realtime_ns() noexcept;
+std::uint64_t monotonic_ns() noexcept;
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// Start time of `pid` (field 22 of /proc/PID/stat, clock ticks since boot),
+// or 0 if it cannot be read.
+std::uint64_t process_start_ticks(pid_t pid) noexcept;
+// This process's packed identity (layout::pack_identity), computed once.
+std::uint64_t self_identity() noexcept;
+std::uint64_t self_start_ticks() noexcept;
+
+// Liveness of the process behind a packed identity (pid + low 32 bits of its
+// start time).
+Liveness identity_liveness(std::uint64_t identity) noexcept;
+
+// FUTEX_WAIT on a word in shared memory (not FUTEX_PRIVATE: waker and sleeper
+// are different processes). Returns when woken, when *word != expected, on a
+// signal, or after `timeout_ns` (0 = no timeout).
+void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
+                std::uint64_t timeout_ns) noexcept;
+// Wakes up to `count` sleepers on `word`.
+void futex_wake(std::atomic<std::uint32_t>* word, int count) noexcept;
+
+// The two halves of an asymmetric Dekker handshake between a hot side that
+// stores X then loads Y, and a sleeping side that stores Y then loads X.
+//  * light_barrier(): on the hot path. A compiler barrier when the process
+//    is registered for MEMBARRIER_CMD_GLOBAL_EXPEDITED, else a full fence.
+//  * heavy_barrier(): by a side about to sleep. Forces a full barrier on
+//    every CPU running a registered process, so the hot side's earlier store
+//    is visible or its later load sees our store. Returns false if the
+//    kernel refused; the caller then sleeps in short slices instead.
+void register_barrier() noexcept;  // idempotent; call before the first light_barrier
+bool heavy_barrier() noexcept;
+extern bool g_light_barrier_is_compiler_only;
+inline void light_barrier() noexcept {
+  if (g_light_barrier_is_compiler_only) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  } else {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+}
+
+}  // namespace shmbus::detail

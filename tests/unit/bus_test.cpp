@@ -1,0 +1,599 @@
+// Creating, opening and removing buses: options, names, permissions, every
+// setup error, hostile segments, and racing creators.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <latch>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "test_support.hpp"
+
+namespace shmbus::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Runs `f`, which must throw shmbus::Error with `code`; returns what().
+template <class F>
+std::string expect_error(Errc code, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.errc(), code) << "got " << e.code().message() << ": " << e.what();
+    EXPECT_EQ(e.code().category(), category());
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw a non-shmbus exception: " << e.what();
+    return {};
+  }
+  ADD_FAILURE() << "did not throw; expected " << make_error_code(code).message();
+  return {};
+}
+
+BusOptions small_options() {
+  BusOptions o;
+  o.capacity = 16;
+  o.record_size = 128;
+  o.max_readers = 4;
+  return o;
+}
+
+// ---------------------------------------------------------------- lifecycle
+
+TEST(BusLifecycle, CreateThenOpenSeesTheSameBus) {
+  ScopedName name("life");
+  EXPECT_FALSE(Bus::exists(name));
+  Bus created = Bus::create(name, small_options());
+  EXPECT_TRUE(Bus::exists(name));
+  Bus opened = Bus::open(name);
+  EXPECT_EQ(opened.name(), name.str());
+  EXPECT_EQ(opened.info().capacity, 16u);
+  EXPECT_EQ(opened.info().record_size, 128u);
+  EXPECT_EQ(opened.info().max_readers, 4u);
+  EXPECT_EQ(opened.info().policy, Policy::block);
+  EXPECT_EQ(opened.info().creation_time_ns, created.info().creation_time_ns);
+  EXPECT_EQ(opened.head(), 0u);
+  EXPECT_EQ(opened.oldest(), 0u);
+}
+
+TEST(BusLifecycle, SegmentLivesInDevShmUnderThePrefixedName) {
+  EXPECT_EQ(segment_path("abc"), "/dev/shm/shmbus.abc");
+  ScopedName name("path");
+  Bus bus = Bus::create(name, small_options());
+  EXPECT_GT(file_size(segment_path(name)), 0u);
+  EXPECT_EQ(segment_path(name), name.path());
+}
+
+TEST(BusLifecycle, DefaultOptionsAreDocumentedValues) {
+  BusOptions o;
+  EXPECT_EQ(o.capacity, 65536u);
+  EXPECT_EQ(o.record_size, 256u);
+  EXPECT_EQ(o.policy, Policy::block);
+  EXPECT_EQ(o.max_readers, 16u);
+  EXPECT_EQ(o.mode, mode_t{0600});
+  ScopedName name("defaults");
+  Bus bus = Bus::create(name);
+  EXPECT_EQ(bus.info().capacity, 65536u);
+  EXPECT_EQ(bus.info().segment_size, file_size(name.path()));
+}
+
+TEST(BusLifecycle, CreateIsExclusive) {
+  ScopedName name("excl");
+  Bus bus = Bus::create(name, small_options());
+  const std::string what = expect_error(Errc::already_exists, [&] { Bus::create(name, small_options()); });
+  EXPECT_THAT(what, HasSubstr(name.str()));
+}
+
+TEST(BusLifecycle, OpenOfMissingBusIsNotFound) {
+  ScopedName name("missing");
+  const std::string what = expect_error(Errc::not_found, [&] { Bus::open(name); });
+  EXPECT_THAT(what, HasSubstr(name.str()));
+}
+
+TEST(BusLifecycle, RemoveReturnsWhetherItExisted) {
+  ScopedName name("remove");
+  EXPECT_FALSE(Bus::remove(name));
+  { Bus bus = Bus::create(name, small_options()); }
+  EXPECT_TRUE(Bus::remove(name));
+  EXPECT_FALSE(Bus::exists(name));
+  EXPECT_FALSE(Bus::remove(name));
+  expect_error(Errc::not_found, [&] { Bus::open(name); });
+}
+
+TEST(BusLifecycle, RemovedBusStaysUsableByProcessesThatMappedIt) {
+  ScopedName name("unlinked");
+  Bus bus = Bus::create(name, small_options());
+  Consumer c(bus);
+  Producer p(bus);
+  EXPECT_TRUE(Bus::remove(name));
+  ASSERT_TRUE(p.publish(bytes("still here")));
+  ReadResult r = c.next(1s);
+  ASSERT_EQ(r.status, ReadStatus::message);
+  EXPECT_EQ(text(r.message.payload), "still here");
+  // The name is free again: a new bus can be created under it.
+  Bus fresh = Bus::create(name, small_options());
+  EXPECT_EQ(fresh.head(), 0u);
+}
+
+TEST(BusLifecycle, OpenOrCreateCreatesOnceThenOpensKeepingTheOriginalOptions) {
+  ScopedName name("ooc");
+  BusOptions a = small_options();
+  a.capacity = 32;
+  Bus first = Bus::open_or_create(name, a);
+  EXPECT_EQ(first.info().capacity, 32u);
+  BusOptions b = small_options();
+  b.capacity = 1024;
+  b.policy = Policy::overwrite;
+  Bus second = Bus::open_or_create(name, b);
+  EXPECT_EQ(second.info().capacity, 32u) << "an existing bus keeps its own options";
+  EXPECT_EQ(second.info().policy, Policy::block);
+  EXPECT_EQ(second.info().creation_time_ns, first.info().creation_time_ns);
+}
+
+TEST(BusLifecycle, BusHandleKeepsTheMappingAliveForProducersAndConsumers) {
+  ScopedName name("handle");
+  std::optional<Producer> p;
+  std::optional<Consumer> c;
+  {
+    Bus bus = Bus::create(name, small_options());
+    Bus copy = bus;  // cheap copy sharing the mapping
+    c.emplace(copy);
+    p.emplace(bus);
+  }
+  ASSERT_TRUE(p->publish(bytes("x")));
+  EXPECT_EQ(c->next(1s).status, ReadStatus::message);
+  EXPECT_EQ(p->bus().name(), name.str());
+  EXPECT_EQ(c->bus().name(), name.str());
+}
+
+// ---------------------------------------------------------------- options
+
+struct BadOptions {
+  const char* why;
+  BusOptions options;
+};
+
+BusOptions with(void (*edit)(BusOptions&)) {
+  BusOptions o = small_options();
+  edit(o);
+  return o;
+}
+
+TEST(BusOptionsValidation, ImpossibleOptionsAreRejectedBeforeAnythingIsCreated) {
+  const BadOptions cases[] = {
+      {"capacity 0", with([](BusOptions& o) { o.capacity = 0; })},
+      {"capacity 1", with([](BusOptions& o) { o.capacity = 1; })},
+      {"capacity 3", with([](BusOptions& o) { o.capacity = 3; })},
+      {"capacity 1000", with([](BusOptions& o) { o.capacity = 1000; })},
+      {"capacity 2^33", with([](BusOptions& o) { o.capacity = std::uint64_t{1} << 33; })},
+      {"record size 0", with([](BusOptions& o) { o.record_size = 0; })},
+      {"record size 32 (too small)", with([](BusOptions& o) { o.record_size = 32; })},
+      {"record size 100", with([](BusOptions& o) { o.record_size = 100; })},
+      {"record size 130", with([](BusOptions& o) { o.record_size = 130; })},
+      {"record size above max", with([](BusOptions& o) { o.record_size = max_record_size + 64; })},
+      {"max readers 0", with([](BusOptions& o) { o.max_readers = 0; })},
+      {"max readers 1025", with([](BusOptions& o) { o.max_readers = 1025; })},
+      {"policy 0", with([](BusOptions& o) { o.policy = static_cast<Policy>(0); })},
+      {"policy 7", with([](BusOptions& o) { o.policy = static_cast<Policy>(7); })},
+  };
+  for (const BadOptions& c : cases) {
+    SCOPED_TRACE(c.why);
+    ScopedName name("badopt");
+    const std::string what = expect_error(Errc::invalid_options, [&] { Bus::create(name, c.options); });
+    EXPECT_THAT(what, HasSubstr(name.str()));
+    EXPECT_FALSE(Bus::exists(name)) << "a rejected create must not leave a segment behind";
+    expect_error(Errc::invalid_options, [&] { Bus::open_or_create(name, c.options); });
+    EXPECT_FALSE(Bus::exists(name));
+  }
+}
+
+TEST(BusOptionsValidation, BoundaryOptionsAreAccepted) {
+  const BusOptions cases[] = {
+      with([](BusOptions& o) { o.capacity = 2; }),
+      with([](BusOptions& o) { o.record_size = 64; }),
+      with([](BusOptions& o) { o.record_size = 4096; }),
+      with([](BusOptions& o) { o.max_readers = 1; }),
+      with([](BusOptions& o) { o.max_readers = 1024; }),
+      with([](BusOptions& o) { o.policy = Policy::overwrite; }),
+  };
+  for (const BusOptions& o : cases) {
+    ScopedName name("okopt");
+    Bus bus = Bus::create(name, o);
+    EXPECT_EQ(bus.info().capacity, o.capacity);
+    EXPECT_EQ(bus.info().record_size, o.record_size);
+    EXPECT_EQ(bus.info().max_readers, o.max_readers);
+    EXPECT_EQ(bus.info().max_payload, o.record_size - 24);
+    EXPECT_EQ(bus.info().segment_size, file_size(name.path()));
+  }
+}
+
+TEST(BusOptionsValidation, SegmentLargerThanDevShmIsNoSpaceAtCreation) {
+  struct statvfs vfs {};
+  ASSERT_EQ(::statvfs("/dev/shm", &vfs), 0);
+  const std::uint64_t total = std::uint64_t{vfs.f_blocks} * vfs.f_frsize;
+  if (total == 0) GTEST_SKIP() << "/dev/shm has no size limit";
+  BusOptions o;
+  o.record_size = max_record_size;
+  o.capacity = 2;
+  while (o.capacity * o.record_size <= total) o.capacity *= 2;
+  ScopedName name("nospace");
+  const std::string what = expect_error(Errc::no_space, [&] { Bus::create(name, o); });
+  EXPECT_THAT(what, HasSubstr(name.str()));
+  EXPECT_FALSE(Bus::exists(name)) << "a failed create must remove its half-made segment";
+}
+
+// ---------------------------------------------------------------- names
+
+TEST(BusNames, InvalidNamesAreRejectedByEveryEntryPoint) {
+  const std::string bad[] = {
+      "",
+      "/",
+      "a/b",
+      "/abs",
+      "..",
+      "a..b",
+      "../etc",
+      ".hidden",
+      "has space",
+      std::string("nul\0byte", 8),
+      "tab\tname",
+      "newline\n",
+      "bell\x07",
+      "del\x7f",
+      "\xc3\xa9t\xc3\xa9",  // UTF-8 "été"
+      std::string(max_name_length + 1, 'a'),
+  };
+  for (const std::string& n : bad) {
+    SCOPED_TRACE(::testing::PrintToString(n));
+    expect_error(Errc::invalid_name, [&] { validate_name(n); });
+    expect_error(Errc::invalid_name, [&] { Bus::create(n, small_options()); });
+    expect_error(Errc::invalid_name, [&] { Bus::open(n); });
+    expect_error(Errc::invalid_name, [&] { Bus::open_or_create(n, small_options()); });
+    expect_error(Errc::invalid_name, [&] { Bus::remove(n); });
+    expect_error(Errc::invalid_name, [&] { Bus::exists(n); });
+  }
+}
+
+TEST(BusNames, ValidNamesWork) {
+  const std::string tag = std::to_string(::getpid());
+  const std::string good[] = {
+      "a" + tag,
+      "Market-Data_v2.ticks-" + tag,
+      "x." + tag,
+      std::string(max_name_length - tag.size(), 'n') + tag,
+  };
+  for (const std::string& n : good) {
+    SCOPED_TRACE(n);
+    EXPECT_NO_THROW(validate_name(n));
+    {
+      Bus bus = Bus::create(n, small_options());
+      EXPECT_EQ(bus.name(), n);
+      EXPECT_TRUE(Bus::exists(n));
+    }
+    EXPECT_TRUE(Bus::remove(n));
+  }
+}
+
+TEST(BusNames, InvalidNameErrorSaysWhatIsWrong) {
+  const std::string what = expect_error(Errc::invalid_name, [] { validate_name("a/b"); });
+  EXPECT_FALSE(what.empty());
+  EXPECT_THAT(what, HasSubstr("a/b"));
+}
+
+// ---------------------------------------------------------------- permissions
+
+mode_t segment_mode(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+TEST(BusPermissions, SegmentIsOwnerOnlyByDefault) {
+  ScopedName name("mode");
+  Bus bus = Bus::create(name, small_options());
+  EXPECT_EQ(segment_mode(name.path()), mode_t{0600});
+}
+
+TEST(BusPermissions, CustomModeIsApplied) {
+  const mode_t old = ::umask(022);
+  for (mode_t m : {mode_t{0640}, mode_t{0660}, mode_t{0400}}) {
+    ScopedName name("mode-custom");
+    BusOptions o = small_options();
+    o.mode = m;
+    Bus bus = Bus::create(name, o);
+    EXPECT_EQ(segment_mode(name.path()), m) << std::oct << m;
+  }
+  ::umask(old);
+}
+
+TEST(BusPermissions, OpeningABusWeMayNotReadIsPermissionDenied) {
+  ScopedName name("denied");
+  { Bus bus = Bus::create(name, small_options()); }
+  if (::geteuid() != 0) {
+    ASSERT_EQ(::chmod(name.path().c_str(), 0), 0);
+    const std::string what = expect_error(Errc::permission_denied, [&] { Bus::open(name); });
+    EXPECT_THAT(what, HasSubstr(name.str()));
+    return;
+  }
+  // As root, permission bits do not apply: open as an unprivileged user in a child.
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(10);
+    int code = 1;
+    try {
+      Bus::open(name);
+      code = 2;
+    } catch (const Error& e) {
+      code = e.errc() == Errc::permission_denied &&
+                     std::string(e.what()).find(name.str()) != std::string::npos
+                 ? 0
+                 : 3;
+    } catch (...) {
+      code = 4;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "1/3: wrong error (expected permission_denied naming the bus), 2: open succeeded, "
+         "10: could not drop privileges";
+}
+
+// ---------------------------------------------------------------- hostile segments
+
+// Creates a valid bus, lets `edit` damage its raw bytes, then expects open()
+// to fail with `code` and a message naming the bus.
+template <class Edit>
+void expect_open_rejects(Errc code, Edit&& edit, std::chrono::milliseconds ready_timeout = 2000ms) {
+  ScopedName name("hostile");
+  { Bus bus = Bus::create(name, small_options()); }
+  {
+    RawSegment raw(name.path());
+    edit(raw);
+  }
+  const std::string what = expect_error(code, [&] { Bus::open(name, ready_timeout); });
+  EXPECT_THAT(what, HasSubstr(name.str()));
+  // The same bus is refused by open_or_create too: it exists, and is not trusted.
+  expect_error(code, [&] { Bus::open_or_create(name, small_options()); });
+}
+
+TEST(HostileSegments, WrongMagicIsNotABus) {
+  expect_open_rejects(Errc::not_a_bus, [](RawSegment& r) { r.header().magic = 0x1122334455667788ULL; });
+}
+
+TEST(HostileSegments, OtherLayoutVersionIsRefused) {
+  expect_open_rejects(Errc::version_mismatch,
+                      [](RawSegment& r) { r.header().layout_version.store(layout::kLayoutVersion + 1); });
+  expect_open_rejects(Errc::version_mismatch,
+                      [](RawSegment& r) { r.header().layout_version.store(0xffffffffu); });
+}
+
+TEST(HostileSegments, UnfinishedSegmentIsNotReadyAfterTheReadyTimeout) {
+  const auto start = Clock::now();
+  expect_open_rejects(Errc::not_ready, [](RawSegment& r) { r.header().layout_version.store(0); },
+                      100ms);
+  // Two opens, each waiting about 100 ms (open_or_create may use its own default).
+  EXPECT_GE(Clock::now() - start, 100ms);
+}
+
+TEST(HostileSegments, OpenWaitsForACreatorThatFinishesInitialising) {
+  ScopedName name("late-ready");
+  { Bus bus = Bus::create(name, small_options()); }
+  RawSegment raw(name.path());
+  raw.header().layout_version.store(0);
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(50ms);  // the "creator" is slow on purpose
+    raw.header().layout_version.store(layout::kLayoutVersion, std::memory_order_release);
+  });
+  Bus bus = Bus::open(name, 10s);
+  finisher.join();
+  EXPECT_EQ(bus.info().capacity, 16u);
+}
+
+TEST(HostileSegments, ImpossibleHeaderFieldsAreCorrupt) {
+  using H = layout::SegmentHeader;
+  const std::pair<const char*, void (*)(H&)> cases[] = {
+      {"capacity 0", [](H& h) { h.capacity = 0; }},
+      {"capacity 3", [](H& h) { h.capacity = 3; }},
+      {"capacity 12", [](H& h) { h.capacity = 12; }},
+      {"record_size 0", [](H& h) { h.record_size = 0; }},
+      {"record_size 100", [](H& h) { h.record_size = 100; }},
+      {"record_size 32", [](H& h) { h.record_size = 32; }},
+      {"max_readers 0", [](H& h) { h.max_readers = 0; }},
+      {"max_readers 5000", [](H& h) { h.max_readers = 5000; }},
+      {"policy 0", [](H& h) { h.policy = 0; }},
+      {"policy 9", [](H& h) { h.policy = 9; }},
+      {"header_size 100", [](H& h) { h.header_size = 100; }},
+      {"reader_slot_size 64", [](H& h) { h.reader_slot_size = 64; }},
+      {"reader_table_offset 0", [](H& h) { h.reader_table_offset = 0; }},
+      {"reader_table_offset 1 GiB", [](H& h) { h.reader_table_offset = 1ull << 30; }},
+      {"log_offset 0", [](H& h) { h.log_offset = 0; }},
+      {"log_offset 100", [](H& h) { h.log_offset = 100; }},
+      {"log_offset huge", [](H& h) { h.log_offset = ~0ull - 10; }},
+      {"segment_size smaller than its parts", [](H& h) { h.segment_size -= 64; }},
+      {"segment_size overflow", [](H& h) { h.capacity = 1ull << 62; }},
+  };
+  for (const auto& [why, edit] : cases) {
+    SCOPED_TRACE(why);
+    expect_open_rejects(Errc::corrupt, [edit = edit](RawSegment& r) { edit(r.header()); });
+  }
+}
+
+TEST(HostileSegments, FileShorterThanTheHeaderSaysIsTruncated) {
+  // Cut the file: the header is intact but the log is gone.
+  expect_open_rejects(Errc::truncated, [](RawSegment& r) {
+    ASSERT_EQ(::ftruncate(r.fd(), static_cast<off_t>(r.size() - 4096)), 0);
+  });
+  expect_open_rejects(Errc::truncated, [](RawSegment& r) {
+    ASSERT_EQ(::ftruncate(r.fd(), static_cast<off_t>(r.size() - 1)), 0);
+  });
+  // Consistent header claiming a bigger ring than the file holds.
+  expect_open_rejects(Errc::truncated, [](RawSegment& r) {
+    auto& h = r.header();
+    h.capacity *= 4;
+    h.segment_size = h.log_offset + h.capacity * h.record_size;
+  });
+}
+
+TEST(HostileSegments, FileCutInsideTheHeaderIsRefused) {
+  for (off_t size : {off_t{100}, off_t{511}}) {
+    SCOPED_TRACE(size);
+    ScopedName name("cut-header");
+    { Bus bus = Bus::create(name, small_options()); }
+    {
+      RawSegment raw(name.path());
+      ASSERT_EQ(::ftruncate(raw.fd(), size), 0);
+    }
+    const std::string what = expect_error(Errc::truncated, [&] { Bus::open(name, 100ms); });
+    EXPECT_THAT(what, HasSubstr(name.str()));
+  }
+}
+
+void write_file(const std::string& path, const std::string& content) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(::write(fd, content.data(), content.size()), static_cast<ssize_t>(content.size()));
+  ::close(fd);
+}
+
+TEST(HostileSegments, ForeignFileUnderABusNameIsNotABus) {
+  ScopedName name("foreign");
+  std::string junk;
+  for (int i = 0; i < 8192; ++i) junk += static_cast<char>("not a shmbus segment\n"[i % 21]);
+  write_file(name.path(), junk);
+  const std::string what = expect_error(Errc::not_a_bus, [&] { Bus::open(name, 100ms); });
+  EXPECT_THAT(what, HasSubstr(name.str()));
+  expect_error(Errc::not_a_bus, [&] { Bus::open_or_create(name, small_options()); });
+  EXPECT_EQ(file_size(name.path()), 8192u) << "a foreign file must be left untouched";
+}
+
+TEST(HostileSegments, ZeroFilledFileIsNeverTrusted) {
+  // All zeros looks like a creator that has not written the header yet.
+  ScopedName name("zeros");
+  write_file(name.path(), std::string(65536, '\0'));
+  try {
+    Bus::open(name, 100ms);
+    ADD_FAILURE() << "opened an all-zero segment";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.errc() == Errc::not_ready || e.errc() == Errc::not_a_bus) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr(name.str()));
+  }
+}
+
+TEST(HostileSegments, EmptyFileIsNeverTrusted) {
+  // Zero bytes: a creator between shm_open and reserving the segment, or junk.
+  ScopedName name("empty");
+  write_file(name.path(), "");
+  const auto start = Clock::now();
+  try {
+    Bus::open(name, 100ms);
+    ADD_FAILURE() << "opened an empty segment";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.errc() == Errc::not_ready || e.errc() == Errc::truncated) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr(name.str()));
+  }
+  EXPECT_LT(Clock::now() - start, 5s) << "the ready timeout must bound the wait";
+}
+
+TEST(HostileSegments, SmallForeignFileIsRefused) {
+  ScopedName name("tiny");
+  write_file(name.path(), "hello");
+  try {
+    Bus::open(name, 100ms);
+    ADD_FAILURE() << "opened a 5-byte file";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.errc() == Errc::truncated || e.errc() == Errc::not_a_bus ||
+                e.errc() == Errc::not_ready)
+        << e.what();
+    EXPECT_THAT(e.what(), HasSubstr(name.str()));
+  }
+}
+
+// ---------------------------------------------------------------- racing creators
+
+TEST(ConcurrentCreation, TwoThreadsOpenOrCreateOneCreatesBothGetAValidBus) {
+  for (int round = 0; round < 25; ++round) {
+    ScopedName name("race-t");
+    BusOptions o = small_options();
+    o.capacity = 256;
+    std::latch go(2);
+    std::optional<Bus> buses[2];
+    std::string errors[2];
+    auto run = [&](int i) {
+      go.arrive_and_wait();
+      try {
+        buses[i] = Bus::open_or_create(name, o);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    };
+    std::thread a(run, 0), b(run, 1);
+    a.join();
+    b.join();
+    ASSERT_TRUE(buses[0] && buses[1]) << "round " << round << ": " << errors[0] << " | " << errors[1];
+    EXPECT_EQ(buses[0]->info().capacity, 256u);
+    EXPECT_EQ(buses[1]->info().capacity, 256u);
+    EXPECT_EQ(buses[0]->info().creation_time_ns, buses[1]->info().creation_time_ns)
+        << "both must see the same segment";
+    // They really share it.
+    Consumer c(*buses[1]);
+    Producer p(*buses[0]);
+    ASSERT_TRUE(p.publish(bytes("shared")));
+    ReadResult r = c.next(1s);
+    ASSERT_EQ(r.status, ReadStatus::message);
+    EXPECT_EQ(text(r.message.payload), "shared");
+  }
+}
+
+TEST(ConcurrentCreation, ProcessesRacingOpenOrCreateAllGetTheSameFinishedBus) {
+  constexpr int kProcs = 4;
+  for (int round = 0; round < 5; ++round) {
+    ScopedName name("race-p");
+    BusOptions o = small_options();
+    o.capacity = 1u << 14;  // big enough that initialisation takes a moment
+    o.record_size = 512;
+    int go[2];
+    ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+    pid_t pids[kProcs];
+    for (pid_t& pid : pids) {
+      pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        ::close(go[1]);
+        char c;
+        (void)!::read(go[0], &c, 1);  // returns 0 when the parent closes the pipe
+        int code = 0;
+        try {
+          Bus bus = Bus::open_or_create(name, o);
+          if (bus.info().capacity != o.capacity || bus.info().record_size != 512) code = 2;
+          if (bus.info().segment_size != file_size(segment_path(name))) code = 3;
+        } catch (...) {
+          code = 1;
+        }
+        ::_exit(code);
+      }
+    }
+    ::close(go[0]);
+    ::close(go[1]);  // start them all at once
+    for (pid_t pid : pids) {
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      ASSERT_TRUE(WIFEXITED(status));
+      EXPECT_EQ(WEXITSTATUS(status), 0) << "1: open_or_create threw, 2: wrong options, 3: size";
+    }
+    Bus bus = Bus::open(name);
+    EXPECT_EQ(bus.info().capacity, o.capacity);
+  }
+}
+
+}  // namespace
+}  // namespace shmbus::test

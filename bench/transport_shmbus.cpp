@@ -1,0 +1,158 @@
+// shmbus-bench — shmbus itself.
+//
+// The orchestrator creates the bus (NAME, or NAME.ping and NAME.pong for
+// ping-pong) with a record size that fits the message; the producer copies
+// each message in with Producer::publish(); consumers read in batches with
+// Consumer::poll(), in place (`block`) or copied (`overwrite`). One bus
+// carries every consumer: broadcast, no per-consumer copy by the producer.
+#include <chrono>
+#include <string>
+
+#include "roles.hpp"
+#include "shmbus/shmbus.hpp"
+
+namespace bench {
+
+namespace {
+
+shmbus::WaitOptions wait_options(const RunConfig& cfg) {
+  shmbus::WaitOptions w;
+  w.strategy = static_cast<shmbus::WaitStrategy>(cfg.wait_strategy);
+  if (cfg.spin_ns >= 0) w.spin_time = std::chrono::nanoseconds(cfg.spin_ns);
+  if (cfg.yield_ns >= 0) w.yield_time = std::chrono::nanoseconds(cfg.yield_ns);
+  return w;
+}
+
+std::string bus_name(const RunConfig& cfg, const char* suffix) {
+  std::string n = cfg.name;
+  if (suffix) n += std::string(".") + suffix;
+  return n;
+}
+
+}  // namespace
+
+std::uint32_t shmbus_record_size(std::uint32_t msg_size) {
+  std::uint32_t r = 64;
+  while (shmbus::max_payload_for(r) < msg_size) r += 64;
+  return r;
+}
+
+void shmbus_create(const RunConfig& cfg) {
+  shmbus::BusOptions o;
+  o.capacity = cfg.capacity;
+  o.record_size = shmbus_record_size(cfg.size);
+  o.policy = static_cast<shmbus::Policy>(cfg.policy);
+  o.max_readers = cfg.consumers + 2;
+  if (cfg.mode == Mode::pingpong) {
+    for (const char* s : {"ping", "pong"}) {
+      shmbus::Bus::remove(bus_name(cfg, s));
+      shmbus::Bus::create(bus_name(cfg, s), o);
+    }
+  } else {
+    shmbus::Bus::remove(bus_name(cfg, nullptr));
+    shmbus::Bus::create(bus_name(cfg, nullptr), o);
+  }
+}
+
+void shmbus_remove(const RunConfig& cfg) {
+  shmbus::Bus::remove(bus_name(cfg, nullptr));
+  shmbus::Bus::remove(bus_name(cfg, "ping"));
+  shmbus::Bus::remove(bus_name(cfg, "pong"));
+}
+
+namespace {
+
+class ShmbusSender {
+ public:
+  ShmbusSender(const std::string& name, const RunConfig& cfg, std::uint32_t readers)
+      : producer_(shmbus::Bus::open(name), options(cfg, readers)) {}
+  bool send(const std::byte* p, std::size_t n) noexcept {
+    const auto r = producer_.publish(std::span<const std::byte>(p, n));
+    status_ = r.status;
+    return r.status == shmbus::PublishStatus::ok;
+  }
+  void finish() noexcept { producer_.close(); }
+  const char* error() const noexcept { return shmbus::to_string(status_); }
+
+ private:
+  static shmbus::ProducerOptions options(const RunConfig& cfg, std::uint32_t readers) {
+    shmbus::ProducerOptions o;
+    o.wait = wait_options(cfg);
+    o.timestamps = cfg.lib_timestamps != 0;
+    o.wait_for_readers = readers;
+    o.wait_for_readers_timeout = std::chrono::nanoseconds(cfg.timeout_ns);
+    return o;
+  }
+  shmbus::Producer producer_;
+  shmbus::PublishStatus status_ = shmbus::PublishStatus::ok;
+};
+
+class ShmbusReceiver {
+ public:
+  ShmbusReceiver(const std::string& name, const RunConfig& cfg, int id)
+      : consumer_(shmbus::Bus::open(name), options(cfg, id)) {}
+
+  template <class F>
+  long recv(F&& on_message, std::uint64_t timeout_ns) noexcept {
+    const auto timeout =
+        timeout_ns == kForever ? shmbus::forever : std::chrono::nanoseconds(timeout_ns);
+    const shmbus::PollResult r = consumer_.poll(
+        [&](const shmbus::Message& m) { on_message(m.payload.data(), m.payload.size()); }, 256,
+        timeout);
+    // A loss or a corrupt record shows up as a gap in the sequence numbers the
+    // messages carry, which the consumer loop counts.
+    if (r.count == 0 && r.end_of_stream) {
+      err_ = "end of stream";
+      return -1;
+    }
+    return static_cast<long>(r.count);
+  }
+  const char* error() const noexcept { return err_; }
+
+ private:
+  static shmbus::ConsumerOptions options(const RunConfig& cfg, int id) {
+    shmbus::ConsumerOptions o;
+    o.name = "bench-" + std::to_string(id);
+    o.start = shmbus::Start::earliest;
+    o.wait = wait_options(cfg);
+    return o;
+  }
+  shmbus::Consumer consumer_;
+  const char* err_ = "";
+};
+
+}  // namespace
+
+void run_shmbus(Control& c, Role role, int id) {
+  const RunConfig& cfg = c.cfg;
+  if (cfg.mode == Mode::pingpong) {
+    // Attach the reader before waiting for the peer's: neither producer
+    // starts before its reader is there, and neither waits on the other.
+    if (role == Role::producer) {
+      ShmbusReceiver r(bus_name(cfg, "pong"), cfg, 0);
+      ShmbusSender s(bus_name(cfg, "ping"), cfg, 1);
+      ping_loop(c, s, r);
+    } else {
+      ShmbusReceiver r(bus_name(cfg, "ping"), cfg, 1);
+      ShmbusSender s(bus_name(cfg, "pong"), cfg, 0);
+      pong_loop(c, s, r);
+    }
+    return;
+  }
+  const auto name = bus_name(cfg, nullptr);
+  if (role == Role::producer) {
+    ShmbusSender s(name, cfg, cfg.mode == Mode::idle ? 0 : cfg.consumers);
+    if (cfg.mode == Mode::idle)
+      idle_producer_loop(c, s);
+    else
+      producer_loop(c, s);
+  } else {
+    ShmbusReceiver r(name, cfg, id);
+    if (cfg.mode == Mode::idle)
+      idle_consumer_loop(c, id, r);
+    else
+      consumer_loop(c, id, r);
+  }
+}
+
+}  // namespace bench

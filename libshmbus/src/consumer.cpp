@@ -166,7 +166,11 @@ struct Consumer::Impl {
     next_liveness = now + kLivenessPeriodNs;
     const std::uint64_t owner = h->producer_owner.load(std::memory_order_acquire);
     if (owner == layout::kOwnerFree || owner == layout::kOwnerReclaiming) return false;
-    return detail::identity_liveness(owner) != Liveness::alive;
+    if (detail::identity_liveness(owner) == Liveness::alive) return false;
+    // A producer that died asleep left this set; clear it so our cursor
+    // updates stop issuing futex wakes.
+    h->producer_sleeping.store(0, std::memory_order_relaxed);
+    return true;
   }
 
   enum class Wait { message, lost, corrupt, timeout, eos };
@@ -208,6 +212,8 @@ struct Consumer::Impl {
         // Sleep. Dekker with the producer: we count ourselves in
         // data_sleepers, then heavy_barrier() and re-check the record; it
         // stores the tag, then loads data_sleepers.
+        // slot->sleeping records that we hold one count of data_sleepers, so a
+        // reclaimer can give it back if we die asleep (see reclaim_if_dead).
         h->data_sleepers.fetch_add(1, std::memory_order_acq_rel);
         slot->sleeping.store(1, std::memory_order_relaxed);
         const std::uint32_t seen = h->data_futex.load(std::memory_order_acquire);
@@ -218,8 +224,8 @@ struct Consumer::Impl {
           if (!barrier_ok) slice = std::min<std::uint64_t>(slice, 1'000'000);
           detail::futex_wait(&h->data_futex, seen, slice);
         }
-        slot->sleeping.store(0, std::memory_order_relaxed);
-        h->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
+        if (slot->sleeping.exchange(0, std::memory_order_acq_rel) != 0)
+          h->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
         slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
         if (s != Step::empty) return from_step(s);
       }

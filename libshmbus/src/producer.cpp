@@ -144,6 +144,9 @@ void Producer::Impl::acquire_role() {
   h->producer_pid.store(static_cast<std::uint32_t>(::getpid()), std::memory_order_relaxed);
   h->producer_start_ticks.store(detail::self_start_ticks(), std::memory_order_relaxed);
   if (took_over) h->takeovers.fetch_add(1, std::memory_order_relaxed);
+  // A predecessor that died asleep may have left these set.
+  h->producer_sleeping.store(0, std::memory_order_relaxed);
+  h->blocked_on_slot.store(0, std::memory_order_relaxed);
 
   // Continue after the last committed record. A producer that died between
   // committing a record and storing head left committed records past head:

@@ -41,8 +41,14 @@ inline std::error_code make_error_code(Errc e) noexcept {
 // Thrown by every setup call. what() is one line: "bus 'NAME': what is wrong".
 class Error : public std::system_error {
  public:
-  Error(Errc code, const std::string& message) : std::system_error(make_error_code(code), message) {}
+  Error(Errc code, const std::string& message)
+      : std::system_error(make_error_code(code), message), message_(message) {}
   Errc errc() const noexcept { return static_cast<Errc>(code().value()); }
+  // Just the message (std::system_error would append the category's text).
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
 };
 
 }  // namespace shmbus

@@ -171,3 +171,56 @@ const char* to_string(Liveness l) noexcept {
 }
 
 }  // namespace shmbus
+
+namespace shmbus::detail {
+
+namespace {
+bool kernel_uses_tsc() noexcept {
+  int fd = ::open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[32] = {};
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  return n >= 3 && std::strncmp(buf, "tsc", 3) == 0 && (buf[3] == '\n' || buf[3] == '\0');
+}
+}  // namespace
+
+PublishClock::PublishClock() noexcept {
+#if defined(__x86_64__)
+  if (!kernel_uses_tsc()) return;
+  // Calibrate over ~2 ms (setup path); later re-anchors refine the scale over
+  // the whole time since this first sample.
+  first_ns_ = realtime_ns();
+  first_tsc_ = __builtin_ia32_rdtsc();
+  std::uint64_t ns = first_ns_, t = first_tsc_;
+  while (ns - first_ns_ < 2'000'000) {
+    ns = realtime_ns();
+    t = __builtin_ia32_rdtsc();
+  }
+  if (t <= first_tsc_) return;
+  ns_per_tick_ = static_cast<double>(ns - first_ns_) / static_cast<double>(t - first_tsc_);
+  if (!(ns_per_tick_ > 0.01 && ns_per_tick_ < 100)) return;  // 10 MHz .. 100 GHz
+  reanchor_ticks_ = static_cast<std::uint64_t>(1'000'000 / ns_per_tick_);  // 1 ms
+  anchor_tsc_ = t;
+  anchor_ns_ = ns;
+  tsc_ = true;
+#endif
+}
+
+std::uint64_t PublishClock::reanchor() noexcept {
+#if defined(__x86_64__)
+  const std::uint64_t ns = realtime_ns();
+  const std::uint64_t t = __builtin_ia32_rdtsc();
+  if (t > first_tsc_ && ns > first_ns_ + 10'000'000) {
+    const double scale = static_cast<double>(ns - first_ns_) / static_cast<double>(t - first_tsc_);
+    if (scale > 0.01 && scale < 100) ns_per_tick_ = scale;
+  }
+  anchor_tsc_ = t;
+  anchor_ns_ = ns;
+  return ns;
+#else
+  return realtime_ns();
+#endif
+}
+
+}  // namespace shmbus::detail

@@ -58,6 +58,7 @@ struct Producer::Impl {
   bool claim_open = false;
   std::uint64_t claim_seq = 0;
   std::size_t claim_size = 0;
+  detail::PublishClock clock;
 
   Impl(const Bus& b, const ProducerOptions& o)
       : bus(b),
@@ -118,7 +119,7 @@ struct Producer::Impl {
     }
   }
 
-  std::uint64_t now_stamp() const noexcept { return opt.timestamps ? detail::realtime_ns() : 0; }
+  std::uint64_t now_stamp() noexcept { return opt.timestamps ? clock.now() : 0; }
 };
 
 void Producer::Impl::acquire_role() {

@@ -62,3 +62,36 @@ inline void light_barrier() noexcept {
 }
 
 }  // namespace shmbus::detail
+
+namespace shmbus::detail {
+
+// CLOCK_REALTIME in nanoseconds for record timestamps, cheaper than a vDSO
+// clock_gettime per message: where the kernel itself uses an invariant TSC,
+// read the TSC and scale it, re-anchoring to clock_gettime every millisecond
+// (so the scale error stays within a few nanoseconds). Elsewhere it simply
+// calls clock_gettime. One per producer; not thread-safe.
+class PublishClock {
+ public:
+  PublishClock() noexcept;
+  std::uint64_t now() noexcept {
+#if defined(__x86_64__)
+    if (tsc_) {
+      const std::uint64_t t = __builtin_ia32_rdtsc();
+      // Unsigned: a TSC that went backwards wraps to a huge delta and re-anchors.
+      if (t - anchor_tsc_ >= reanchor_ticks_) [[unlikely]] return reanchor();
+      return anchor_ns_ + static_cast<std::uint64_t>(static_cast<double>(t - anchor_tsc_) * ns_per_tick_);
+    }
+#endif
+    return realtime_ns();
+  }
+
+ private:
+  std::uint64_t reanchor() noexcept;
+  bool tsc_ = false;
+  std::uint64_t anchor_tsc_ = 0, anchor_ns_ = 0;
+  std::uint64_t first_tsc_ = 0, first_ns_ = 0;
+  std::uint64_t reanchor_ticks_ = 0;
+  double ns_per_tick_ = 0;
+};
+
+}  // namespace shmbus::detail

@@ -1,0 +1,510 @@
+// shmbus-producer: publishes lines from stdin or a file, length-prefixed
+// binary frames, or synthetic messages (see tools/common/synthetic.hpp) to a
+// bus, then marks end-of-stream. Summary on stderr; stdout is unused.
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <shmbus/shmbus.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "duration.hpp"
+#include "program.hpp"
+#include "synthetic.hpp"
+
+namespace {
+
+using namespace shmbus;
+using namespace shmbus::tools;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kProgram = "shmbus-producer";
+
+// A failure after the bus is known: printed as "shmbus-producer: bus 'NAME': what".
+struct Failure {
+  std::string message;
+};
+
+// A failure whose message already names the bus: printed as "shmbus-producer: line".
+struct Reported {
+  std::string line;
+};
+
+struct Options {
+  std::string bus;
+  bool create = false;
+  std::uint64_t capacity = BusOptions{}.capacity;
+  std::uint32_t record_size = BusOptions{}.record_size;
+  std::string policy = "block";
+  std::string mode = "0600";
+  std::uint32_t max_readers = BusOptions{}.max_readers;
+  std::string file;
+  bool binary = false;
+  std::uint64_t count = 0;
+  std::uint32_t size = 64;
+  double rate = 0;
+  bool keep_open = false;
+  std::string wait_timeout = "forever";
+  std::uint32_t wait_for_readers = 0;
+  std::string wait = "adaptive";
+  bool json = false;
+};
+
+// Reads messages from a file descriptor into one reusable buffer: lines
+// (without their '\n'), or frames of a u32 little-endian length followed by
+// that many bytes. Hands out views into the buffer; no allocation per message.
+class InputReader {
+ public:
+  enum class Status { message, end, too_long, truncated, io_error, interrupted };
+
+  InputReader(int fd, bool binary, std::size_t max_message)
+      : fd_(fd), binary_(binary), max_message_(max_message),
+        buf_(std::max<std::size_t>(1 << 20, 2 * (max_message + 8))) {}
+
+  // On Status::message, `out` views the message; on too_long, `length` is its size.
+  Status next(std::span<const std::byte>& out, std::uint64_t& length) {
+    for (;;) {
+      if (binary_) {
+        if (end_ - begin_ >= 4) {
+          std::uint32_t len;
+          std::memcpy(&len, buf_.data() + begin_, 4);
+          length = len;
+          if (len > max_message_) return Status::too_long;
+          if (end_ - begin_ >= 4 + std::size_t{len}) {
+            out = {buf_.data() + begin_ + 4, len};
+            begin_ += 4 + std::size_t{len};
+            return Status::message;
+          }
+        }
+      } else {
+        const std::size_t avail = end_ - begin_;
+        const void* nl = std::memchr(buf_.data() + begin_, '\n', avail);
+        if (nl != nullptr) {
+          const std::size_t len = static_cast<const std::byte*>(nl) - (buf_.data() + begin_);
+          length = len;
+          if (len > max_message_) return Status::too_long;
+          out = {buf_.data() + begin_, len};
+          begin_ += len + 1;
+          return Status::message;
+        }
+        if (avail > max_message_) {
+          length = avail;
+          return Status::too_long;
+        }
+        if (eof_ && avail > 0) {  // a last line without '\n'
+          length = avail;
+          out = {buf_.data() + begin_, avail};
+          begin_ = end_;
+          return Status::message;
+        }
+      }
+      if (eof_) return end_ == begin_ ? Status::end : Status::truncated;
+      const Status s = fill();
+      if (s != Status::message) return s;
+    }
+  }
+
+  int error() const noexcept { return errno_; }
+
+ private:
+  Status fill() {
+    if (begin_ > 0) {
+      std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    const ssize_t n = ::read(fd_, buf_.data() + end_, buf_.size() - end_);
+    if (n < 0) {
+      if (errno == EINTR) return stop_requested() ? Status::interrupted : Status::message;
+      errno_ = errno;
+      return Status::io_error;
+    }
+    if (n == 0) eof_ = true;
+    end_ += static_cast<std::size_t>(n);
+    return Status::message;
+  }
+
+  int fd_;
+  bool binary_;
+  std::size_t max_message_;
+  std::vector<std::byte> buf_;
+  std::size_t begin_ = 0;
+  std::size_t end_ = 0;
+  bool eof_ = false;
+  int errno_ = 0;
+};
+
+struct Totals {
+  std::uint64_t messages = 0;
+  std::uint64_t bytes = 0;
+  std::optional<std::uint64_t> first_seq;
+  std::uint64_t last_seq = 0;
+};
+
+// Waits until `deadline` on CLOCK_MONOTONIC: sleeps while far ahead, spins
+// with sched_yield for the last stretch. Pacing for --rate only; never called
+// when the schedule is already due.
+void wait_until(const timespec& deadline) {
+  for (;;) {
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const std::int64_t left = (deadline.tv_sec - now.tv_sec) * 1'000'000'000LL +
+                              (deadline.tv_nsec - now.tv_nsec);
+    if (left <= 0 || stop_requested()) return;
+    if (left > 50'000) {
+      clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nullptr);
+    } else {
+      sched_yield();
+    }
+  }
+}
+
+timespec add_ns(const timespec& t, std::uint64_t ns) {
+  timespec r = t;
+  r.tv_sec += static_cast<time_t>(ns / 1'000'000'000u);
+  r.tv_nsec += static_cast<long>(ns % 1'000'000'000u);
+  if (r.tv_nsec >= 1'000'000'000L) {
+    r.tv_nsec -= 1'000'000'000L;
+    ++r.tv_sec;
+  }
+  return r;
+}
+
+std::string publish_failure(PublishStatus st, std::chrono::nanoseconds timeout,
+                            const Producer& producer, const Totals& t) {
+  switch (st) {
+    case PublishStatus::timeout: {
+      std::uint32_t readers = 0;
+      try {
+        readers = producer.live_readers();
+      } catch (...) {
+      }
+      return fmt::format(
+          "the ring stayed full for {} (--wait-timeout) with {} live consumer(s) not reading; "
+          "gave up after {} messages",
+          format_duration(timeout), readers, t.messages);
+    }
+    case PublishStatus::too_large:
+      return fmt::format("message {} is longer than the record's max payload of {} bytes",
+                         t.messages, producer.bus().info().max_payload);
+    case PublishStatus::closed:
+      return "the producer role was closed";
+    case PublishStatus::ok:
+      break;
+  }
+  return "publish failed";
+}
+
+std::string too_long_message(const Options& o, std::uint64_t index, std::uint64_t length,
+                             const BusInfo& info) {
+  return fmt::format("{} {} is {} bytes, longer than the record's max payload of {} bytes "
+                     "(record size {}; create the bus with a larger --record-size)",
+                     o.binary ? "frame" : "line", index + 1, length, info.max_payload,
+                     info.record_size);
+}
+
+void publish_input(Producer& producer, const Options& o, int fd, std::chrono::nanoseconds timeout,
+                   Totals& t) {
+  const BusInfo& info = producer.bus().info();
+  InputReader reader(fd, o.binary, info.max_payload);
+  std::span<const std::byte> msg;
+  std::uint64_t length = 0;
+  for (;;) {
+    const InputReader::Status s = reader.next(msg, length);
+    switch (s) {
+      case InputReader::Status::message:
+        break;
+      case InputReader::Status::end:
+      case InputReader::Status::interrupted:
+        return;
+      case InputReader::Status::too_long:
+        throw Failure{too_long_message(o, t.messages, length, info)};
+      case InputReader::Status::truncated:
+        throw Failure{fmt::format("input ends inside frame {} (a u32 length, then the bytes)",
+                                  t.messages + 1)};
+      case InputReader::Status::io_error:
+        throw Failure{fmt::format("reading {}: {}", o.file.empty() ? "stdin" : o.file,
+                                  std::strerror(reader.error()))};
+    }
+    const PublishResult r = producer.publish(msg, timeout);
+    if (!r) throw Failure{publish_failure(r.status, timeout, producer, t)};
+    if (!t.first_seq) t.first_seq = r.seq;
+    t.last_seq = r.seq;
+    ++t.messages;
+    t.bytes += msg.size();
+    if (stop_requested()) return;
+  }
+}
+
+void publish_synthetic(Producer& producer, const Options& o, std::chrono::nanoseconds timeout,
+                       Totals& t) {
+  const std::size_t size = o.size;
+  timespec start{};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  const double interval_ns = o.rate > 0 ? 1e9 / o.rate : 0;
+  for (std::uint64_t i = 0; i < o.count; ++i) {
+    if (interval_ns > 0) {
+      // Absolute schedule: message i is due at start + i / rate, so a late
+      // message does not push back the ones after it.
+      const timespec due = add_ns(start, static_cast<std::uint64_t>(static_cast<double>(i) * interval_ns));
+      wait_until(due);
+    }
+    if (stop_requested()) return;
+    const Claim c = producer.claim(size, timeout);
+    if (!c) throw Failure{publish_failure(c.status, timeout, producer, t)};
+    const std::span<std::byte> out = c.data.first(size);
+    const std::uint64_t state = synthetic_fill(out, c.seq);
+    synthetic_stamp(out, c.seq, realtime_ns(), state);
+    producer.commit(size);
+    if (!t.first_seq) t.first_seq = c.seq;
+    t.last_seq = c.seq;
+    ++t.messages;
+    t.bytes += size;
+  }
+}
+
+struct WaitCounters {
+  std::uint64_t waits = 0;
+  std::uint64_t wait_ns = 0;
+  bool known = false;
+};
+
+WaitCounters read_wait_counters(const std::string& bus) {
+  WaitCounters w;
+  try {
+    const Snapshot s = Inspector::open(bus).snapshot();
+    w.waits = s.counters.producer_waits;
+    w.wait_ns = s.counters.producer_wait_ns;
+    w.known = true;
+  } catch (const std::exception&) {
+  }
+  return w;
+}
+
+void warn_if_different(const Options& o, const BusInfo& info, const CLI::App& app) {
+  std::string diffs;
+  auto given = [&](const char* name) { return app.get_option(name)->count() > 0; };
+  if (given("--capacity") && info.capacity != o.capacity) {
+    diffs += fmt::format(", capacity {} (asked {})", info.capacity, o.capacity);
+  }
+  if (given("--record-size") && info.record_size != o.record_size) {
+    diffs += fmt::format(", record size {} (asked {})", info.record_size, o.record_size);
+  }
+  if (given("--policy") && o.policy != to_string(info.policy)) {
+    diffs += fmt::format(", policy {} (asked {})", to_string(info.policy), o.policy);
+  }
+  if (given("--max-readers") && info.max_readers != o.max_readers) {
+    diffs += fmt::format(", max readers {} (asked {})", info.max_readers, o.max_readers);
+  }
+  if (!diffs.empty()) {
+    print_error(kProgram, fmt::format("warning: bus '{}': exists already with{}; using it as it is",
+                                      info.name, diffs.substr(1)));
+  }
+}
+
+int run(const Options& o, const CLI::App& app) {
+  validate_name(o.bus);
+  const std::chrono::nanoseconds timeout = parse_duration(o.wait_timeout);
+
+  std::optional<Bus> bus;
+  if (o.create) {
+    BusOptions bo;
+    bo.capacity = o.capacity;
+    bo.record_size = o.record_size;
+    bo.policy = o.policy == "overwrite" ? Policy::overwrite : Policy::block;
+    bo.max_readers = o.max_readers;
+    bo.mode = static_cast<mode_t>(std::stoul(o.mode, nullptr, 8));
+    const bool existed = Bus::exists(o.bus);
+    bus = Bus::open_or_create(o.bus, bo);
+    if (existed) warn_if_different(o, bus->info(), app);
+  } else {
+    try {
+      bus = Bus::open(o.bus);
+    } catch (const Error& e) {
+      if (e.errc() != Errc::not_found) throw;
+      throw Reported{std::string(e.what()) + " (use --create to create it)"};
+    }
+  }
+  const BusInfo& info = bus->info();
+
+  if (o.count > 0) {
+    if (o.size < synthetic_header_size) {
+      throw Failure{fmt::format("--size {} is below the synthetic message's fixed part of {} bytes "
+                                "(sequence, timestamp, checksum)",
+                                o.size, synthetic_header_size)};
+    }
+    if (o.size > info.max_payload) {
+      throw Failure{fmt::format("--size {} is longer than the record's max payload of {} bytes "
+                                "(record size {})",
+                                o.size, info.max_payload, info.record_size)};
+    }
+  }
+
+  int fd = STDIN_FILENO;
+  if (o.count == 0 && !o.file.empty()) {
+    fd = ::open(o.file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Failure{fmt::format("cannot open '{}': {}", o.file, std::strerror(errno))};
+  }
+
+  ProducerOptions po;
+  po.wait = wait_options(o.wait);
+  po.wait_for_readers = o.wait_for_readers;
+  po.wait_for_readers_timeout = timeout;
+  Producer producer(*bus, po);
+
+  const WaitCounters before = read_wait_counters(o.bus);
+  const auto t0 = Clock::now();
+  Totals totals;
+  std::optional<std::string> failure;
+  try {
+    if (o.count > 0) {
+      publish_synthetic(producer, o, timeout, totals);
+    } else {
+      publish_input(producer, o, fd, timeout, totals);
+    }
+  } catch (const Failure& f) {
+    failure = f.message;
+  }
+  const auto t1 = Clock::now();
+  if (fd != STDIN_FILENO) ::close(fd);
+  const bool mark_end = !o.keep_open;
+  if (mark_end) producer.close();
+  const WaitCounters after = read_wait_counters(o.bus);
+
+  if (failure) print_error(kProgram, fmt::format("bus '{}': {}", o.bus, *failure));
+
+  const double seconds = std::chrono::duration<double>(t1 - t0).count();
+  const double rate = seconds > 0 ? static_cast<double>(totals.messages) / seconds : 0;
+  const double mbps = seconds > 0 ? static_cast<double>(totals.bytes) / seconds / 1e6 : 0;
+  const std::uint64_t waits = after.waits - before.waits;
+  const double wait_s = static_cast<double>(after.wait_ns - before.wait_ns) / 1e9;
+  const char* stopped = failure ? "error" : stop_requested() ? "signal" : "input_end";
+  if (o.json) {
+    nlohmann::json j = {
+        {"program", kProgram},
+        {"bus", o.bus},
+        {"messages", totals.messages},
+        {"bytes", totals.bytes},
+        {"seconds", seconds},
+        {"msgs_per_sec", rate},
+        {"mb_per_sec", mbps},
+        {"first_seq", totals.first_seq ? nlohmann::json(*totals.first_seq) : nlohmann::json()},
+        {"last_seq", totals.first_seq ? nlohmann::json(totals.last_seq) : nlohmann::json()},
+        {"waits_for_space", after.known ? nlohmann::json(waits) : nlohmann::json()},
+        {"wait_for_space_seconds", after.known ? nlohmann::json(wait_s) : nlohmann::json()},
+        {"end_of_stream", mark_end},
+        {"stopped_by", stopped},
+    };
+    if (failure) j["error"] = *failure;
+    fmt::print(stderr, "{}\n", j.dump());
+  } else {
+    std::string waited = after.known ? fmt::format("waited for space {:.3f} s ({} times)", wait_s, waits)
+                                     : std::string("wait time unknown");
+    fmt::print(stderr,
+               "{}: bus '{}': {} messages, {} bytes in {:.3f} s: {:.0f} msgs/s, {:.1f} MB/s; {}; {}\n",
+               kProgram, o.bus, totals.messages, totals.bytes, seconds, rate, mbps, waited,
+               mark_end ? "end-of-stream marked" : "left open (--keep-open)");
+  }
+  return failure ? exit_failure : exit_ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Publishes messages to a shmbus bus: lines from stdin (the default) or --file, "
+      "length-prefixed frames (--binary), or synthetic messages (--count/--size/--rate) that "
+      "shmbus-consumer --verify --stats can check. Marks end-of-stream when the input ends. "
+      "The summary goes to stderr.",
+      kProgram};
+  Options o;
+  app.add_option("bus", o.bus, "Bus name ([A-Za-z0-9._-], the segment is /dev/shm/shmbus.NAME)")
+      ->required();
+  auto* create = app.add_flag("--create", o.create,
+                              "Create the bus if it does not exist (an existing bus is used as it "
+                              "is, with a warning if its options differ from those given)");
+  app.add_option("--capacity", o.capacity, "Records in the ring, a power of two (with --create)")
+      ->needs(create)
+      ->capture_default_str();
+  app.add_option("--record-size", o.record_size,
+                 "Bytes per record incl. its 24-byte header, a multiple of 64 (with --create)")
+      ->needs(create)
+      ->capture_default_str();
+  app.add_option("--policy", o.policy, "When the ring is full: block or overwrite (with --create)")
+      ->check(CLI::IsMember({"block", "overwrite"}))
+      ->needs(create)
+      ->capture_default_str();
+  app.add_option("--mode", o.mode, "Permission bits of the segment, octal (with --create)")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            if (s.empty() || s.size() > 4 || s.find_first_not_of("01234567") != std::string::npos) {
+              return "must be octal permission bits like 0600 or 660";
+            }
+            return {};
+          },
+          "OCTAL"))
+      ->needs(create)
+      ->capture_default_str();
+  app.add_option("--max-readers", o.max_readers, "Reader slots (with --create)")
+      ->needs(create)
+      ->capture_default_str();
+  auto* file = app.add_option("--file", o.file, "Read messages from this file instead of stdin");
+  auto* binary = app.add_flag("--binary", o.binary,
+                              "Input is frames of a u32 little-endian length and that many bytes, "
+                              "not lines");
+  auto* count = app.add_option("--count", o.count,
+                               "Publish N synthetic messages (sequence, timestamp, checksum, "
+                               "filler) instead of reading input");
+  app.add_option("--size", o.size, "Bytes per synthetic message (>= 24)")
+      ->needs(count)
+      ->capture_default_str();
+  app.add_option("--rate", o.rate, "Synthetic messages per second (default: as fast as possible)")
+      ->needs(count)
+      ->check(CLI::PositiveNumber);
+  count->excludes(file)->excludes(binary);
+  app.add_flag("--keep-open", o.keep_open,
+               "Do not mark end-of-stream at the end (another producer may continue the bus)");
+  app.add_option("--wait-timeout", o.wait_timeout,
+                 "Give up with an error when the ring stays full this long, or when "
+                 "--wait-for-readers are not attached in time (e.g. 500ms, 2s, 1m)")
+      ->check(duration_validator())
+      ->capture_default_str();
+  app.add_option("--wait-for-readers", o.wait_for_readers,
+                 "Wait until N consumers are attached before the first message");
+  app.add_option("--wait", o.wait, "How to wait for space: adaptive, spin-yield or busy-spin")
+      ->check(CLI::IsMember({"adaptive", "spin-yield", "busy-spin"}))
+      ->capture_default_str();
+  app.add_flag("--json", o.json, "Write the summary to stderr as one JSON object");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli_exit(app, e, kProgram);
+  }
+
+  install_stop_handlers();
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // --rate pacing wakes within ~1 us of its target
+  try {
+    return run(o, app);
+  } catch (const Failure& f) {
+    print_error(kProgram, fmt::format("bus '{}': {}", o.bus, f.message));
+  } catch (const Reported& r) {
+    print_error(kProgram, r.line);
+  } catch (const Error& e) {
+    print_error(kProgram, e.what());
+  } catch (const std::exception& e) {
+    print_error(kProgram, fmt::format("bus '{}': {}", o.bus, e.what()));
+  }
+  return exit_failure;
+}

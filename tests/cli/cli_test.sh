@@ -1,0 +1,483 @@
+#!/usr/bin/env bash
+# End-to-end tests of shmbus-producer and shmbus-consumer, driving the real
+# binaries as separate processes. One case per ctest test:
+#   PRODUCER=... CONSUMER=... cli_test.sh CASE
+# SHMBUS_SANITIZE non-empty scales the big runs down (1,000,000 -> 100,000).
+# Needs only bash, coreutils and grep.
+set -euo pipefail
+
+case_name=${1:?usage: cli_test.sh CASE}
+: "${PRODUCER:?set PRODUCER to the shmbus-producer binary}"
+: "${CONSUMER:?set CONSUMER to the shmbus-consumer binary}"
+
+BIG=1000000
+MID=200000
+if [[ -n "${SHMBUS_SANITIZE:-}" ]]; then
+  BIG=100000
+  MID=50000
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/shmbus-cli.XXXXXX")
+buses=()
+pids=()
+
+# A bus name unique to this test process; removed at exit.
+new_bus() {
+  local b="cli-${case_name//_/-}-$$-${#buses[@]}"
+  buses+=("$b")
+  rm -f "/dev/shm/shmbus.$b"
+  echo "$b"
+}
+
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  for b in "${buses[@]}"; do rm -f "/dev/shm/shmbus.$b"; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL [$case_name]: $*" >&2
+  for f in "$work"/*; do
+    [[ -f "$f" ]] || continue
+    echo "---- $(basename "$f") (last 20 lines)" >&2
+    tail -n 20 "$f" | cut -c1-300 >&2
+  done
+  exit 1
+}
+
+note() { echo "[$case_name] $*" >&2; }
+
+# expect_failure NAME REGEX CMD...: CMD exits non-zero with exactly one line
+# on stderr, matching REGEX (extended, case-insensitive), and nothing on stdout.
+expect_failure() {
+  local name=$1 regex=$2
+  shift 2
+  local rc=0
+  "$@" >"$work/$name.out" 2>"$work/$name.err" </dev/null || rc=$?
+  [[ $rc -ne 0 ]] || fail "$name: expected a non-zero exit, got 0"
+  local lines
+  lines=$(wc -l <"$work/$name.err")
+  [[ $lines -eq 1 ]] || fail "$name: expected one line on stderr, got $lines"
+  grep -Eiq -- "$regex" "$work/$name.err" || fail "$name: stderr does not match /$regex/: $(cat "$work/$name.err")"
+  [[ ! -s "$work/$name.out" ]] || fail "$name: stdout not empty"
+  note "$name: rc=$rc: $(cat "$work/$name.err")"
+  LAST_RC=$rc
+}
+
+# json_field FILE KEY: the number/bool/string value of "KEY" in a one-line JSON summary.
+json_field() {
+  grep -o "\"$2\":[^,}]*" "$1" | head -n1 | cut -d: -f2- | tr -d '"'
+}
+
+wait_for_file() {  # wait_for_file PATH SECONDS
+  local i
+  for ((i = 0; i < $2 * 100; i++)); do
+    [[ -e "$1" ]] && return 0
+    sleep 0.01
+  done
+  return 1
+}
+
+# The consumer summary in FILE says N messages, verified, no lost (block).
+check_verified() {  # check_verified FILE N
+  local f=$1 n=$2
+  [[ "$(json_field "$f" messages)" == "$n" ]] || fail "$f: messages != $n"
+  [[ "$(json_field "$f" lost)" == "0" ]] || fail "$f: lost != 0"
+  grep -q '"verify":{"gaps_reported_lost":0,"ok":true,"problems":0}' "$f" || fail "$f: not verified"
+  [[ "$(json_field "$f" first_seq)" == "0" ]] || fail "$f: first_seq != 0"
+}
+
+case "$case_name" in
+
+help)
+  "$PRODUCER" --help >"$work/p.out"
+  grep -q -- "--count" "$work/p.out" || fail "producer --help lacks --count"
+  "$CONSUMER" --help >"$work/c.out"
+  grep -q -- "--verify" "$work/c.out" || fail "consumer --help lacks --verify"
+  ;;
+
+lines)  # Done means #1
+  bus=$(new_bus)
+  printf 'a\nb\nc\n' | "$PRODUCER" "$bus" --create >"$work/p.out" 2>"$work/p.err"
+  [[ ! -s "$work/p.out" ]] || fail "producer wrote to stdout"
+  grep -q "3 messages" "$work/p.err" || fail "producer summary lacks '3 messages'"
+  "$CONSUMER" "$bus" --from earliest --count 3 >"$work/c.out" 2>"$work/c.err"
+  [[ "$(cat "$work/c.out")" == $'a\nb\nc' ]] || fail "consumer printed: $(cat "$work/c.out")"
+  grep -q "3 messages" "$work/c.err" || fail "consumer summary lacks '3 messages'"
+  note "$(cat "$work/p.err")"
+  note "$(cat "$work/c.err")"
+  # Without --count it stops at the end-of-stream the producer marked.
+  timeout 10 "$CONSUMER" "$bus" >"$work/c2.out" 2>"$work/c2.err" || fail "consumer to end-of-stream failed"
+  [[ "$(cat "$work/c2.out")" == $'a\nb\nc' ]] || fail "second consumer printed: $(cat "$work/c2.out")"
+  grep -q "stopped by end_of_stream" "$work/c2.err" || fail "not stopped by end-of-stream"
+  ;;
+
+formats)
+  bus=$(new_bus)
+  printf 'hi\n\n"q"\tx\n\xff\x01\n' | "$PRODUCER" "$bus" --create --json 2>"$work/p.json"
+  grep -q '"messages":4' "$work/p.json" || fail "producer json: $(cat "$work/p.json")"
+  grep -q '"end_of_stream":true' "$work/p.json" || fail "producer json lacks end_of_stream"
+  "$CONSUMER" "$bus" --format hex >"$work/hex.out" 2>/dev/null
+  [[ "$(cat "$work/hex.out")" == $'0 6869\n1 \n2 2271220978\n3 ff01' ]] || fail "hex: $(cat "$work/hex.out")"
+  "$CONSUMER" "$bus" --format json --json >"$work/json.out" 2>"$work/c.json"
+  grep -q '^{"seq":0,"timestamp_ns":[0-9]*,"length":2,"text":"hi"}$' "$work/json.out" || fail "json line 0: $(cat "$work/json.out")"
+  grep -q '^{"seq":2,.*"text":"\\"q\\"\\tx"}$' "$work/json.out" || fail "json escaping: $(cat "$work/json.out")"
+  grep -q '^{"seq":3,.*"hex":"ff01"}$' "$work/json.out" || fail "json binary: $(cat "$work/json.out")"
+  [[ "$(json_field "$work/c.json" messages)" == 4 ]] || fail "consumer json: $(cat "$work/c.json")"
+  [[ "$(wc -l <"$work/c.json")" == 1 ]] || fail "consumer json summary is not one line"
+  "$CONSUMER" "$bus" --format none >"$work/none.out" 2>/dev/null
+  [[ ! -s "$work/none.out" ]] || fail "--format none wrote to stdout"
+  ;;
+
+file_binary)
+  bus=$(new_bus)
+  printf 'one\ntwo\nthree' >"$work/lines.txt"  # no final newline
+  "$PRODUCER" "$bus" --create --file "$work/lines.txt" 2>/dev/null
+  [[ "$("$CONSUMER" "$bus" 2>/dev/null)" == $'one\ntwo\nthree' ]] || fail "--file lines"
+  bus2=$(new_bus)
+  printf '\x03\x00\x00\x00abc\x00\x00\x00\x00\x02\x00\x00\x00\n\n' >"$work/frames.bin"
+  "$PRODUCER" "$bus2" --create --binary --file "$work/frames.bin" 2>/dev/null
+  [[ "$("$CONSUMER" "$bus2" --format hex 2>/dev/null)" == $'0 616263\n1 \n2 0a0a' ]] || fail "--binary frames"
+  bus3=$(new_bus)
+  printf '\x05\x00\x00\x00ab' >"$work/short.bin"
+  rc=0
+  "$PRODUCER" "$bus3" --create --binary --file "$work/short.bin" --json 2>"$work/trunc.err" || rc=$?
+  [[ $rc -eq 1 ]] || fail "truncated frame: rc=$rc"
+  # The one-line reason, then the JSON summary of what was published before it.
+  head -n1 "$work/trunc.err" | grep -q "^shmbus-producer: bus '$bus3': input ends inside frame 1" || fail "truncated frame"
+  tail -n1 "$work/trunc.err" | grep -q '"error":"input ends inside frame 1' || fail "truncated frame json"
+  expect_failure missing_file "bus '$bus3'.*cannot open" "$PRODUCER" "$bus3" --file "$work/nope.txt"
+  ;;
+
+from)
+  bus=$(new_bus)
+  printf 'a\nb\nc\nd\ne\n' | "$PRODUCER" "$bus" --create --keep-open 2>/dev/null
+  [[ "$("$CONSUMER" "$bus" --from 2 --count 3 2>/dev/null)" == $'c\nd\ne' ]] || fail "--from 2"
+  # --from latest sees only what is published after it attached.
+  "$CONSUMER" "$bus" --from latest --count 2 >"$work/latest.out" 2>"$work/latest.err" &
+  pids+=($!)
+  sleep 0.5
+  printf 'f\ng\n' | "$PRODUCER" "$bus" 2>/dev/null
+  wait "${pids[-1]}" || fail "--from latest consumer failed"
+  [[ "$(cat "$work/latest.out")" == $'f\ng' ]] || fail "--from latest printed: $(cat "$work/latest.out")"
+  grep -q "seq 5..6" "$work/latest.err" || fail "sequence did not continue after --keep-open: $(cat "$work/latest.err")"
+  ;;
+
+million)  # Done means #2
+  bus=$(new_bus)
+  "$PRODUCER" "$bus" --create --capacity 65536 --record-size 256 </dev/null 2>/dev/null --keep-open
+  "$CONSUMER" "$bus" --from earliest --verify --stats --format none --json \
+    >"$work/c.out" 2>"$work/c.json" &
+  cpid=$!
+  pids+=($cpid)
+  "$PRODUCER" "$bus" --count "$BIG" --size 128 --wait-for-readers 1 --wait-timeout 20s \
+    2>"$work/p.err" || fail "producer failed"
+  wait "$cpid" || fail "consumer failed"
+  check_verified "$work/c.json" "$BIG"
+  for k in p50 p90 p99 p99_9 max; do
+    [[ "$(json_field "$work/c.json" "$k")" =~ ^[0-9]+$ ]] || fail "latency $k missing"
+  done
+  [[ ! -s "$work/c.out" ]] || fail "--format none wrote to stdout"
+  note "$(cat "$work/p.err")"
+  note "$(cat "$work/c.json")"
+  ;;
+
+million_text)  # the same, with the human summary: throughput and percentiles
+  bus=$(new_bus)
+  n=$MID
+  "$CONSUMER" "$bus" --wait-for-bus 10s --verify --stats --format none >"$work/c.out" 2>"$work/c.err" &
+  cpid=$!
+  pids+=($cpid)
+  "$PRODUCER" "$bus" --create --capacity 65536 --record-size 256 --count "$n" --size 128 \
+    --wait-for-readers 1 --wait-timeout 20s 2>"$work/p.err" || fail "producer failed"
+  wait "$cpid" || fail "consumer failed"
+  grep -q "$n messages, 0 lost" "$work/c.err" || fail "consumer summary"
+  grep -q "verified: OK" "$work/c.err" || fail "not verified"
+  grep -Eq "latency us: p50 [0-9.]+  p90 [0-9.]+  p99 [0-9.]+  p99.9 [0-9.]+  max [0-9.]+" "$work/c.err" || fail "no percentiles"
+  grep -Eq "msgs/s" "$work/p.err" || fail "producer summary lacks msgs/s"
+  grep -Eq "waited for space [0-9.]+ s" "$work/p.err" || fail "producer summary lacks wait time"
+  note "$(cat "$work/p.err")"
+  note "$(cat "$work/c.err")"
+  ;;
+
+four_consumers)  # Done means #3
+  bus=$(new_bus)
+  n=$MID
+  for i in 1 2 3 4; do
+    "$CONSUMER" "$bus" --wait-for-bus 10s --name "c$i" --verify --format none --json \
+      >/dev/null 2>"$work/c$i.json" &
+    pids+=($!)
+  done
+  "$PRODUCER" "$bus" --create --capacity 4096 --count "$n" --size 64 --wait-for-readers 4 \
+    --wait-timeout 20s 2>"$work/p.err" || fail "producer failed"
+  for i in 1 2 3 4; do
+    wait "${pids[$((i - 1))]}" || fail "consumer $i failed"
+    check_verified "$work/c$i.json" "$n"
+  done
+  note "$(cat "$work/p.err")"
+  ;;
+
+sigkill_consumer)  # Done means #4
+  bus=$(new_bus)
+  n=$MID
+  "$PRODUCER" "$bus" --create --capacity 1024 --record-size 128 --keep-open </dev/null 2>/dev/null
+  # The victim writes hex into a pipe nobody reads: it stalls as soon as the
+  # pipe is full and holds the producer back until it is killed.
+  mkfifo "$work/stall"
+  exec 3<>"$work/stall"
+  "$CONSUMER" "$bus" --name victim --format hex >"$work/stall" 2>/dev/null &
+  victim=$!
+  pids+=($victim)
+  for i in 1 2; do
+    "$CONSUMER" "$bus" --name "c$i" --verify --format none --json >/dev/null 2>"$work/c$i.json" &
+    pids+=($!)
+  done
+  "$PRODUCER" "$bus" --count "$n" --size 64 --wait-for-readers 3 --wait-timeout 30s \
+    --json 2>"$work/p.json" &
+  ppid=$!
+  pids+=($ppid)
+  sleep 1
+  kill -0 "$ppid" 2>/dev/null || fail "producer finished before the victim was killed (not held back)"
+  kill -9 "$victim"
+  note "killed consumer $victim"
+  wait "$ppid" || fail "producer did not finish after the consumer was killed"
+  for i in 1 2; do
+    wait "${pids[$i]}" || fail "consumer $i failed"
+    check_verified "$work/c$i.json" "$n"
+  done
+  grep -Eq '"waits_for_space":[1-9]' "$work/p.json" || fail "producer never waited for space"
+  note "$(cat "$work/p.json")"
+  exec 3>&-
+  ;;
+
+start_order)  # --wait-for-bus / --wait-for-readers: message 0 is seen in either order
+  bus=$(new_bus)
+  "$CONSUMER" "$bus" --wait-for-bus --verify --json --format none >/dev/null 2>"$work/c1.json" &
+  pids+=($!)
+  sleep 0.3
+  "$PRODUCER" "$bus" --create --capacity 64 --count 5000 --size 32 --wait-for-readers 1 \
+    --wait-timeout 10s 2>/dev/null || fail "producer (consumer first) failed"
+  wait "${pids[-1]}" || fail "consumer (started first) failed"
+  check_verified "$work/c1.json" 5000
+  bus2=$(new_bus)
+  "$PRODUCER" "$bus2" --create --capacity 64 --count 5000 --size 32 --wait-for-readers 1 \
+    --wait-timeout 10s 2>/dev/null &
+  ppid=$!
+  pids+=($ppid)
+  sleep 0.5
+  "$CONSUMER" "$bus2" --verify --json --format none >/dev/null 2>"$work/c2.json" || fail "consumer (started second) failed"
+  wait "$ppid" || fail "producer (started first) failed"
+  check_verified "$work/c2.json" 5000
+  ;;
+
+overwrite_lost)  # overwrite bus: losses are reported, counted, and accepted by --verify
+  bus=$(new_bus)
+  n=$MID
+  "$CONSUMER" "$bus" --wait-for-bus 10s --verify --format hex --json 2>"$work/c.json" \
+    | { sleep 1; cat >/dev/null; } &
+  pids+=($!)
+  "$PRODUCER" "$bus" --create --policy overwrite --capacity 64 --count "$n" --size 32 \
+    --wait-for-readers 1 --wait-timeout 10s 2>"$work/p.err" || fail "producer failed"
+  wait "${pids[-1]}" || fail "consumer failed (verify did not accept reported losses?)"
+  lost=$(json_field "$work/c.json" lost)
+  msgs=$(json_field "$work/c.json" messages)
+  [[ "$lost" -gt 0 ]] || fail "no loss reported on a stalled overwrite consumer"
+  [[ $((lost + msgs)) -eq $n ]] || fail "messages $msgs + lost $lost != $n"
+  grep -q '"ok":true' "$work/c.json" || fail "verify failed: $(cat "$work/c.json")"
+  note "$(cat "$work/c.json")"
+  ;;
+
+verify_catches)  # --verify fails on non-synthetic and on corrupted messages
+  bus=$(new_bus)
+  printf 'x\n' | "$PRODUCER" "$bus" --create 2>/dev/null
+  rc=0
+  "$CONSUMER" "$bus" --verify --format none 2>"$work/short.err" || rc=$?
+  [[ $rc -eq 1 ]] || fail "verify of a text line: rc=$rc"
+  grep -q "shorter than a synthetic" "$work/short.err" || fail "$(cat "$work/short.err")"
+  # Take one real synthetic message, flip one filler byte, publish it as a frame.
+  bus2=$(new_bus)
+  "$PRODUCER" "$bus2" --create --count 1 --size 40 2>/dev/null
+  hex=$("$CONSUMER" "$bus2" --format hex 2>/dev/null | cut -d' ' -f2)
+  [[ ${#hex} -eq 80 ]] || fail "hex dump of a 40-byte message: $hex"
+  to_frame() {  # hex payload -> u32 LE length + bytes
+    printf '\x28\x00\x00\x00'
+    printf "$(sed 's/../\\x&/g' <<<"$1")"
+  }
+  bus3=$(new_bus)
+  to_frame "$hex" | "$PRODUCER" "$bus3" --create --binary 2>/dev/null
+  "$CONSUMER" "$bus3" --verify --format none 2>"$work/good.err" || fail "an intact copy did not verify: $(cat "$work/good.err")"
+  flipped="${hex:0:70}$(printf '%02x' $(((0x${hex:70:2}) ^ 0x10)))${hex:72}"
+  bus4=$(new_bus)
+  to_frame "$flipped" | "$PRODUCER" "$bus4" --create --binary 2>/dev/null
+  rc=0
+  "$CONSUMER" "$bus4" --verify --format none 2>"$work/bad.err" || rc=$?
+  [[ $rc -eq 1 ]] || fail "corrupted message verified: rc=$rc"
+  grep -q "is corrupt: checksum" "$work/bad.err" || fail "$(cat "$work/bad.err")"
+  note "$(head -n1 "$work/bad.err")"
+  # --count N that the stream does not reach fails --verify.
+  rc=0
+  "$CONSUMER" "$bus2" --verify --count 5 --format none 2>"$work/count.err" || rc=$?
+  [[ $rc -eq 1 ]] && grep -q "after 1 of 5" "$work/count.err" || fail "short stream: $(cat "$work/count.err")"
+  ;;
+
+signals)  # SIGINT/SIGTERM stop the consumer cleanly and free its reader slot
+  bus=$(new_bus)
+  "$PRODUCER" "$bus" --create --max-readers 1 --keep-open </dev/null 2>/dev/null
+  for sig in INT TERM; do
+    "$CONSUMER" "$bus" >/dev/null 2>"$work/sig$sig.err" &
+    cpid=$!
+    pids+=($cpid)
+    sleep 0.3
+    start=$(date +%s%N)
+    kill -s "$sig" "$cpid"
+    rc=0
+    wait "$cpid" || rc=$?
+    ms=$((($(date +%s%N) - start) / 1000000))
+    [[ $rc -eq 0 ]] || fail "SIG$sig: rc=$rc"
+    [[ $ms -lt 1000 ]] || fail "SIG$sig: took $ms ms to stop"
+    grep -q "stopped by signal" "$work/sig$sig.err" || fail "SIG$sig: $(cat "$work/sig$sig.err")"
+    note "SIG$sig stopped the consumer in $ms ms"
+  done
+  # The only reader slot was released: another consumer attaches at once.
+  "$CONSUMER" "$bus" --idle-timeout 100ms 2>/dev/null || fail "slot not released"
+  ;;
+
+idle_timeout)
+  bus=$(new_bus)
+  "$PRODUCER" "$bus" --create --keep-open </dev/null 2>/dev/null
+  start=$(date +%s%N)
+  "$CONSUMER" "$bus" --idle-timeout 300ms 2>"$work/c.err" || fail "idle consumer failed"
+  ms=$((($(date +%s%N) - start) / 1000000))
+  [[ $ms -ge 250 && $ms -lt 2000 ]] || fail "--idle-timeout 300ms took $ms ms"
+  grep -q "stopped by idle_timeout" "$work/c.err" || fail "$(cat "$work/c.err")"
+  ;;
+
+rate)
+  bus=$(new_bus)
+  start=$(date +%s%N)
+  "$PRODUCER" "$bus" --create --count 300 --size 32 --rate 1000 2>"$work/p.err" || fail "producer"
+  ms=$((($(date +%s%N) - start) / 1000000))
+  [[ $ms -ge 280 && $ms -lt 3000 ]] || fail "300 messages at 1000/s took $ms ms"
+  grep -Eq "300 messages.* 0\.(29|3[0-9])[0-9] s" "$work/p.err" || fail "paced time: $(cat "$work/p.err")"
+  "$CONSUMER" "$bus" --verify --format none 2>/dev/null || fail "paced messages do not verify"
+  note "$(cat "$work/p.err")"
+  ;;
+
+errors_missing_bus)
+  bus=$(new_bus)
+  expect_failure consumer_missing "^shmbus-consumer: bus '$bus':.*(not exist|not found|no such)" "$CONSUMER" "$bus"
+  expect_failure producer_missing "^shmbus-producer: bus '$bus':.*(not exist|not found|no such).*--create" "$PRODUCER" "$bus"
+  start=$(date +%s%N)
+  expect_failure wait_for_bus_timeout "^shmbus-consumer: bus '$bus': does not exist \(waited 300 ms\)" \
+    "$CONSUMER" "$bus" --wait-for-bus 300ms
+  ms=$((($(date +%s%N) - start) / 1000000))
+  [[ $ms -ge 280 ]] || fail "--wait-for-bus 300ms gave up after $ms ms"
+  ;;
+
+errors_version)
+  bus=$(new_bus)
+  "$PRODUCER" "$bus" --create --keep-open </dev/null 2>/dev/null
+  # layout_version is the u32 at byte 8 of the segment header (libshmbus/src/layout.hpp).
+  printf '\x63\x00\x00\x00' | dd of="/dev/shm/shmbus.$bus" bs=1 seek=8 conv=notrunc status=none
+  expect_failure consumer_version "^shmbus-consumer: bus '$bus':.*version" "$CONSUMER" "$bus"
+  expect_failure producer_version "^shmbus-producer: bus '$bus':.*version" "$PRODUCER" "$bus"
+  ;;
+
+errors_second_producer)
+  bus=$(new_bus)
+  mkfifo "$work/in"
+  "$PRODUCER" "$bus" --create <"$work/in" 2>"$work/first.err" &
+  first=$!
+  pids+=($first)
+  exec 3>"$work/in"
+  echo x >&3
+  # Once "x" is readable the first producer holds the role.
+  [[ "$(timeout 10 "$CONSUMER" "$bus" --wait-for-bus 5s --count 1 2>/dev/null)" == x ]] || fail "first producer did not publish"
+  expect_failure second_producer "^shmbus-producer: bus '$bus':.*\b$first\b" "$PRODUCER" "$bus"
+  exec 3>&-
+  wait "$first" || fail "first producer failed: $(cat "$work/first.err")"
+  ;;
+
+errors_too_long)
+  bus=$(new_bus)
+  # record size 64 leaves 40 bytes of payload (24-byte record header)
+  "$PRODUCER" "$bus" --create --record-size 64 --keep-open </dev/null 2>/dev/null
+  long=$(printf 'x%.0s' {1..41})
+  rc=0
+  printf 'ok\n%s\n' "$long" | "$PRODUCER" "$bus" >"$work/long.out" 2>"$work/long.err" || rc=$?
+  [[ $rc -ne 0 ]] || fail "a 41-byte line on a 40-byte bus was accepted"
+  grep -q "^shmbus-producer: bus '$bus': line 2 is 41 bytes, longer than the record's max payload of 40 bytes" \
+    "$work/long.err" || fail "$(cat "$work/long.err")"
+  note "$(head -n1 "$work/long.err")"
+  [[ "$("$CONSUMER" "$bus" 2>/dev/null)" == ok ]] || fail "the line before the long one was not published"
+  expect_failure size_too_long "^shmbus-producer: bus '$bus': --size 41 is longer than the record's max payload of 40 bytes" \
+    "$PRODUCER" "$bus" --count 1 --size 41
+  expect_failure size_too_short "^shmbus-producer: bus '$bus': --size 23 is below .* 24 bytes" \
+    "$PRODUCER" "$bus" --count 1 --size 23
+  ;;
+
+errors_bad_name)
+  expect_failure producer_slash "^shmbus-producer: bus 'a/b'" "$PRODUCER" a/b --create
+  expect_failure consumer_dotdot "^shmbus-consumer: bus '\.\./x'" "$CONSUMER" ../x
+  expect_failure consumer_empty "^shmbus-consumer: bus ''" "$CONSUMER" ""
+  ;;
+
+errors_flags)
+  expect_failure unknown_flag "^shmbus-producer: .*--bogus" "$PRODUCER" x --bogus
+  [[ $LAST_RC -eq 2 ]] || fail "bad flag exit code $LAST_RC, want 2"
+  expect_failure no_bus "^shmbus-consumer: .*bus.*required" "$CONSUMER"
+  expect_failure bad_policy "^shmbus-producer: .*--policy" "$PRODUCER" x --create --policy sometimes
+  expect_failure capacity_without_create "^shmbus-producer: .*--capacity.*--create" "$PRODUCER" x --capacity 64
+  expect_failure size_without_count "^shmbus-producer: .*--size.*--count" "$PRODUCER" x --size 64
+  expect_failure bad_duration "^shmbus-consumer: .*invalid duration '5parsecs'" "$CONSUMER" x --idle-timeout 5parsecs
+  expect_failure bad_from "^shmbus-consumer: .*--from" "$CONSUMER" x --from yesterday
+  expect_failure bad_format "^shmbus-consumer: .*--format" "$CONSUMER" x --format xml
+  expect_failure count_and_file "^shmbus-producer: .*(--count|--file).*excludes" "$PRODUCER" x --count 1 --file f
+  bus=$(new_bus)
+  expect_failure bad_capacity "^shmbus-producer: bus '$bus':.*capacity" "$PRODUCER" "$bus" --create --capacity 1000
+  ;;
+
+errors_wait_timeout)
+  bus=$(new_bus)
+  "$PRODUCER" "$bus" --create --capacity 64 --record-size 64 --keep-open </dev/null 2>/dev/null
+  expect_failure wait_for_readers "^shmbus-producer: bus '$bus':.*" \
+    "$PRODUCER" "$bus" --count 10 --size 32 --wait-for-readers 1 --wait-timeout 300ms
+  # A consumer that is attached but stalled (stdout is a full pipe): the ring
+  # fills and the producer gives up after --wait-timeout.
+  mkfifo "$work/stall"
+  exec 3<>"$work/stall"
+  "$CONSUMER" "$bus" --format hex >"$work/stall" 2>/dev/null &
+  pids+=($!)
+  sleep 0.3
+  rc=0
+  "$PRODUCER" "$bus" --count 100000 --size 32 --wait-timeout 500ms >/dev/null 2>"$work/full.err" || rc=$?
+  [[ $rc -eq 1 ]] || fail "full ring: rc=$rc"
+  grep -q "^shmbus-producer: bus '$bus': the ring stayed full for 500 ms" "$work/full.err" || fail "$(cat "$work/full.err")"
+  note "$(head -n1 "$work/full.err")"
+  exec 3>&-
+  ;;
+
+open_while_creating)
+  # Bus::open on a segment whose creator is still initialising it must wait
+  # for it (up to its ready timeout), not reject it. A large segment makes the
+  # window between sizing the file and writing its header wide.
+  for i in 1 2 3 4 5; do
+    bus=$(new_bus)
+    "$PRODUCER" "$bus" --create --capacity 262144 --record-size 128 --keep-open </dev/null 2>/dev/null &
+    pids+=($!)
+    until [[ -e "/dev/shm/shmbus.$bus" ]]; do :; done
+    "$CONSUMER" "$bus" --idle-timeout 10ms --format none 2>"$work/open$i.err" \
+      || fail "attempt $i: opening a bus being created failed: $(cat "$work/open$i.err")"
+    wait "${pids[-1]}"
+  done
+  ;;
+
+*)
+  echo "unknown case: $case_name" >&2
+  exit 2
+  ;;
+esac
+note "ok"

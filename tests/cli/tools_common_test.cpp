@@ -1,0 +1,106 @@
+// The helpers shared by the shmbus programs: synthetic messages, durations,
+// latency histogram.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <stdexcept>
+#include <vector>
+
+#include "duration.hpp"
+#include "latency_histogram.hpp"
+#include "synthetic.hpp"
+
+using namespace shmbus::tools;
+using namespace std::chrono_literals;
+
+TEST(Synthetic, WrittenMessageChecksOutWithItsFields) {
+  for (std::size_t size : {24u, 25u, 31u, 32u, 64u, 128u, 1000u}) {
+    std::vector<std::byte> buf(size);
+    synthetic_write(buf, 42, 123456789);
+    SyntheticFields f;
+    ASSERT_EQ(synthetic_check(buf, f), SyntheticCheck::ok) << size;
+    EXPECT_EQ(f.seq, 42u);
+    EXPECT_EQ(f.send_ns, 123456789u);
+  }
+}
+
+TEST(Synthetic, EveryFlippedBitIsCaught) {
+  std::vector<std::byte> buf(61);
+  synthetic_write(buf, 7, 99);
+  SyntheticFields f;
+  for (std::size_t i = 0; i < buf.size() * 8; ++i) {
+    buf[i / 8] ^= std::byte(1u << (i % 8));
+    EXPECT_EQ(synthetic_check(buf, f), SyntheticCheck::bad_checksum) << "bit " << i;
+    buf[i / 8] ^= std::byte(1u << (i % 8));
+  }
+  EXPECT_EQ(synthetic_check(buf, f), SyntheticCheck::ok);
+}
+
+TEST(Synthetic, TruncatedOrShortMessagesAreCaught) {
+  std::vector<std::byte> buf(64);
+  synthetic_write(buf, 1, 2);
+  SyntheticFields f;
+  EXPECT_EQ(synthetic_check(std::span(buf).first(63), f), SyntheticCheck::bad_checksum);
+  EXPECT_EQ(synthetic_check(std::span(buf).first(23), f), SyntheticCheck::too_short);
+}
+
+TEST(Synthetic, FillerDependsOnTheSequence) {
+  std::vector<std::byte> a(64), b(64);
+  synthetic_write(a, 1, 5);
+  synthetic_write(b, 2, 5);
+  EXPECT_FALSE(std::equal(a.begin() + 24, a.end(), b.begin() + 24));
+  // A message moved to another sequence number does not check out.
+  std::copy(a.begin() + 24, a.end(), b.begin() + 24);
+  SyntheticFields f;
+  EXPECT_EQ(synthetic_check(b, f), SyntheticCheck::bad_checksum);
+}
+
+TEST(Duration, ParsesUnits) {
+  EXPECT_EQ(parse_duration("250ns"), 250ns);
+  EXPECT_EQ(parse_duration("100us"), 100us);
+  EXPECT_EQ(parse_duration("500ms"), 500ms);
+  EXPECT_EQ(parse_duration("2s"), 2s);
+  EXPECT_EQ(parse_duration("2"), 2s);
+  EXPECT_EQ(parse_duration("1.5s"), 1500ms);
+  EXPECT_EQ(parse_duration("1m"), 60s);
+  EXPECT_EQ(parse_duration("1h"), 3600s);
+  EXPECT_EQ(parse_duration("forever"), std::chrono::nanoseconds::max());
+}
+
+TEST(Duration, RejectsNonsense) {
+  for (const char* bad : {"", "ms", "5parsecs", "-1s", "1e400s", "nan", "s5"}) {
+    EXPECT_THROW(parse_duration(bad), std::invalid_argument) << bad;
+  }
+}
+
+TEST(Duration, Formats) {
+  EXPECT_EQ(format_duration(300ms), "300 ms");
+  EXPECT_EQ(format_duration(2s), "2 s");
+  EXPECT_EQ(format_duration(std::chrono::nanoseconds::max()), "forever");
+}
+
+TEST(LatencyHistogram, PercentilesWithinOnePercent) {
+  LatencyHistogram h;
+  for (std::uint64_t v = 1; v <= 100000; ++v) h.record(v);
+  EXPECT_EQ(h.count(), 100000u);
+  EXPECT_EQ(h.max(), 100000u);
+  EXPECT_EQ(h.min(), 1u);
+  for (double q : {0.5, 0.9, 0.99, 0.999}) {
+    const double want = q * 100000;
+    EXPECT_NEAR(static_cast<double>(h.percentile(q)), want, want * 0.01) << q;
+  }
+  EXPECT_EQ(h.percentile(1.0), 100000u);
+}
+
+TEST(LatencyHistogram, BucketsCoverEveryValue) {
+  for (std::uint64_t v : {0ull, 1ull, 127ull, 128ull, 129ull, 1000ull, 1ull << 40, ~0ull}) {
+    const std::size_t i = LatencyHistogram::index(v);
+    ASSERT_LT(i, LatencyHistogram::kBuckets) << v;
+    EXPECT_GE(LatencyHistogram::upper_edge(i), v) << v;
+    if (i > 0) {
+      EXPECT_LT(LatencyHistogram::upper_edge(i - 1), v) << v;
+    }
+  }
+}

@@ -429,9 +429,13 @@ int run(const Options& o) {
     if (run.first_seq) line += fmt::format("; seq {}..{}", *run.first_seq, run.last_seq);
     if (run.corrupt > 0) line += fmt::format("; {} corrupt records skipped", run.corrupt);
     if (o.verify) {
-      line += verify_ok ? fmt::format("; verified: OK ({} gaps, all reported lost)",
-                                      run.verify.gaps)
-                        : fmt::format("; verified: FAILED ({} problems)", run.verify.problems);
+      if (!verify_ok) {
+        line += fmt::format("; verify FAILED ({} problems)", run.verify.problems);
+      } else if (run.verify.gaps == 0) {
+        line += "; verified OK (no gaps, no duplicates, checksums match)";
+      } else {
+        line += fmt::format("; verified OK (the {} missing were all reported lost)", run.verify.gaps);
+      }
     }
     fmt::print(stderr, "{}\n", line);
     if (o.stats) {

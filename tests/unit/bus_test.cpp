@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <latch>
 #include <thread>
 
@@ -576,7 +577,8 @@ TEST(ConcurrentCreation, ProcessesRacingOpenOrCreateAllGetTheSameFinishedBus) {
           Bus bus = Bus::open_or_create(name, o);
           if (bus.info().capacity != o.capacity || bus.info().record_size != 512) code = 2;
           if (bus.info().segment_size != file_size(segment_path(name))) code = 3;
-        } catch (...) {
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "child %d: %s\n", ::getpid(), e.what());
           code = 1;
         }
         ::_exit(code);

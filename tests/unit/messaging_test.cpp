@@ -387,14 +387,19 @@ TEST(Timeouts, BlockingBusWithoutReadersKeepsTheNewestRecordsAndNeverWaits) {
   Producer p(bus);
   for (int i = 0; i < 100; ++i) ASSERT_EQ(p.publish(bytes(std::to_string(i)), 0ns).status, PublishStatus::ok);
   EXPECT_EQ(bus.head(), 100u);
-  EXPECT_EQ(bus.oldest(), 92u);
+  // The newest records stay retained for late joiners (a `block` producer
+  // may protect them in chunks of up to capacity/16 records).
+  EXPECT_GE(bus.oldest(), 92u);
+  EXPECT_LE(bus.oldest(), 92u + 8u / 16u);
 }
 
 // ---------------------------------------------------------------- start positions
 
 TEST(StartPositions, LateJoinerStartsAtEarliestLatestOrAGivenSequence) {
   ScopedName name("start");
-  Bus bus = Bus::create(name, opts(8));
+  BusOptions o = opts(8);
+  o.max_readers = 8;
+  Bus bus = Bus::create(name, o);
   Producer p(bus);
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(p.publish(bytes(std::to_string(i))));
   ASSERT_EQ(bus.oldest(), 12u);
@@ -535,8 +540,12 @@ TEST(Overwrite, RepeatedLapsAreEachCountedExactly) {
       EXPECT_EQ(r.lost, expect_lost) << round;
       lost += r.lost;
     }
-    for (std::uint64_t s = published - std::min<std::uint64_t>(n, 4); s < published; ++s, ++delivered)
-      EXPECT_EQ(text(expect_message(c, s).message.payload), std::to_string(s));
+    for (std::uint64_t s = published - std::min<std::uint64_t>(n, 4); s < published; ++s, ++delivered) {
+      ReadResult r = c.next(1s);
+      ASSERT_EQ(r.status, ReadStatus::message) << "round " << round << ", waiting for seq " << s;
+      ASSERT_EQ(r.message.seq, s) << "round " << round;
+      ASSERT_EQ(text(r.message.payload), std::to_string(s));
+    }
   }
   EXPECT_EQ(delivered + lost, published);
   EXPECT_EQ(c.lost(), lost);

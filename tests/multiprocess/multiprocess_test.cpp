@@ -1,0 +1,356 @@
+// Real processes on one bus: the producer and the consumers are separate
+// processes (shmbus_test_peer, started with fork + exec), except where the test
+// process itself plays the producer to control it precisely.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <memory>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "payload.hpp"
+#include "peer_process.hpp"
+#include "test_support.hpp"
+
+namespace shmbus::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// 1,000,000 in a normal build; fewer under sanitizers (set by CMake), or
+// whatever SHMBUS_TEST_MESSAGES says.
+std::uint64_t message_count() {
+  if (const char* env = std::getenv("SHMBUS_TEST_MESSAGES")) return std::strtoull(env, nullptr, 10);
+  return SHMBUS_TEST_MESSAGES;
+}
+
+BusOptions options(Policy policy, std::uint64_t capacity, std::uint32_t max_readers = 8) {
+  BusOptions o;
+  o.policy = policy;
+  o.capacity = capacity;
+  o.record_size = 128;
+  o.max_readers = max_readers;
+  return o;
+}
+
+std::string dump(const Peer& p) {
+  std::string s = p.describe() + " said:";
+  for (const auto& l : p.lines()) s += "\n  " + l;
+  return s;
+}
+
+// Waits for `p` to exit and returns its "result" line's fields; fails if it
+// did not exit 0.
+Fields result_of(Peer& p, std::chrono::milliseconds timeout) {
+  const int code = p.wait_exit(timeout);
+  EXPECT_EQ(code, 0) << dump(p);
+  for (auto it = p.lines().rbegin(); it != p.lines().rend(); ++it)
+    if (it->rfind("result ", 0) == 0) return parse_fields(*it);
+  ADD_FAILURE() << "no result line; " << dump(p);
+  return {};
+}
+
+void publish_in_process(Producer& p, std::uint64_t count) {
+  const std::size_t max = p.bus().info().max_payload;
+  std::vector<std::byte> buf(max);
+  for (std::uint64_t i = 0; i < count; ++i) {
+    const std::uint64_t seq = p.next_seq();
+    const std::size_t n = make_payload(seq, max, buf.data());
+    PublishResult r = p.publish(std::span<const std::byte>(buf.data(), n), 10s);
+    ASSERT_EQ(r.status, PublishStatus::ok) << "seq " << seq;
+    ASSERT_EQ(r.seq, seq);
+  }
+}
+
+// Polls the segment until `done()` (there is nothing to wait on for an
+// outside observer); fails with `what` after `timeout`.
+template <class F>
+bool eventually(F&& done, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (!done()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------- a million messages
+
+struct Fanout {
+  Policy policy;
+  int consumers;
+  const char* producer_mode;
+};
+
+class MillionMessages : public ::testing::TestWithParam<Fanout> {};
+
+TEST_P(MillionMessages, EveryConsumerGetsEveryMessageOrExactlyCountedLosses) {
+  const Fanout f = GetParam();
+  const std::uint64_t total = message_count();
+  ScopedName name("million");
+  Bus bus = Bus::create(name, options(f.policy, 4096));
+  const std::size_t max = bus.info().max_payload;
+
+  std::vector<std::unique_ptr<Peer>> consumers;
+  for (int i = 0; i < f.consumers; ++i) {
+    std::vector<std::string> args = {"consumer", name.str(), "--expect-first", "0", "--name",
+                                     "c" + std::to_string(i)};
+    if (i % 2 == 1) args.push_back("--poll");  // half of them read in batches
+    consumers.push_back(std::make_unique<Peer>(args));
+  }
+  const auto start = Clock::now();
+  Peer producer({"producer", name.str(), std::to_string(total), "--wait-readers", std::to_string(f.consumers),
+                 "--mode", f.producer_mode, "--close"});
+  EXPECT_EQ(producer.wait_exit(120s), 0) << dump(producer);
+
+  const std::uint64_t expected_hash = expected_stream_hash(0, total - 1, max);
+  for (auto& c : consumers) {
+    SCOPED_TRACE(c->describe());
+    Fields r = result_of(*c, 60s);
+    EXPECT_EQ(u64(r, "errors"), 0u) << dump(*c);
+    EXPECT_EQ(u64(r, "last"), total - 1) << "the last message is never overwritten";
+    EXPECT_EQ(u64(r, "delivered") + u64(r, "lost"), total);
+    EXPECT_EQ(u64(r, "lib_delivered"), u64(r, "delivered"));
+    EXPECT_EQ(u64(r, "lib_lost"), u64(r, "lost"));
+    if (f.policy == Policy::block) {
+      EXPECT_EQ(u64(r, "delivered"), total);
+      EXPECT_EQ(u64(r, "lost"), 0u);
+      EXPECT_EQ(u64(r, "first"), 0u);
+      EXPECT_EQ(u64(r, "hash"), expected_hash) << "stream hash over seq 0.." << total - 1;
+    }
+    std::printf("[ info     ] %s: delivered %llu, lost %llu\n", c->describe().c_str(),
+                static_cast<unsigned long long>(u64(r, "delivered")), static_cast<unsigned long long>(u64(r, "lost")));
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("[ info     ] %llu messages to %d consumer(s), %s, in %.2f s (%.2f M msg/s)\n",
+              static_cast<unsigned long long>(total), f.consumers, to_string(f.policy), secs, total / secs / 1e6);
+  EXPECT_EQ(bus.head(), total);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    , MillionMessages,
+    ::testing::Values(Fanout{Policy::block, 1, "publish"}, Fanout{Policy::block, 4, "claim"},
+                      Fanout{Policy::overwrite, 1, "publish"}, Fanout{Policy::overwrite, 4, "batch"}),
+    [](const auto& p) {
+      return std::string(p.param.policy == Policy::block ? "Block" : "Overwrite") + "To" +
+             std::to_string(p.param.consumers) + "Consumers";
+    });
+
+// ---------------------------------------------------------------- late joiners
+
+TEST(LateJoiners, StartAtEarliestLatestOrAGivenSequence) {
+  ScopedName name("late");
+  Bus bus = Bus::create(name, options(Policy::block, 1024));
+  const std::size_t max = bus.info().max_payload;
+  auto producer = std::make_unique<Producer>(bus);
+  publish_in_process(*producer, 2000);
+  // No readers yet: the ring retains the newest records. A `block` producer
+  // protects them from joiners in chunks (at most capacity/16 fewer).
+  const std::uint64_t oldest = bus.oldest();
+  ASSERT_GE(oldest, 2000u - 1024u);
+  ASSERT_LE(oldest, 2000u - 1024u + 1024u / 16);
+
+  struct Joiner {
+    std::string start;
+    std::uint64_t first;
+  };
+  const Joiner joiners[] = {
+      {"earliest", oldest}, {"latest", 2000}, {"1500", 1500}, {std::to_string(oldest), oldest}, {"2000", 2000}};
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (const Joiner& j : joiners) {
+    peers.push_back(std::make_unique<Peer>(std::vector<std::string>{"consumer", name.str(), "--start", j.start}));
+    auto line = peers.back()->wait_line("attached", 10s);
+    ASSERT_TRUE(line) << dump(*peers.back());
+    EXPECT_EQ(u64(parse_fields(*line), "cursor"), j.first) << j.start;
+  }
+  // Gone (overwritten) and not yet published are refused.
+  for (const std::string& gone : {std::string("0"), std::to_string(oldest - 1), std::string("2001")}) {
+    Peer p({"consumer", name.str(), "--start", gone});
+    EXPECT_EQ(p.wait_exit(10s), 3) << "start " << gone << " must be not_retained; " << dump(p);
+  }
+
+  publish_in_process(*producer, 100);
+  producer->close();
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    SCOPED_TRACE(peers[i]->describe());
+    Fields r = result_of(*peers[i], 30s);
+    EXPECT_EQ(u64(r, "errors"), 0u);
+    EXPECT_EQ(u64(r, "first"), joiners[i].first);
+    EXPECT_EQ(u64(r, "last"), 2099u);
+    EXPECT_EQ(u64(r, "delivered"), 2100 - joiners[i].first);
+    EXPECT_EQ(u64(r, "lost"), 0u);
+    EXPECT_EQ(u64(r, "hash"), expected_stream_hash(joiners[i].first, 2099, max));
+  }
+}
+
+TEST(LateJoiners, OverwriteLateJoinerAtEarliestGetsTheNewestCapacityRecords) {
+  ScopedName name("late-ow");
+  Bus bus = Bus::create(name, options(Policy::overwrite, 256));
+  const std::size_t max = bus.info().max_payload;
+  Producer producer(bus);
+  publish_in_process(producer, 1000);
+  Peer p({"consumer", name.str(), "--start", "earliest"});
+  ASSERT_TRUE(p.wait_line("attached", 10s)) << dump(p);
+  producer.close();
+  Fields r = result_of(p, 30s);
+  EXPECT_EQ(u64(r, "first"), 1000u - 256u);
+  EXPECT_EQ(u64(r, "last"), 999u);
+  EXPECT_EQ(u64(r, "delivered"), 256u);
+  EXPECT_EQ(u64(r, "lost"), 0u);
+  EXPECT_EQ(u64(r, "hash"), expected_stream_hash(744, 999, max));
+}
+
+// ---------------------------------------------------------------- crashes
+
+class KilledReader : public ::testing::TestWithParam<bool> {};
+
+TEST_P(KilledReader, BlockedProducerResumesWhenTheReaderIsKilled) {
+  const bool reap_at_once = GetParam();  // false: the dead reader stays a zombie
+  constexpr std::uint64_t kCap = 64, kPauseAfter = 10, kTotal = 20000;
+  ScopedName name("killed-reader");
+  Bus bus = Bus::create(name, options(Policy::block, kCap));
+  const std::size_t max = bus.info().max_payload;
+
+  Peer stuck({"consumer", name.str(), "--name", "stuck", "--pause-after", std::to_string(kPauseAfter)});
+  Peer healthy({"consumer", name.str(), "--name", "healthy", "--expect-first", "0"});
+  ASSERT_TRUE(stuck.wait_line("attached", 10s)) << dump(stuck);
+  const std::uint32_t stuck_slot = static_cast<std::uint32_t>(u64(parse_fields(stuck.lines()[0]), "slot"));
+  ASSERT_TRUE(healthy.wait_line("attached", 10s)) << dump(healthy);
+
+  ProducerOptions po;
+  po.wait_for_readers = 2;
+  po.wait_for_readers_timeout = 10s;
+  Producer producer(bus, po);
+  std::promise<Clock::time_point> finished;
+  std::future<Clock::time_point> finished_at = finished.get_future();
+  std::thread publisher([&] {
+    std::vector<std::byte> buf(max);
+    for (std::uint64_t seq = 0; seq < kTotal; ++seq) {
+      const std::size_t n = make_payload(seq, max, buf.data());
+      if (!producer.publish(std::span<const std::byte>(buf.data(), n), 30s)) break;
+    }
+    finished.set_value(Clock::now());
+  });
+
+  ASSERT_TRUE(stuck.wait_line("paused", 10s)) << dump(stuck);
+  // The producer fills the ring up to the stuck reader and waits for it.
+  Inspector ins = Inspector::open(name);
+  const bool blocked = eventually(
+      [&] {
+        const Snapshot s = ins.snapshot();
+        return s.producer.waiting_for_space && s.head >= kPauseAfter + kCap - 1;
+      },
+      10s);
+  ASSERT_TRUE(blocked) << "the producer never blocked on the stuck reader; head " << bus.head();
+  const Snapshot before = ins.snapshot();
+  EXPECT_LE(before.head, kPauseAfter + kCap) << "the producer overwrote records the stuck reader has not read";
+  ASSERT_TRUE(before.producer.blocked_on_slot.has_value());
+  EXPECT_EQ(*before.producer.blocked_on_slot, stuck_slot);
+  EXPECT_EQ(finished_at.wait_for(0s), std::future_status::timeout);
+
+  const auto killed = Clock::now();
+  stuck.kill(SIGKILL);
+  if (reap_at_once) stuck.reap();
+  const bool resumed = finished_at.wait_for(10s) == std::future_status::ready;
+  publisher.join();
+  ASSERT_TRUE(resumed) << "the producer is still blocked 10 s after its reader was killed";
+  const double took = std::chrono::duration<double>(finished_at.get() - killed).count();
+  std::printf("[ info     ] producer finished %.3f s after the blocking reader was killed (%s)\n", took,
+              reap_at_once ? "reaped" : "zombie");
+  EXPECT_LT(took, 2.0) << "README bound: a dead reader is reclaimed in under a second";
+  EXPECT_EQ(producer.next_seq(), kTotal);
+  stuck.reap();
+  EXPECT_EQ(stuck.exit_code(), -SIGKILL);
+
+  producer.close();
+  Fields r = result_of(healthy, 30s);
+  EXPECT_EQ(u64(r, "errors"), 0u);
+  EXPECT_EQ(u64(r, "delivered"), kTotal);
+  EXPECT_EQ(u64(r, "hash"), expected_stream_hash(0, kTotal - 1, max));
+  EXPECT_GE(ins.snapshot().counters.readers_reclaimed, 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(, KilledReader, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? std::string("Reaped") : std::string("Zombie"); });
+
+TEST(KilledProducer, ConsumersDrainEveryCommittedMessageThenEndOfStreamThenANewProducerContinues) {
+  ScopedName name("killed-producer");
+  Bus bus = Bus::create(name, options(Policy::block, 1024));
+  const std::size_t max = bus.info().max_payload;
+  std::vector<std::unique_ptr<Peer>> consumers;
+  for (const char* how : {"--name", "--poll"}) {
+    std::vector<std::string> args = {"consumer", name.str(), "--expect-first", "0", "--eos-rounds", "2"};
+    args.push_back(how);
+    if (std::string(how) == "--name") args.push_back("next-reader");
+    consumers.push_back(std::make_unique<Peer>(args));
+  }
+  Peer producer({"producer", name.str(), "1000000000000", "--wait-readers", "2"});
+  ASSERT_TRUE(eventually([&] { return bus.head() >= 50000; }, 30s)) << "head " << bus.head() << "; " << dump(producer);
+  producer.kill(SIGKILL);  // mid-stream, possibly mid-record; not reaped yet (a zombie)
+
+  std::uint64_t last = 0;
+  for (auto& c : consumers) {
+    SCOPED_TRACE(c->describe());
+    auto eos = c->wait_line("eos", 10s);
+    ASSERT_TRUE(eos) << "no end-of-stream within 10 s of the producer's death; " << dump(*c);
+    Fields f = parse_fields(*eos);
+    EXPECT_EQ(u64(f, "errors"), 0u);
+    EXPECT_EQ(u64(f, "first"), 0u);
+    EXPECT_EQ(u64(f, "lost"), 0u);
+    EXPECT_EQ(u64(f, "delivered"), u64(f, "last") + 1) << "contiguous from 0";
+    EXPECT_EQ(u64(f, "hash"), expected_stream_hash(0, u64(f, "last"), max));
+    if (last == 0) last = u64(f, "last");
+    EXPECT_EQ(u64(f, "last"), last) << "both consumers drained to the same last committed message";
+  }
+  EXPECT_EQ(bus.head(), last + 1) << "consumers got exactly what was committed";
+  producer.reap();
+  EXPECT_EQ(producer.exit_code(), -SIGKILL);
+
+  // A new producer takes the bus over; the sequence continues.
+  Producer next(bus);
+  EXPECT_EQ(next.next_seq(), last + 1);
+  publish_in_process(next, 1000);
+  next.close();
+  for (auto& c : consumers) {
+    SCOPED_TRACE(c->describe());
+    Fields r = result_of(*c, 30s);
+    EXPECT_EQ(u64(r, "errors"), 0u);
+    EXPECT_EQ(u64(r, "first"), 0u);
+    EXPECT_EQ(u64(r, "last"), last + 1000);
+    EXPECT_EQ(u64(r, "delivered"), last + 1001);
+    EXPECT_EQ(u64(r, "hash"), expected_stream_hash(0, last + 1000, max));
+  }
+  EXPECT_GE(Inspector::open(name).snapshot().producer.takeovers, 1u);
+}
+
+TEST(KilledProducer, SecondProducerProcessIsRefusedWhileTheFirstLivesAndAcceptedAfterItDies) {
+  ScopedName name("producer-role");
+  Bus bus = Bus::create(name, options(Policy::block, 64));
+  Peer first({"producer", name.str(), "5", "--hold"});
+  ASSERT_TRUE(first.wait_line("done", 10s)) << dump(first);
+  {
+    Peer second({"producer", name.str(), "5"});
+    EXPECT_EQ(second.wait_exit(10s), 4) << dump(second);
+  }
+  try {
+    Producer p(bus);
+    ADD_FAILURE() << "took the role from a live producer";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.errc(), Errc::producer_active);
+    EXPECT_NE(std::string(e.what()).find(std::to_string(first.pid())), std::string::npos) << e.what();
+  }
+  first.kill(SIGKILL);
+  first.reap();
+  Peer third({"producer", name.str(), "5", "--close"});
+  auto done = third.wait_line("done", 10s);
+  ASSERT_TRUE(done) << dump(third);
+  EXPECT_EQ(u64(parse_fields(*done), "next_seq"), 10u);
+  EXPECT_EQ(third.wait_exit(10s), 0);
+}
+
+}  // namespace
+}  // namespace shmbus::test

@@ -324,10 +324,10 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
       if (WIFSIGNALED(st)) s << " (signal " << WTERMSIG(st) << ")";
       if (WIFEXITED(st)) s << " (exit " << WEXITSTATUS(st) << ")";
       if (killed) s << " (killed after the timeout)";
-      if (err.empty()) err = s.str();
+      err += (err.empty() ? "" : "; ") + s.str();
       return false;
     }
-    if (!r.ok && err.empty()) err = who + ": " + r.error;
+    if (!r.ok) err += (err.empty() ? "" : "; ") + who + ": " + r.error;
     return r.ok != 0;
   };
   bool ok = true;

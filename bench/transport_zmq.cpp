@@ -69,9 +69,13 @@ class ZmqSocket {
   void* s_;
 };
 
+// Which peers must be finished before a sender may close its socket.
+enum class Peers { none, consumers, producer };
+
 class ZmqSender {
  public:
-  ZmqSender(const ZmqContext& ctx, const std::string& endpoint) : sock_(ctx, ZMQ_XPUB) {
+  ZmqSender(const ZmqContext& ctx, const std::string& endpoint, Control& c, Peers wait_for)
+      : sock_(ctx, ZMQ_XPUB), c_(c), wait_for_(wait_for) {
     int one = 1;
     if (zmq_setsockopt(sock_.get(), ZMQ_XPUB_NODROP, &one, sizeof one) != 0)
       zmq_fail("ZMQ_XPUB_NODROP");
@@ -105,11 +109,28 @@ class ZmqSender {
     }
     return true;
   }
-  void finish() noexcept {}
+  // Messages still travelling when a PUB socket disconnects are lost, linger
+  // or not (the subscriber's side drops what it had not yet queued), so the
+  // sender keeps its socket open until its peers are finished.
+  void finish() noexcept {
+    Clock clk;
+    clk.use(c_.clock);
+    const std::uint64_t deadline = clk.now() + c_.cfg.timeout_ns;
+    auto done = [&] {
+      if (wait_for_ == Peers::none) return true;
+      if (wait_for_ == Peers::producer) return c_.producer.done.load(std::memory_order_acquire) != 0;
+      for (std::uint32_t i = 0; i < c_.cfg.consumers; ++i)
+        if (!c_.consumer[i].done.load(std::memory_order_acquire)) return false;
+      return true;
+    };
+    while (!done() && !c_.abort.load(std::memory_order_relaxed) && clk.now() < deadline) sleep_ms(1);
+  }
   const char* error() const noexcept { return zmq_strerror(zmq_errno()); }
 
  private:
   ZmqSocket sock_;
+  Control& c_;
+  Peers wait_for_;
 };
 
 class ZmqReceiver {
@@ -154,11 +175,11 @@ void run_zmq(Control& c, Role role, int id) {
     const auto ping = zmq_endpoint(cfg, "ping");
     const auto pong = zmq_endpoint(cfg, "pong");
     if (role == Role::producer) {
-      ZmqSender s(ctx, ping);
+      ZmqSender s(ctx, ping, c, Peers::none);  // the ponger waits for the pinger
       ZmqReceiver r(ctx, pong, cfg.size);
       ping_loop(c, s, r);
     } else {
-      ZmqSender s(ctx, pong);
+      ZmqSender s(ctx, pong, c, Peers::producer);
       ZmqReceiver r(ctx, ping, cfg.size);
       pong_loop(c, s, r);
     }
@@ -166,7 +187,7 @@ void run_zmq(Control& c, Role role, int id) {
   }
   const auto ep = zmq_endpoint(cfg, "pub");
   if (role == Role::producer) {
-    ZmqSender s(ctx, ep);
+    ZmqSender s(ctx, ep, c, Peers::consumers);
     if (cfg.mode == Mode::idle)
       idle_producer_loop(c, s);
     else

@@ -1,0 +1,220 @@
+// shmbus-micro — Google Benchmark micro-benchmarks of shmbus's hot paths.
+//
+//   BM_Publish/RECORD          publish() copying a full record's payload, no reader
+//   BM_Publish128/TS           publish() of a 128-byte message, timestamps off (0) / on (1)
+//   BM_ClaimCommit/RECORD      claim(), fill the payload in place, commit()
+//   BM_ConsumerNext/RECORD     Consumer::next() of messages already published
+//   BM_ConsumerPoll/BATCH      Consumer::poll() with a batch size of BATCH
+//   BM_PublishWake/SLEEPER     publish() of 128 bytes with no reader (0) or with a
+//                              reader thread asleep on the bus's futex (1): the
+//                              second pays for the futex wake-up system call
+//
+// Every bus is a real segment in /dev/shm (removed at exit), `block` policy.
+// RECORD is the record size in bytes (64 .. 4096); the payload fills it.
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shmbus/shmbus.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string bus_name(const char* what) {
+  static std::atomic<int> serial{0};
+  return "shmbus-micro-" + std::to_string(getpid()) + "-" + what + "-" + std::to_string(serial++);
+}
+
+// A bus that removes its segment when the benchmark ends.
+struct TempBus {
+  TempBus(const char* what, std::uint32_t record_size, std::uint64_t capacity = 65536)
+      : name(bus_name(what)) {
+    shmbus::BusOptions o;
+    o.record_size = record_size;
+    o.capacity = capacity;
+    bus = shmbus::Bus::create(name, o);
+  }
+  ~TempBus() { shmbus::Bus::remove(name); }
+  TempBus(const TempBus&) = delete;
+  TempBus& operator=(const TempBus&) = delete;
+  std::string name;
+  std::optional<shmbus::Bus> bus;
+};
+
+std::uint32_t record_for_payload(std::uint32_t payload) {
+  std::uint32_t r = 64;
+  while (shmbus::max_payload_for(r) < payload) r += 64;
+  return r;
+}
+
+void record_sizes(benchmark::internal::Benchmark* b) {
+  for (int r = 64; r <= 4096; r *= 2) b->Arg(r);
+}
+
+void BM_Publish(benchmark::State& state) {
+  const auto record = static_cast<std::uint32_t>(state.range(0));
+  TempBus tb("publish", record);
+  shmbus::Producer p(*tb.bus);
+  std::vector<std::byte> msg(shmbus::max_payload_for(record), std::byte{0x5a});
+  for (auto _ : state) {
+    auto r = p.publish(msg);
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(msg.size()));
+}
+BENCHMARK(BM_Publish)->Apply(record_sizes);
+
+void BM_Publish128(benchmark::State& state) {
+  TempBus tb("publish128", record_for_payload(128));
+  shmbus::ProducerOptions po;
+  po.timestamps = state.range(0) != 0;
+  shmbus::Producer p(*tb.bus, po);
+  std::vector<std::byte> msg(128, std::byte{0x5a});
+  for (auto _ : state) {
+    auto r = p.publish(msg);
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel(po.timestamps ? "timestamps on" : "timestamps off");
+}
+BENCHMARK(BM_Publish128)->Arg(0)->Arg(1);
+
+void BM_ClaimCommit(benchmark::State& state) {
+  const auto record = static_cast<std::uint32_t>(state.range(0));
+  TempBus tb("claim", record);
+  shmbus::Producer p(*tb.bus);
+  const std::size_t size = shmbus::max_payload_for(record);
+  std::vector<std::byte> src(size, std::byte{0x3c});
+  for (auto _ : state) {
+    shmbus::Claim c = p.claim(size);
+    std::memcpy(c.data.data(), src.data(), size);
+    p.commit();
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(size));
+}
+BENCHMARK(BM_ClaimCommit)->Apply(record_sizes);
+
+// Consumer cost per message: publish a batch (untimed), read it (timed).
+constexpr int kBatch = 4096;
+
+void BM_ConsumerNext(benchmark::State& state) {
+  const auto record = static_cast<std::uint32_t>(state.range(0));
+  TempBus tb("next", record, 2 * kBatch);
+  shmbus::Consumer c(*tb.bus);
+  shmbus::Producer p(*tb.bus);
+  std::vector<std::byte> msg(shmbus::max_payload_for(record), std::byte{0x11});
+  std::uint64_t sum = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (int i = 0; i < kBatch; ++i) (void)p.publish(msg);
+    state.ResumeTiming();
+    for (int i = 0; i < kBatch; ++i) {
+      const auto r = c.next(0ns);
+      sum += static_cast<std::uint64_t>(r.message.payload[0]);
+    }
+  }
+  benchmark::DoNotOptimize(sum);
+  state.SetItemsProcessed(state.iterations() * kBatch);
+  state.counters["ns/msg"] = benchmark::Counter(static_cast<double>(state.iterations() * kBatch),
+                                                benchmark::Counter::kIsRate |
+                                                    benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_ConsumerNext)->Apply(record_sizes);
+
+void BM_ConsumerPoll(benchmark::State& state) {
+  const auto batch = static_cast<std::size_t>(state.range(0));
+  TempBus tb("poll", record_for_payload(128), 2 * kBatch);
+  shmbus::Consumer c(*tb.bus);
+  shmbus::Producer p(*tb.bus);
+  std::vector<std::byte> msg(128, std::byte{0x22});
+  std::uint64_t sum = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (int i = 0; i < kBatch; ++i) (void)p.publish(msg);
+    state.ResumeTiming();
+    std::size_t got = 0;
+    while (got < kBatch) {
+      got += c.poll([&](const shmbus::Message& m) { sum += static_cast<std::uint64_t>(m.payload[1]); },
+                    batch)
+                 .count;
+    }
+  }
+  benchmark::DoNotOptimize(sum);
+  state.SetItemsProcessed(state.iterations() * kBatch);
+  state.counters["ns/msg"] = benchmark::Counter(static_cast<double>(state.iterations() * kBatch),
+                                                benchmark::Counter::kIsRate |
+                                                    benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_ConsumerPoll)->Arg(1)->Arg(16)->Arg(64)->Arg(256);
+
+// publish() with a reader asleep on the data futex (arg 1) or no reader (arg
+// 0). Timed manually around the publish alone; between iterations the loop
+// waits, untimed, until the reader has drained the message and is asleep
+// again, so every timed publish finds a sleeper and must wake it.
+void BM_PublishWake(benchmark::State& state) {
+  const bool sleeper = state.range(0) != 0;
+  TempBus tb("wake", record_for_payload(128), 1024);
+  shmbus::Producer p(*tb.bus);
+  std::vector<std::byte> msg(128, std::byte{0x33});
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> seen{0};
+  std::thread reader;
+  std::optional<shmbus::Inspector> insp;
+  if (sleeper) {
+    insp.emplace(shmbus::Inspector::open(tb.name));
+    shmbus::ConsumerOptions co;
+    co.wait.strategy = shmbus::WaitStrategy::adaptive;
+    co.wait.spin_time = 0ns;  // straight to the futex
+    co.wait.yield_time = 0ns;
+    auto c = std::make_shared<shmbus::Consumer>(*tb.bus, co);
+    reader = std::thread([c, &stop, &seen] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        const auto r = c->next(50ms);
+        if (r.status == shmbus::ReadStatus::message) seen.fetch_add(1, std::memory_order_release);
+      }
+    });
+  }
+  auto asleep = [&] {
+    for (;;) {
+      const auto s = insp->snapshot();
+      if (s.counters.data_sleepers > 0) return;
+      std::this_thread::yield();
+    }
+  };
+  std::uint64_t published = 0;
+  for (auto _ : state) {
+    if (sleeper) {
+      while (seen.load(std::memory_order_acquire) < published) std::this_thread::yield();
+      asleep();
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = p.publish(msg);
+    const auto t1 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(r);
+    ++published;
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+  }
+  stop = true;
+  if (reader.joinable()) {
+    p.close();
+    reader.join();
+  }
+  state.SetLabel(sleeper ? "reader asleep on the futex" : "no reader");
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_PublishWake)->Arg(0)->Arg(1)->UseManualTime()->Iterations(20000);
+
+}  // namespace
+
+BENCHMARK_MAIN();

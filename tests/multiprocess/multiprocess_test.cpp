@@ -277,6 +277,28 @@ TEST_P(KilledReader, BlockedProducerResumesWhenTheReaderIsKilled) {
 INSTANTIATE_TEST_SUITE_P(, KilledReader, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? std::string("Reaped") : std::string("Zombie"); });
 
+TEST(KilledReaderAsleep, ReaderKilledWhileAsleepIsReclaimedAndLeavesNoSleeperBehind) {
+  ScopedName name("killed-sleeper");
+  Bus bus = Bus::create(name, options(Policy::block, 16));
+  Peer sleeper({"consumer", name.str(), "--name", "sleeper"});
+  ASSERT_TRUE(sleeper.wait_line("attached", 10s)) << dump(sleeper);
+  Inspector ins = Inspector::open(name);
+  ASSERT_TRUE(eventually([&] { return ins.snapshot().counters.data_sleepers == 1; }, 10s))
+      << "the idle consumer never went to sleep on the data futex";
+  sleeper.kill(SIGKILL);
+  sleeper.reap();
+
+  Producer producer(bus);
+  const auto start = Clock::now();
+  publish_in_process(producer, 100);  // more than the ring: needs the dead slot reclaimed
+  std::printf("[ info     ] 100 messages published %.3f s after the sleeping reader was killed\n",
+              std::chrono::duration<double>(Clock::now() - start).count());
+  const Snapshot s = ins.snapshot();
+  EXPECT_EQ(s.counters.data_sleepers, 0u) << "a dead sleeper still counts as asleep";
+  EXPECT_TRUE(s.readers.empty());
+  EXPECT_GE(s.counters.readers_reclaimed, 1u);
+}
+
 TEST(KilledProducer, ConsumersDrainEveryCommittedMessageThenEndOfStreamThenANewProducerContinues) {
   ScopedName name("killed-producer");
   Bus bus = Bus::create(name, options(Policy::block, 1024));

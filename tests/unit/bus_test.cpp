@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <latch>
+#include <set>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -595,6 +596,38 @@ TEST(ConcurrentCreation, ProcessesRacingOpenOrCreateAllGetTheSameFinishedBus) {
     Bus bus = Bus::open(name);
     EXPECT_EQ(bus.info().capacity, o.capacity);
   }
+}
+
+}  // namespace
+}  // namespace shmbus::test
+
+namespace shmbus::test {
+namespace {
+
+TEST(Errors, EveryErrcHasAMessageInTheShmbusCategory) {
+  EXPECT_STREQ(category().name(), "shmbus");
+  std::set<std::string> messages;
+  for (int v = static_cast<int>(Errc::invalid_name); v <= static_cast<int>(Errc::system); ++v) {
+    const std::error_code ec = static_cast<Errc>(v);  // is_error_code_enum
+    EXPECT_EQ(&ec.category(), &category());
+    EXPECT_FALSE(ec.message().empty()) << v;
+    messages.insert(ec.message());
+  }
+  EXPECT_EQ(messages.size(), static_cast<std::size_t>(Errc::system)) << "messages must tell the codes apart";
+  const Error e(Errc::not_found, "bus 'x': no such bus");
+  EXPECT_EQ(e.errc(), Errc::not_found);
+  EXPECT_EQ(e.code(), make_error_code(Errc::not_found));
+  EXPECT_NE(std::string(e.what()).find("bus 'x'"), std::string::npos);
+}
+
+TEST(Errors, StatusEnumsHaveNames) {
+  EXPECT_STREQ(to_string(Policy::block), "block");
+  EXPECT_STREQ(to_string(Policy::overwrite), "overwrite");
+  for (ReadStatus s : {ReadStatus::message, ReadStatus::timeout, ReadStatus::end_of_stream, ReadStatus::lost,
+                       ReadStatus::corrupt})
+    EXPECT_GT(std::strlen(to_string(s)), 0u);
+  for (PublishStatus s : {PublishStatus::ok, PublishStatus::too_large, PublishStatus::timeout, PublishStatus::closed})
+    EXPECT_GT(std::strlen(to_string(s)), 0u);
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ static_assert(log_offset_for(max_readers_limit) == align_up(512 + 128 * 1024, 40
 // Identity packing leaves 0 and all-ones free for the sentinels.
 static_assert(identity_pid(pack_identity(1234, 0xabcdef)) == 1234);
 static_assert(identity_start32(pack_identity(1234, 0xabcdef)) == 0xabcdef);
-static_assert(pack_identity(1, 0) != kOwnerFree && pack_identity((1u << 22) - 1, ~0ull) != kOwnerReclaiming);
+static_assert(pack_identity(1, 0) != kOwnerFree && !is_identity(reclaim_marker(pack_identity((1u << 22) - 1, ~0ull))));
 
 TEST(Layout, LogOffsetIsPageAlignedAndLeavesRoomForEveryReaderSlot) {
   for (std::uint32_t readers = 1; readers <= max_readers_limit; ++readers) {

@@ -486,8 +486,13 @@ TEST(Overwrite, LappedConsumerIsToldExactlyHowManyItLostAndResumesAtTheOldest) {
     EXPECT_EQ(bus.oldest(), extra);
     ReadResult r = c.next(1s);
     ASSERT_EQ(r.status, ReadStatus::lost);
-    EXPECT_EQ(r.lost, extra);
-    for (std::uint64_t s = extra; s < total; ++s) EXPECT_EQ(text(expect_message(c, s).message.payload), std::to_string(s));
+    EXPECT_EQ(r.lost, extra) << "records " << extra << ".." << total - 1 << " are still in the ring";
+    for (std::uint64_t s = extra; s < total; ++s) {
+      r = c.next(1s);
+      ASSERT_EQ(r.status, ReadStatus::message) << "waiting for seq " << s;
+      ASSERT_EQ(r.message.seq, s) << "did not resume at the oldest retained record";
+      ASSERT_EQ(text(r.message.payload), std::to_string(s));
+    }
     EXPECT_EQ(c.next(0ns).status, ReadStatus::timeout);
     EXPECT_EQ(c.lost(), extra);
     EXPECT_EQ(c.delivered(), kCap);

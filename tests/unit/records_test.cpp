@@ -4,6 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include <gtest/gtest.h>
 
 #include "test_support.hpp"
@@ -219,6 +222,124 @@ TEST(TornOverwrite, RecordWhoseTagNamesAnotherSequenceIsNotReturnedAsThisOne) {
   if (r.status == ReadStatus::message) {
     EXPECT_NE(text(r.message.payload), "FROM-THE-FUTURE") << "seq " << r.message.seq;
   }
+}
+
+}  // namespace
+}  // namespace shmbus::test
+
+namespace shmbus::test {
+namespace {
+
+// Start time of `pid` in clock ticks since boot (field 22 of /proc/PID/stat).
+std::uint64_t start_ticks_of(pid_t pid) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return 0;
+  char buf[1024] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr || n == 0) return 0;
+  // After ") " come fields 3 (state) .. 22 (starttime).
+  std::uint64_t v = 0;
+  int field = 2;
+  for (++p; *p != '\0'; ++p) {
+    if (*p == ' ') {
+      ++field;
+      if (field == 22) {
+        v = std::strtoull(p + 1, nullptr, 10);
+        break;
+      }
+    }
+  }
+  return v;
+}
+
+// Fakes an active reader slot at cursor 0 owned by (pid, start_ticks).
+void fake_reader(RawSegment& raw, std::uint32_t slot, pid_t pid, std::uint64_t start_ticks) {
+  layout::ReaderSlot& r = raw.reader(slot);
+  r.pid.store(static_cast<std::uint32_t>(pid));
+  r.start_ticks.store(start_ticks);
+  r.cursor.store(0);
+  std::memcpy(r.name, "fake", 5);
+  r.owner.store(layout::pack_identity(static_cast<std::uint32_t>(pid), start_ticks));
+  r.state.store(layout::kSlotActive, std::memory_order_release);
+}
+
+TEST(ReaderLiveness, SlotOfAPidNowUsedByAnotherProcessIsReclaimed) {
+  // The slot names our parent's pid but another start time: the process that
+  // attached is gone and the pid was reused. The producer must not wait for it.
+  ScopedName name("reused-pid");
+  BusOptions o;
+  o.capacity = 4;
+  o.max_readers = 2;
+  Bus bus = Bus::create(name, o);
+  const pid_t parent = ::getppid();
+  const std::uint64_t real = start_ticks_of(parent);
+  ASSERT_NE(real, 0u);
+  {
+    RawSegment raw(name.path());
+    fake_reader(raw, 0, parent, real + 12345);
+  }
+  Producer p(bus);
+  for (int i = 0; i < 10; ++i)
+    ASSERT_EQ(p.publish(bytes("x"), 2s).status, PublishStatus::ok) << "held back by a reused pid's stale slot at " << i;
+  EXPECT_EQ(p.live_readers(), 0u);
+}
+
+TEST(ReaderLiveness, SlotOfALiveProcessIsNotReclaimed) {
+  // The same fake slot with the parent's real start time is a live reader:
+  // the producer must wait for it, never reclaim it.
+  ScopedName name("live-pid");
+  BusOptions o;
+  o.capacity = 4;
+  o.max_readers = 2;
+  Bus bus = Bus::create(name, o);
+  const pid_t parent = ::getppid();
+  const std::uint64_t real = start_ticks_of(parent);
+  ASSERT_NE(real, 0u);
+  {
+    RawSegment raw(name.path());
+    fake_reader(raw, 0, parent, real);
+  }
+  Producer p(bus);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(p.publish(bytes("x"), 0ns).status, PublishStatus::ok);
+  EXPECT_EQ(p.publish(bytes("x"), 200ms).status, PublishStatus::timeout);
+  EXPECT_EQ(p.live_readers(), 1u);
+}
+
+TEST(ReaderLiveness, ZombieReaderIsReclaimed) {
+  // A reader process that exited but was not reaped still has its pid.
+  ScopedName name("zombie");
+  BusOptions o;
+  o.capacity = 4;
+  o.max_readers = 2;
+  Bus bus = Bus::create(name, o);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(ready[0]);
+    try {
+      new Consumer(Bus::open(name));
+    } catch (...) {
+      ::_exit(1);
+    }
+    ::_exit(0);  // closes the pipe; stays a zombie until reaped
+  }
+  ::close(ready[1]);
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 0);  // the child has exited (or is exiting)
+  ::close(ready[0]);
+  // Wait until it is a zombie, without reaping it.
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT), 0);
+  ASSERT_EQ(info.si_status, 0);
+  Producer p(bus);
+  for (int i = 0; i < 10; ++i)
+    ASSERT_EQ(p.publish(bytes("x"), 2s).status, PublishStatus::ok) << "held back by a zombie reader at " << i;
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
 }
 
 }  // namespace

@@ -56,6 +56,8 @@ struct Consumer::Impl {
   std::uint64_t lost = 0;
   std::uint64_t last_lost = 0;  // size of the last lap, for ReadStatus::lost
   std::uint64_t next_liveness = 0;
+  bool eos_reported = false;    // end_of_stream returned, nothing read since
+  pid_t owner_pid = 0;          // the process holding the slot (not a forked child)
   std::size_t batch_cap = 64;
   std::unique_ptr<std::byte[]> copy;  // overwrite: batch_cap * max_payload bytes
 
@@ -106,7 +108,8 @@ struct Consumer::Impl {
     // Pairs with the producer's release store of the commit tag.
     const std::uint64_t t = r->tag.load(std::memory_order_acquire);
     if (t == c + 1) [[likely]] {
-      const std::uint32_t len = r->length;
+      // One read of the (untrusted) length, checked below before any use.
+      const std::uint32_t len = std::atomic_ref<std::uint32_t>(r->length).load(std::memory_order_relaxed);
       const std::uint64_t ts = r->timestamp_ns;
       const std::byte* src = detail::Segment::payload(r);
       if (overwrite) {
@@ -127,6 +130,7 @@ struct Consumer::Impl {
       out.payload = std::span<const std::byte>(src, len);
       cursor = c + 1;
       ++delivered;
+      eos_reported = false;
       return Step::message;
     }
     if (t == 0) return Step::empty;
@@ -159,13 +163,14 @@ struct Consumer::Impl {
 
   // True when no more data can come: the producer closed the bus, or the
   // producer that holds the role is dead. Checked only when the ring is empty.
-  bool end_of_stream(std::uint64_t now) noexcept {
+  // `probe`: allowed to read /proc (a few system calls) if 50 ms have passed.
+  bool end_of_stream(std::uint64_t now, bool probe) noexcept {
     // Pairs with the producer's release store of `closed` after its last commit.
     if (h->closed.load(std::memory_order_acquire) != 0) return true;
-    if (now < next_liveness) return false;
+    if (!probe || now < next_liveness) return false;
     next_liveness = now + kLivenessPeriodNs;
     const std::uint64_t owner = h->producer_owner.load(std::memory_order_acquire);
-    if (owner == layout::kOwnerFree || owner == layout::kOwnerReclaiming) return false;
+    if (!layout::is_identity(owner)) return false;
     if (detail::identity_liveness(owner) == Liveness::alive) return false;
     // A producer that died asleep left this set; clear it so our cursor
     // updates stop issuing futex wakes.
@@ -188,17 +193,29 @@ struct Consumer::Impl {
     const std::uint64_t deadline =
         timeout == forever ? UINT64_MAX
                            : start + static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
-    const std::uint64_t spin_end = start + static_cast<std::uint64_t>(opt.wait.spin_time.count());
-    const std::uint64_t yield_end = spin_end + static_cast<std::uint64_t>(opt.wait.yield_time.count());
+    const std::uint64_t spin_end =
+        start + static_cast<std::uint64_t>(std::max<std::int64_t>(0, opt.wait.spin_time.count()));
+    const std::uint64_t yield_end =
+        spin_end + static_cast<std::uint64_t>(std::max<std::int64_t>(0, opt.wait.yield_time.count()));
     slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+    bool eos = false;
     for (std::uint64_t now = start;; now = detail::monotonic_ns()) {
-      if (end_of_stream(now)) {
+      // The liveness probe is kept out of the spin phase (a short wait makes
+      // no system call), except for a caller that does not wait at all.
+      if (!eos && end_of_stream(now, now >= spin_end || now >= deadline)) {
         // Everything committed before the close (or the death) is visible now.
         s = try_read(out, copy_to);
-        return s == Step::empty ? Wait::eos : from_step(s);
+        if (s != Step::empty) return from_step(s);
+        // Report it once; after that, wait (asleep) for a new producer until
+        // the timeout, instead of returning at once to a spinning caller.
+        if (!eos_reported || now >= deadline) {
+          eos_reported = true;
+          return Wait::eos;
+        }
+        eos = true;
       }
-      if (now >= deadline) return Wait::timeout;
-      if (opt.wait.strategy == WaitStrategy::busy_spin || now < spin_end) {
+      if (now >= deadline) return eos ? Wait::eos : Wait::timeout;
+      if (!eos && (opt.wait.strategy == WaitStrategy::busy_spin || now < spin_end)) {
         for (int k = 0; k < 16; ++k) {
           detail::cpu_relax();
           s = try_read(out, copy_to);
@@ -206,7 +223,7 @@ struct Consumer::Impl {
         }
         continue;
       }
-      if (opt.wait.strategy == WaitStrategy::spin_yield || now < yield_end) {
+      if (!eos && (opt.wait.strategy == WaitStrategy::spin_yield || now < yield_end)) {
         ::sched_yield();
       } else {
         // Sleep. Dekker with the producer: we count ourselves in
@@ -219,7 +236,7 @@ struct Consumer::Impl {
         const std::uint32_t seen = h->data_futex.load(std::memory_order_acquire);
         const bool barrier_ok = detail::heavy_barrier();
         s = try_read(out, copy_to);
-        if (s == Step::empty && h->closed.load(std::memory_order_acquire) == 0) {
+        if (s == Step::empty && (eos || h->closed.load(std::memory_order_acquire) == 0)) {
           std::uint64_t slice = std::min(deadline - now, kLivenessPeriodNs);
           if (!barrier_ok) slice = std::min<std::uint64_t>(slice, 1'000'000);
           detail::futex_wait(&h->data_futex, seen, slice);
@@ -228,6 +245,9 @@ struct Consumer::Impl {
           h->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
         slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
         if (s != Step::empty) return from_step(s);
+        if (eos && h->closed.load(std::memory_order_acquire) == 0 &&
+            layout::is_identity(h->producer_owner.load(std::memory_order_acquire)))
+          eos = false;  // a new producer took over: wait for its data as usual
       }
       s = try_read(out, copy_to);
       if (s != Step::empty) return from_step(s);
@@ -255,7 +275,8 @@ void Consumer::Impl::attach() {
     detail::fail(Errc::reader_table_full, seg.info().name,
                  "all " + std::to_string(n) + " reader slots hold live readers");
 
-  slot->pid.store(static_cast<std::uint32_t>(::getpid()), std::memory_order_relaxed);
+  owner_pid = ::getpid();
+  slot->pid.store(static_cast<std::uint32_t>(owner_pid), std::memory_order_relaxed);
   slot->start_ticks.store(detail::self_start_ticks(), std::memory_order_relaxed);
   std::memset(slot->name, 0, sizeof slot->name);
   std::memcpy(slot->name, opt.name.data(), std::min(opt.name.size(), sizeof slot->name - 1));
@@ -304,6 +325,11 @@ void Consumer::Impl::attach() {
 
 void Consumer::Impl::detach() noexcept {
   if (!slot) return;
+  // A forked child destroying its copy must not free its parent's slot.
+  if (::getpid() != owner_pid) {
+    slot = nullptr;
+    return;
+  }
   // Only if the slot is still ours (it is not, if it was reclaimed).
   if (slot->owner.load(std::memory_order_acquire) == identity) {
     slot->delivered.store(delivered, std::memory_order_relaxed);

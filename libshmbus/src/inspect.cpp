@@ -44,9 +44,11 @@ ReaderView reader_view(const detail::Segment& seg, std::uint32_t i, std::uint64_
   const layout::ReaderSlot& r = *seg.reader(i);
   ReaderView v;
   v.slot = i;
-  v.pid = static_cast<pid_t>(layout::identity_pid(owner));
+  const bool marker = layout::is_reclaim_marker(owner);  // being (or half) reclaimed
+  v.pid = marker ? static_cast<pid_t>(r.pid.load(std::memory_order_relaxed))
+                 : static_cast<pid_t>(layout::identity_pid(owner));
   v.start_ticks = r.start_ticks.load(std::memory_order_relaxed);
-  v.liveness = detail::identity_liveness(owner);
+  v.liveness = marker ? Liveness::dead : detail::identity_liveness(owner);
   v.name = slot_name(r);
   v.cursor = r.cursor.load(std::memory_order_acquire);
   v.delivered = r.delivered.load(std::memory_order_relaxed);
@@ -57,7 +59,9 @@ ReaderView reader_view(const detail::Segment& seg, std::uint32_t i, std::uint64_
   return v;
 }
 
-bool in_use(std::uint64_t owner) { return owner != layout::kOwnerFree && owner != layout::kOwnerReclaiming; }
+// A slot is shown while it has an owner or a reclaim marker (a reclaim in
+// progress, or one whose reclaimer died, which gc finishes).
+bool in_use(std::uint64_t owner) { return owner != layout::kOwnerFree; }
 
 }  // namespace
 
@@ -149,6 +153,10 @@ std::vector<Problem> Inspector::check() const {
     const std::uint32_t state = r.state.load(std::memory_order_acquire);
     if (state > layout::kSlotActive) add(where, "state " + std::to_string(state) + " is unknown");
     if (owner == layout::kOwnerFree && state == layout::kSlotActive) add(where, "active but has no owner");
+    if (layout::is_reclaim_marker(owner) &&
+        detail::identity_liveness(layout::reclaimer_of(owner)) != Liveness::alive)
+      add(where, "reclaim interrupted (reclaimer pid " + std::to_string(layout::identity_pid(layout::reclaimer_of(owner))) +
+                     " died); gc finishes it");
     if (!in_use(owner) || state != layout::kSlotActive) continue;
     const std::uint64_t c = r.cursor.load(std::memory_order_acquire);
     const std::uint64_t h1 = h.head.load(std::memory_order_acquire);

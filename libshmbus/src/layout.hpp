@@ -83,9 +83,13 @@ inline constexpr std::uint32_t kMinRecordSize = 64;
 inline constexpr std::uint32_t kReaderNameSize = 32;
 inline constexpr std::uint64_t kBusyBit = std::uint64_t{1} << 63;
 
-// ReaderSlot::owner values besides a packed process identity.
+// ReaderSlot::owner holds kOwnerFree, a packed process identity, or a
+// reclaim marker: the reclaimer's identity with kReclaimBit set (bit 31 sits
+// in the pid's place, and pids stay below 2^22). A marker whose reclaimer
+// died is taken over and the reclaim redone, so a crash mid-reclaim never
+// loses the slot.
 inline constexpr std::uint64_t kOwnerFree = 0;
-inline constexpr std::uint64_t kOwnerReclaiming = ~std::uint64_t{0};  // pid 0xffffffff: never real
+inline constexpr std::uint64_t kReclaimBit = std::uint64_t{1} << 31;
 
 // ReaderSlot::state
 inline constexpr std::uint32_t kSlotFree = 0;
@@ -145,7 +149,7 @@ struct alignas(kCacheLine) SegmentHeader {
 
 struct alignas(kCacheLine) ReaderSlot {
   // --- line 0: identity, written at attach and reclaim ---
-  std::atomic<std::uint64_t> owner;  // packed identity, kOwnerFree or kOwnerReclaiming
+  std::atomic<std::uint64_t> owner;  // packed identity, kOwnerFree or a reclaim marker
   std::atomic<std::uint32_t> state;  // kSlotFree / kSlotActive
   std::atomic<std::uint32_t> pid;
   std::atomic<std::uint64_t> start_ticks;
@@ -244,10 +248,16 @@ static_assert(log_offset_for(1) == 4096 && log_offset_for(28) == 4096 && log_off
 // Packed process identity stored in owner words: pid in the low 32 bits, the
 // low 32 bits of the process start time (clock ticks since boot) above. A real
 // process never packs to 0 (pid 0 does not exist) or to all ones (pids stay
-// below 2^22), which leaves those values for kOwnerFree and kOwnerReclaiming.
+// below 2^22), which leaves 0 for kOwnerFree and bit 31 for kReclaimBit.
 constexpr std::uint64_t pack_identity(std::uint32_t pid, std::uint64_t start_ticks) {
   return (start_ticks << 32) | pid;
 }
+constexpr bool is_identity(std::uint64_t owner) { return owner != kOwnerFree && !(owner & kReclaimBit); }
+constexpr bool is_reclaim_marker(std::uint64_t owner) { return (owner & kReclaimBit) != 0; }
+constexpr std::uint64_t reclaim_marker(std::uint64_t identity) { return identity | kReclaimBit; }
+constexpr std::uint64_t reclaimer_of(std::uint64_t marker) { return marker & ~kReclaimBit; }
+static_assert(!is_identity(reclaim_marker(pack_identity((1u << 22) - 1, ~0ull))));
+static_assert(is_identity(pack_identity(1, 0)) && !is_identity(kOwnerFree));
 constexpr std::uint32_t identity_pid(std::uint64_t id) { return static_cast<std::uint32_t>(id); }
 constexpr std::uint32_t identity_start32(std::uint64_t id) {
   return static_cast<std::uint32_t>(id >> 32);

@@ -74,8 +74,8 @@ StatInfo read_stat(pid_t pid) noexcept {
 std::uint64_t process_start_ticks(pid_t pid) noexcept { return read_stat(pid).start_ticks; }
 
 std::uint64_t self_start_ticks() noexcept {
-  static const std::uint64_t ticks = process_start_ticks(::getpid());
-  return ticks;
+  // Read each time: cached, a forked child would report its parent's.
+  return process_start_ticks(::getpid());
 }
 
 std::uint64_t self_identity() noexcept {
@@ -88,8 +88,11 @@ namespace {
 Liveness liveness_impl(pid_t pid, std::uint64_t start, bool low32) noexcept {
   if (pid <= 0) return Liveness::dead;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return Liveness::dead;
+  // kill() says it exists (or exists but is not ours: EPERM).
   StatInfo s = read_stat(pid);
-  if (!s.found) return Liveness::dead;
+  // /proc hidden (hidepid, ProtectProc) or not mounted: we cannot tell a
+  // zombie or a reused pid, and must not declare a live process dead.
+  if (!s.found) return Liveness::alive;
   if (s.state == 'Z' || s.state == 'X' || s.state == 'x') return Liveness::zombie;
   std::uint64_t actual = low32 ? (s.start_ticks & 0xffffffffu) : s.start_ticks;
   if (actual != start) return Liveness::reused;
@@ -114,18 +117,19 @@ void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, expected, tp, nullptr, 0);
 }
 
-void futex_wake(std::atomic<std::uint32_t>* word, int count) noexcept {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, count, nullptr, nullptr, 0);
+int futex_wake(std::atomic<std::uint32_t>* word, int count) noexcept {
+  const long r = ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, count, nullptr, nullptr, 0);
+  return r > 0 ? static_cast<int>(r) : 0;
 }
 
-bool g_light_barrier_is_compiler_only = false;
+std::atomic<bool> g_light_barrier_is_compiler_only{false};
 
 namespace {
 std::atomic<pid_t> g_registered_pid{0};
 void after_fork_in_child() {
-  // Membarrier registration belongs to the address space: a forked child is
-  // not registered, so it must fence fully until it registers itself.
-  g_light_barrier_is_compiler_only = false;
+  // Be conservative in a forked child: fence fully until it registers itself
+  // (registering again is harmless).
+  g_light_barrier_is_compiler_only.store(false, std::memory_order_relaxed);
   g_registered_pid.store(0, std::memory_order_relaxed);
 }
 }  // namespace
@@ -142,7 +146,7 @@ void register_barrier() noexcept {
   bool ok = mask >= 0 && (mask & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
             (mask & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) &&
             ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
-  g_light_barrier_is_compiler_only = ok;
+  g_light_barrier_is_compiler_only.store(ok, std::memory_order_relaxed);
   g_registered_pid.store(me, std::memory_order_relaxed);
 }
 

@@ -58,6 +58,9 @@ struct Producer::Impl {
   bool claim_open = false;
   std::uint64_t claim_seq = 0;
   std::size_t claim_size = 0;
+  std::uint32_t empty_wakes = 0;       // futex wakes that found nobody, in a row
+  std::uint64_t next_liveness = 0;     // when to check the readers holding us back
+  pid_t owner_pid = 0;                 // the process that holds the role (not a forked child)
   detail::PublishClock clock;
 
   Impl(const Bus& b, const ProducerOptions& o)
@@ -78,14 +81,13 @@ struct Producer::Impl {
   void reclaim_dead_holders(std::uint64_t needed_floor) noexcept;
   std::uint32_t count_live_readers() const;
 
-  void begin_write(layout::RecordHeader* r, std::uint64_t s) noexcept {
-    if (overwrite) {
-      // Seqlock: a reader still copying the old occupant must see the tag
-      // change. The release fence orders this store before the payload
-      // stores below; it pairs with the reader's acquire fence before its re-check.
-      r->tag.store(layout::kBusyBit | (s + 1), std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_release);
-    }
+  static void begin_write(layout::RecordHeader* r, std::uint64_t s) noexcept {
+    // Seqlock: anyone still copying the old occupant (an overwrite consumer,
+    // the inspector) must see the tag change. The release fence orders this
+    // store before the payload stores; it pairs with the reader's acquire
+    // fence before its re-check. (A block consumer is never on this record.)
+    r->tag.store(layout::kBusyBit | (s + 1), std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
   }
 
   static void finish_write(layout::RecordHeader* r, std::uint64_t s, std::uint32_t len,
@@ -112,10 +114,18 @@ struct Producer::Impl {
     // data_sleepers; it increments data_sleepers, then issues heavy_barrier()
     // and re-checks the tag. No system call unless somebody sleeps.
     detail::light_barrier();
-    if (h->data_sleepers.load(std::memory_order_relaxed) != 0) {
+    if (h->data_sleepers.load(std::memory_order_relaxed) != 0) [[unlikely]] {
       h->data_futex.fetch_add(1, std::memory_order_release);
-      detail::futex_wake(&h->data_futex, INT_MAX);
+      const int woken = detail::futex_wake(&h->data_futex, INT_MAX);
       h->wakeups.fetch_add(1, std::memory_order_relaxed);
+      // A reader killed while asleep leaves its count in data_sleepers; in an
+      // overwrite bus nothing else would reclaim it, and every publish would
+      // go on making this system call. Look for dead sleepers now and then.
+      if (woken == 0 && ++empty_wakes >= 64) {
+        empty_wakes = 0;
+        for (std::uint32_t i = 0; i < seg.max_readers(); ++i)
+          if (seg.reader(i)->sleeping.load(std::memory_order_relaxed) != 0) detail::reclaim_if_dead(seg, i);
+      }
     }
   }
 
@@ -142,7 +152,8 @@ void Producer::Impl::acquire_role() {
       break;
     }
   }
-  h->producer_pid.store(static_cast<std::uint32_t>(::getpid()), std::memory_order_relaxed);
+  owner_pid = ::getpid();
+  h->producer_pid.store(static_cast<std::uint32_t>(owner_pid), std::memory_order_relaxed);
   h->producer_start_ticks.store(detail::self_start_ticks(), std::memory_order_relaxed);
   if (took_over) h->takeovers.fetch_add(1, std::memory_order_relaxed);
   // A predecessor that died asleep may have left these set.
@@ -168,6 +179,8 @@ void Producer::Impl::acquire_role() {
 }
 
 void Producer::Impl::release_role(bool mark_closed) noexcept {
+  // A forked child destroying its copy must not end its parent's stream.
+  if (::getpid() != owner_pid) return;
   if (claim_open) {
     // An open claim is abandoned: its record never gets a commit mark.
     claim_open = false;
@@ -219,7 +232,7 @@ std::uint32_t Producer::Impl::count_live_readers() const {
     layout::ReaderSlot* r = seg.reader(i);
     if (r->state.load(std::memory_order_acquire) != layout::kSlotActive) continue;
     const std::uint64_t o = r->owner.load(std::memory_order_acquire);
-    if (o == layout::kOwnerFree || o == layout::kOwnerReclaiming) continue;
+    if (!layout::is_identity(o)) continue;
     if (detail::identity_liveness(o) == Liveness::alive) ++n;
   }
   return n;
@@ -246,9 +259,8 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
   const std::uint64_t start = detail::monotonic_ns();
   const std::uint64_t deadline =
       timeout == forever ? UINT64_MAX : start + static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
-  const std::uint64_t spin_end = start + static_cast<std::uint64_t>(opt.wait.spin_time.count());
-  const std::uint64_t yield_end = spin_end + static_cast<std::uint64_t>(opt.wait.yield_time.count());
-  std::uint64_t next_liveness = start;  // check at once: the holder may be long dead
+  const std::uint64_t spin_end = start + static_cast<std::uint64_t>(std::max<std::int64_t>(0, opt.wait.spin_time.count()));
+  const std::uint64_t yield_end = spin_end + static_cast<std::uint64_t>(std::max<std::int64_t>(0, opt.wait.yield_time.count()));
   h->producer_waits.fetch_add(1, std::memory_order_relaxed);
   bool ok = false;
   for (;;) {
@@ -260,10 +272,12 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
     if (closed) break;
     const std::uint64_t now = detail::monotonic_ns();
     if (now >= deadline) break;
-    if (now >= next_liveness) {
-      std::uint32_t holder = 0;
+    // After the spin phase (a short wait must stay free of system calls),
+    // at most every 50 ms: show who holds us back, reclaim it if dead.
+    if (now >= next_liveness && now >= spin_end) {
+      std::uint32_t holder = UINT32_MAX;
       min_active_cursor(last_seq, &holder);
-      h->blocked_on_slot.store(holder + 1, std::memory_order_relaxed);
+      h->blocked_on_slot.store(holder == UINT32_MAX ? 0 : holder + 1, std::memory_order_relaxed);
       reclaim_dead_holders(needed_floor);
       next_liveness = now + kLivenessPeriodNs;
       continue;
@@ -320,17 +334,21 @@ Producer::Producer(const Bus& bus, const ProducerOptions& options)
   p.acquire_role();
 }
 
-Producer::~Producer() {
-  if (impl_ && !impl_->closed) impl_->release_role(false);
-}
+Producer::~Producer() { close(); }
 
 Producer::Producer(Producer&&) noexcept = default;
 Producer& Producer::operator=(Producer&& o) noexcept {
   if (this != &o) {
-    if (impl_ && !impl_->closed) impl_->release_role(false);
+    close();
     impl_ = std::move(o.impl_);
   }
   return *this;
+}
+
+void Producer::detach() noexcept {
+  if (!impl_ || impl_->closed) return;
+  impl_->release_role(false);
+  impl_->closed = true;
 }
 
 PublishResult Producer::publish(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) noexcept {
@@ -340,7 +358,7 @@ PublishResult Producer::publish(std::span<const std::byte> payload, std::chrono:
   const std::uint64_t s = p.next;
   if (!p.overwrite && s >= p.limit && !p.wait_for_space(s, timeout)) return {PublishStatus::timeout, 0};
   layout::RecordHeader* r = p.seg.record(s);
-  p.begin_write(r, s);
+  Impl::begin_write(r, s);
   std::memcpy(detail::Segment::payload(r), payload.data(), payload.size());
   Impl::finish_write(r, s, static_cast<std::uint32_t>(payload.size()), p.now_stamp());
   p.publish_head(s + 1);
@@ -361,7 +379,7 @@ Claim Producer::claim(std::size_t size, std::chrono::nanoseconds timeout) noexce
     return c;
   }
   layout::RecordHeader* r = p.seg.record(s);
-  p.begin_write(r, s);
+  Impl::begin_write(r, s);
   p.claim_open = true;
   p.claim_seq = s;
   p.claim_size = size;
@@ -405,7 +423,7 @@ std::size_t Producer::publish_batch(std::span<const std::span<const std::byte>> 
       const std::uint64_t s = first + k;
       const auto& m = payloads[done + k];
       layout::RecordHeader* r = p.seg.record(s);
-      p.begin_write(r, s);
+      Impl::begin_write(r, s);
       std::memcpy(detail::Segment::payload(r), m.data(), m.size());
       Impl::finish_write(r, s, static_cast<std::uint32_t>(m.size()), ts);
     }

@@ -1,6 +1,7 @@
 #include "segment.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -84,7 +85,8 @@ std::uint64_t segment_size_for(const BusOptions& o) {
 
 }  // namespace
 
-std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std::uint64_t file_size) {
+std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std::uint64_t file_size,
+                                             HeaderValues& out) {
   auto problem = [](Errc c, std::string w) { return std::optional<HeaderProblem>({c, std::move(w)}); };
   if (file_size < sizeof(std::uint64_t)) return problem(Errc::truncated, "segment is " + num(file_size) + " bytes, smaller than a header");
   const std::uint64_t magic = h.magic;
@@ -130,27 +132,35 @@ std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std
     return problem(Errc::truncated, "segment is " + num(file_size) + " bytes but its header needs " + num(size));
   if (file_size > size)
     return problem(Errc::corrupt, "segment is " + num(file_size) + " bytes, larger than its header says (" + num(size) + ")");
+  out.version = version;
+  out.record_size = record_size;
+  out.max_readers = max_readers;
+  out.capacity = capacity;
+  out.policy = static_cast<Policy>(policy);
+  out.log_offset = log;
+  out.segment_size = size;
+  out.creation_time_ns = h.creation_time_ns;
   return std::nullopt;
 }
 
 Segment::~Segment() = default;
 
-void Segment::attach(std::string_view name) {
+void Segment::attach(std::string_view name, const HeaderValues& v) {
   base_ = static_cast<std::byte*>(region_->get_address());
   size_ = region_->get_size();
   header_ = reinterpret_cast<layout::SegmentHeader*>(base_);
-  readers_ = reinterpret_cast<layout::ReaderSlot*>(base_ + header_->reader_table_offset);
-  log_ = base_ + header_->log_offset;
-  mask_ = header_->capacity - 1;
+  readers_ = reinterpret_cast<layout::ReaderSlot*>(base_ + sizeof(layout::SegmentHeader));
+  log_ = base_ + v.log_offset;
+  mask_ = v.capacity - 1;
   info_.name = std::string(name);
-  info_.policy = static_cast<Policy>(header_->policy);
-  info_.capacity = header_->capacity;
-  info_.record_size = header_->record_size;
-  info_.max_payload = max_payload_for(header_->record_size);
-  info_.max_readers = header_->max_readers;
-  info_.segment_size = header_->segment_size;
-  info_.creation_time_ns = header_->creation_time_ns;
-  info_.layout_version = header_->layout_version.load(std::memory_order_relaxed);
+  info_.policy = v.policy;
+  info_.capacity = v.capacity;
+  info_.record_size = v.record_size;
+  info_.max_payload = max_payload_for(v.record_size);
+  info_.max_readers = v.max_readers;
+  info_.segment_size = v.segment_size;
+  info_.creation_time_ns = v.creation_time_ns;
+  info_.layout_version = v.version;
 }
 
 std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions& o) {
@@ -174,6 +184,13 @@ std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions
     if (::ftruncate(fd, static_cast<off_t>(size)) != 0)
       fail(errno == ENOSPC || errno == EFBIG ? Errc::no_space : Errc::system, name,
            "cannot size segment to " + num(size) + " bytes: " + std::strerror(errno));
+    // Say who is initialising before anything slow, so an opener can tell a
+    // creator that died here from one still working (pwrite, not the mapping:
+    // on a full /dev/shm it fails instead of raising SIGBUS).
+    const std::uint32_t me = static_cast<std::uint32_t>(::getpid());
+    if (::pwrite(fd, &me, sizeof me, offsetof(layout::SegmentHeader, creator_pid)) != sizeof me)
+      fail(errno == ENOSPC ? Errc::no_space : Errc::system, name,
+           std::string("cannot write the segment header: ") + std::strerror(errno));
     // Reserve every page now: on a full /dev/shm this fails here instead of
     // raising SIGBUS on first touch in the middle of a run.
     if (int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size)); rc != 0)
@@ -193,10 +210,18 @@ std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions
     h->log_offset = layout::log_offset_for(o.max_readers);
     h->segment_size = size;
     h->creation_time_ns = realtime_ns();
-    h->creator_pid = static_cast<std::uint32_t>(::getpid());
     // Written last: publishes every field above to openers, which acquire-poll it.
     h->layout_version.store(layout::kLayoutVersion, std::memory_order_release);
-    seg->attach(name);
+    HeaderValues v;
+    v.version = layout::kLayoutVersion;
+    v.record_size = o.record_size;
+    v.max_readers = o.max_readers;
+    v.capacity = o.capacity;
+    v.policy = o.policy;
+    v.log_offset = layout::log_offset_for(o.max_readers);
+    v.segment_size = size;
+    v.creation_time_ns = h->creation_time_ns;
+    seg->attach(name, v);
   } catch (...) {
     bip::shared_memory_object::remove(shm.c_str());
     throw;
@@ -240,12 +265,22 @@ std::shared_ptr<Segment> Segment::open(std::string_view name, Access access,
       } catch (const bip::interprocess_exception& e) {
         fail(errc_from_interprocess(e), name, "cannot map /dev/shm/" + shm + ": " + describe(e));
       }
-      problem = validate_header(*static_cast<const layout::SegmentHeader*>(region->get_address()), file_size);
+      HeaderValues values;
+      problem = validate_header(*static_cast<const layout::SegmentHeader*>(region->get_address()), file_size, values);
       if (!problem) {
         std::shared_ptr<Segment> seg(new Segment);
         seg->region_ = std::move(region);
-        seg->attach(name);
+        seg->attach(name, values);
         return seg;
+      }
+      if (problem->code == Errc::not_ready) {
+        // A creator that died before finishing never will.
+        const auto* hdr = static_cast<const layout::SegmentHeader*>(region->get_address());
+        const pid_t creator = static_cast<pid_t>(hdr->creator_pid);
+        if (creator > 0 && ::kill(creator, 0) != 0 && errno == ESRCH)
+          fail(Errc::not_ready, name,
+               "its creator (pid " + std::to_string(creator) +
+                   ") died while initialising it; remove it (shmbus-inspect rm) and create it again");
       }
     }
     // A creator may still be between shm_open, ftruncate and the version store.
@@ -260,10 +295,14 @@ std::shared_ptr<Segment> Segment::open(std::string_view name, Access access,
 bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept {
   layout::ReaderSlot* r = s.reader(i);
   std::uint64_t owner = r->owner.load(std::memory_order_acquire);
-  if (owner == layout::kOwnerFree || owner == layout::kOwnerReclaiming) return false;
-  if (identity_liveness(owner) == Liveness::alive) return false;
+  if (owner == layout::kOwnerFree) return false;
+  // A live owner keeps its slot; so does a live reclaimer. A dead reclaimer's
+  // marker is taken over and the (idempotent) steps below redone.
+  const std::uint64_t who = layout::is_reclaim_marker(owner) ? layout::reclaimer_of(owner) : owner;
+  if (identity_liveness(who) == Liveness::alive) return false;
   // Only one reclaimer wins; a new reader cannot claim the slot meanwhile.
-  if (!r->owner.compare_exchange_strong(owner, layout::kOwnerReclaiming, std::memory_order_acq_rel))
+  if (!r->owner.compare_exchange_strong(owner, layout::reclaim_marker(self_identity()),
+                                        std::memory_order_acq_rel))
     return false;
   // The producer stops counting this cursor once it sees kSlotFree (pairs with its acquire load).
   r->state.store(layout::kSlotFree, std::memory_order_release);

@@ -26,9 +26,23 @@ struct HeaderProblem {
   Errc code;
   std::string what;
 };
+// The header fields a mapping is built from, as read (once) and validated.
+struct HeaderValues {
+  std::uint32_t version = 0;
+  std::uint32_t record_size = 0;
+  std::uint32_t max_readers = 0;
+  std::uint64_t capacity = 0;
+  Policy policy = Policy::block;
+  std::uint64_t log_offset = 0;
+  std::uint64_t segment_size = 0;
+  std::uint64_t creation_time_ns = 0;
+};
 // Checks magic, version, every size and offset of `h` against `file_size`,
-// reading each field once. Never touches memory past `file_size`.
-std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std::uint64_t file_size);
+// reading each field once into `out`. Never touches memory past
+// `file_size`. The mapping must be built from `out`, never by reading the
+// shared header again (another process could change it after the check).
+std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std::uint64_t file_size,
+                                             HeaderValues& out);
 
 class Segment {
  public:
@@ -61,7 +75,7 @@ class Segment {
 
  private:
   Segment() = default;
-  void attach(std::string_view name);
+  void attach(std::string_view name, const HeaderValues& v);
 
   BusInfo info_{};
   std::unique_ptr<boost::interprocess::mapped_region> region_;

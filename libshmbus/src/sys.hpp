@@ -39,8 +39,8 @@ Liveness identity_liveness(std::uint64_t identity) noexcept;
 // signal, or after `timeout_ns` (0 = no timeout).
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
                 std::uint64_t timeout_ns) noexcept;
-// Wakes up to `count` sleepers on `word`.
-void futex_wake(std::atomic<std::uint32_t>* word, int count) noexcept;
+// Wakes up to `count` sleepers on `word`; returns how many it woke.
+int futex_wake(std::atomic<std::uint32_t>* word, int count) noexcept;
 
 // The two halves of an asymmetric Dekker handshake between a hot side that
 // stores X then loads Y, and a sleeping side that stores Y then loads X.
@@ -52,9 +52,9 @@ void futex_wake(std::atomic<std::uint32_t>* word, int count) noexcept;
 //    kernel refused; the caller then sleeps in short slices instead.
 void register_barrier() noexcept;  // idempotent; call before the first light_barrier
 bool heavy_barrier() noexcept;
-extern bool g_light_barrier_is_compiler_only;
+extern std::atomic<bool> g_light_barrier_is_compiler_only;
 inline void light_barrier() noexcept {
-  if (g_light_barrier_is_compiler_only) {
+  if (g_light_barrier_is_compiler_only.load(std::memory_order_relaxed)) {
     std::atomic_signal_fence(std::memory_order_seq_cst);
   } else {
     std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -41,7 +41,9 @@ enum class ReadStatus : std::uint8_t {
   message,        // `message` holds the next message
   timeout,        // nothing new within the timeout
   end_of_stream,  // the producer closed the bus or died, and everything it
-                  // committed has been read; calling again waits for a new one
+                  // committed has been read. Reported at once the first time;
+                  // later calls sleep up to their timeout for a new producer
+                  // to take over, and report it again if none did
   lost,           // `overwrite` only: `lost` messages were overwritten before
                   // they could be read; the cursor moved to the oldest record
   corrupt,        // the record at `message.seq` has an impossible length;

@@ -55,7 +55,7 @@ struct Claim {
 class Producer {
  public:
   explicit Producer(const Bus& bus, const ProducerOptions& options = {});
-  ~Producer();  // releases the role; the bus stays open for another producer
+  ~Producer();  // close(), unless close() or detach() was called
   Producer(Producer&&) noexcept;
   Producer& operator=(Producer&&) noexcept;
   Producer(const Producer&) = delete;
@@ -81,8 +81,13 @@ class Producer {
                                           std::chrono::nanoseconds timeout = forever) noexcept;
 
   // Marks end-of-stream, wakes every waiter and gives up the producer role.
-  // Consumers drain what was published and then see end_of_stream.
+  // Consumers drain what was published and then see end_of_stream. The
+  // destructor does this too (as does the death of the process).
   void close() noexcept;
+
+  // Gives up the producer role WITHOUT marking end-of-stream: consumers keep
+  // waiting for another producer to take the bus over and continue.
+  void detach() noexcept;
 
   // Consumers currently attached and alive (rescans the reader table).
   std::uint32_t live_readers() const;

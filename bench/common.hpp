@@ -186,7 +186,7 @@ struct RunConfig {
   std::uint32_t wait_strategy = 2;    // shmbus::WaitStrategy
   std::int64_t spin_ns = -1;          // < 0: library default
   std::int64_t yield_ns = -1;
-  std::uint64_t capacity = 0;         // records
+  std::uint64_t capacity = 0;         // records; 0: the library's default
   std::uint32_t lib_timestamps = 0;   // ProducerOptions::timestamps
   // Boost.Interprocess message_queue depth (messages)
   std::uint32_t queue_depth = 0;

@@ -161,6 +161,7 @@ void consumer_loop(Control& c, int id, Receiver& r) {
   std::uint64_t now = 0;
   std::uint64_t first_ns = 0;
   bool done = n == 0;
+  CpuTimes cpu0 = cpu_times();
   Histogram& hist = res.hist;
   hist.clear();
   const std::size_t size = cfg.size;
@@ -182,7 +183,10 @@ void consumer_loop(Control& c, int id, Receiver& r) {
       }
       return;
     }
-    if (received == 0) first_ns = now;
+    if (received == 0) {  // CPU use is measured from the first message on
+      first_ns = now;
+      cpu0 = cpu_times();
+    }
     if (h.seq != expected || len != size) [[unlikely]] {
       if (bad == 0) {
         res.first_bad_expected = expected;
@@ -197,7 +201,6 @@ void consumer_loop(Control& c, int id, Receiver& r) {
   };
 
   c.ready.fetch_add(1, std::memory_order_acq_rel);
-  const auto cpu0 = cpu_times();
   const std::uint64_t wall0 = clk.now();
   const char* failure = nullptr;
   while (!done) {
@@ -222,7 +225,7 @@ void consumer_loop(Control& c, int id, Receiver& r) {
   const auto cpu1 = cpu_times();
   res.cpu_user_ns = cpu1.user_ns - cpu0.user_ns;
   res.cpu_sys_ns = cpu1.sys_ns - cpu0.sys_ns;
-  res.wall_ns = (received ? last : clk.now()) - wall0;
+  res.wall_ns = received ? last - first_ns : clk.now() - wall0;
   res.start_ns = wall0;
   res.first_ns = first_ns;
   res.last_ns = last;

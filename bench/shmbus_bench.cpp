@@ -184,7 +184,7 @@ struct Options {
   std::string wait = "adaptive";
   double spin_us = -1;
   double yield_us = -1;
-  std::uint64_t capacity = 16384;
+  std::uint64_t capacity = 0;  // 0: the library's default
   std::uint32_t queue_depth = 1024;
   bool lib_timestamps = false;
   std::string clock = "tsc";
@@ -648,7 +648,7 @@ int main(int argc, char** argv) {
   app.add_option("--wait", o.wait, "shmbus wait: adaptive, spin_yield, busy_spin")->capture_default_str();
   app.add_option("--spin-us", o.spin_us, "shmbus spin phase in µs (default: the library's)");
   app.add_option("--yield-us", o.yield_us, "shmbus yield phase in µs (default: the library's)");
-  app.add_option("--capacity", o.capacity, "shmbus ring capacity in records")->capture_default_str();
+  app.add_option("--capacity", o.capacity, "shmbus ring capacity in records (default: the library's, 65536)");
   app.add_option("--queue-depth", o.queue_depth, "message_queue depth in messages")->capture_default_str();
   app.add_flag("--lib-timestamps", o.lib_timestamps, "also let shmbus stamp each record (messages carry their own stamp)");
   app.add_option("--clock", o.clock, "tsc (rdtsc calibrated to CLOCK_MONOTONIC) or monotonic")->capture_default_str();

@@ -39,7 +39,7 @@ std::uint32_t shmbus_record_size(std::uint32_t msg_size) {
 
 void shmbus_create(const RunConfig& cfg) {
   shmbus::BusOptions o;
-  o.capacity = cfg.capacity;
+  if (cfg.capacity) o.capacity = cfg.capacity;
   o.record_size = shmbus_record_size(cfg.size);
   o.policy = static_cast<shmbus::Policy>(cfg.policy);
   o.max_readers = cfg.consumers + 2;

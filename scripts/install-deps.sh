@@ -14,6 +14,8 @@ packages=(
   libzmq3-dev cppzmq-dev             # ZeroMQ, the benchmark's comparison transport
   procps                             # ps/pgrep used by tests
 )
+# Optional, not installed here: python3-matplotlib (or gnuplot-nox) for the
+# benchmark charts of bench/plot.py; scripts/bench.sh installs it when missing.
 
 missing=()
 for p in "${packages[@]}"; do

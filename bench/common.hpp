@@ -226,6 +226,15 @@ struct Control {
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 
+// What the bus's own counters (in the segment) said after a shmbus run.
+struct ShmbusCounters {
+  bool valid = false;
+  std::uint64_t published = 0;
+  std::uint64_t producer_waits = 0;    // times the producer found the ring full
+  std::uint64_t producer_wait_ns = 0;
+  std::uint64_t wakeups = 0;           // futex wake calls (data and space)
+};
+
 // Copies a message-style error into a result (truncating).
 inline void set_error(RoleResult& r, const char* what) noexcept {
   std::snprintf(r.error, sizeof r.error, "%s", what);

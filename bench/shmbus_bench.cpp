@@ -37,6 +37,7 @@ namespace bench {
 // Set-up and tear-down of each transport's named objects (transport_*.cpp).
 void shmbus_create(const RunConfig& cfg);
 void shmbus_remove(const RunConfig& cfg);
+ShmbusCounters shmbus_counters(const RunConfig& cfg);
 void bipc_create(const RunConfig& cfg);
 void bipc_remove(const RunConfig& cfg);
 void zmq_cleanup(const RunConfig& cfg);
@@ -139,10 +140,16 @@ struct Metrics {
   double consumer_cpu = 0;      // % of a core, mean over consumers
   double producer_cpu = 0;
   double seconds = 0;
+  ShmbusCounters bus;           // shmbus only
 };
 
 json to_json(const Metrics& m) {
+  json bus = nullptr;
+  if (m.bus.valid)
+    bus = {{"published", m.bus.published}, {"producer_waits", m.bus.producer_waits},
+           {"producer_wait_ns", m.bus.producer_wait_ns}, {"wakeups", m.bus.wakeups}};
   return {{"ok", m.ok},
+          {"bus_counters", bus},
           {"error", m.error},
           {"per_consumer_msgs_per_s", m.per_consumer_mps},
           {"fastest_consumer_msgs_per_s", m.max_consumer_mps},
@@ -386,7 +393,10 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
 
   // Tear-down.
   switch (cf.transport) {
-    case Transport::shmbus: shmbus_remove(cfg); break;
+    case Transport::shmbus:
+      m.bus = shmbus_counters(cfg);
+      shmbus_remove(cfg);
+      break;
     case Transport::bipc: bipc_remove(cfg); break;
     case Transport::zmq: zmq_cleanup(cfg); break;
     default: break;
@@ -767,8 +777,12 @@ int main(int argc, char** argv) {
           Metrics m = run_once(o, cf, cal, serial++);
           if (!m.ok) std::fprintf(stderr, "FAILED: %s\n", m.error.c_str());
           else if (cf.mode == Mode::idle) std::fprintf(stderr, "consumer CPU %.3f %%\n", m.consumer_cpu);
-          else std::fprintf(stderr, "%s msgs/s per consumer, p50 %s, p99 %s\n", fmt_rate(m.per_consumer_mps).c_str(),
-                            fmt_ns(m.p50).c_str(), fmt_ns(m.p99).c_str());
+          else std::fprintf(stderr, "%s msgs/s per consumer, p50 %s, p99 %s%s\n", fmt_rate(m.per_consumer_mps).c_str(),
+                            fmt_ns(m.p50).c_str(), fmt_ns(m.p99).c_str(),
+                            m.bus.valid ? (", bus: " + std::to_string(m.bus.wakeups) + " futex wakes, " +
+                                           std::to_string(m.bus.producer_waits) + " producer waits")
+                                              .c_str()
+                                        : "");
           rows[first + j].runs.push_back(std::move(m));
         }
       }

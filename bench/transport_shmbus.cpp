@@ -54,6 +54,20 @@ void shmbus_create(const RunConfig& cfg) {
   }
 }
 
+ShmbusCounters shmbus_counters(const RunConfig& cfg) {
+  ShmbusCounters out;
+  try {
+    const auto snap = shmbus::Inspector::open(bus_name(cfg, cfg.mode == Mode::pingpong ? "ping" : nullptr)).snapshot();
+    out.valid = true;
+    out.published = snap.counters.published;
+    out.producer_waits = snap.counters.producer_waits;
+    out.producer_wait_ns = snap.counters.producer_wait_ns;
+    out.wakeups = snap.counters.wakeups;
+  } catch (const std::exception&) {
+  }
+  return out;
+}
+
 void shmbus_remove(const RunConfig& cfg) {
   shmbus::Bus::remove(bus_name(cfg, nullptr));
   shmbus::Bus::remove(bus_name(cfg, "ping"));

@@ -330,7 +330,8 @@ int run(const Options& o) {
   Run run(o);
   run.format = o.format == "hex" ? Format::hex : o.format == "json" ? Format::json
                : o.format == "none" ? Format::none : Format::text;
-  if (o.verify && co.start == Start::sequence) run.verify.expected = co.start_seq;
+  // Losses can come before the first message: count gaps from where the cursor started.
+  if (o.verify) run.verify.expected = consumer.cursor();
 
   const auto started = Clock::now();
   auto last_activity = started;

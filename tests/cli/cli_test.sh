@@ -460,6 +460,16 @@ errors_wait_timeout)
   exec 3>&-
   ;;
 
+errors_start_and_slots)
+  bus=$(new_bus)
+  printf 'a\nb\n' | "$PRODUCER" "$bus" --create --max-readers 1 --keep-open 2>/dev/null
+  expect_failure not_retained "^shmbus-consumer: bus '$bus':.*100.*not retained" "$CONSUMER" "$bus" --from 100
+  "$CONSUMER" "$bus" --format none >/dev/null 2>&1 &
+  pids+=($!)
+  sleep 0.3
+  expect_failure table_full "^shmbus-consumer: bus '$bus':.*(reader|slot)" "$CONSUMER" "$bus"
+  ;;
+
 open_while_creating)
   # Bus::open on a segment whose creator is still initialising it must wait
   # for it (up to its ready timeout), not reject it. A large segment makes the

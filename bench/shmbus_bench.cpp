@@ -666,10 +666,10 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json_path, "write every run and the medians to this file");
   app.add_flag("--targets", o.targets, "also print the issue's targets, met or not, as a second table");
   app.add_flag("--quick", o.quick, "tiny counts (a smoke test): 20000 msgs, 2000 round trips, 1 s idle");
-  auto* internal = app.add_option_group("internal");
-  internal->add_option("--role", role, "producer or consumer (set by the orchestrator)");
-  internal->add_option("--id", id);
-  internal->add_option("--ctl-fd", ctl_fd);
+  // Set by the orchestrator when it execs a role; hidden from --help.
+  app.add_option("--role", role)->group("");
+  app.add_option("--id", id)->group("");
+  app.add_option("--ctl-fd", ctl_fd)->group("");
   CLI11_PARSE(app, argc, argv);
 
   if (!role.empty()) return child_main(role, id, ctl_fd);

@@ -379,7 +379,11 @@ int run(const Options& o, const CLI::App& app) {
   const auto t1 = Clock::now();
   if (fd != STDIN_FILENO) ::close(fd);
   const bool mark_end = !o.keep_open;
-  if (mark_end) producer.close();
+  if (mark_end) {
+    producer.close();
+  } else {
+    producer.detach();  // consumers keep waiting for the next producer
+  }
   const WaitCounters after = read_wait_counters(o.bus);
 
   if (failure) print_error(kProgram, fmt::format("bus '{}': {}", o.bus, *failure));

@@ -8,10 +8,14 @@
 //   BM_PublishWake/SLEEPER     publish() of 128 bytes with no reader (0) or with a
 //                              reader thread asleep on the bus's futex (1): the
 //                              second pays for the futex wake-up system call
+//   BM_PublishBurstToSleeper/N/SAME_CPU  N publishes that find a reader asleep (default
+//                              adaptive wait): time per message, and the futex
+//                              wake calls per burst (counter wakes/burst; 1 is ideal)
 //
 // Every bus is a real segment in /dev/shm (removed at exit), `block` policy.
 // RECORD is the record size in bytes (64 .. 4096); the payload fills it.
 #include <benchmark/benchmark.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -214,6 +218,66 @@ void BM_PublishWake(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_PublishWake)->Arg(0)->Arg(1)->UseManualTime()->Iterations(20000);
+
+// A burst of BURST publishes that finds a reader asleep: the first publish
+// must wake it; the rest should not have to. Reports the futex wake calls the
+// bus counted per burst (ideal: 1) and the producer's time per message.
+// SAME_CPU=1 pins the producer and the reader to one CPU, as happens when
+// there are more runnable processes than cores: the woken reader cannot run
+// until the producer is preempted, and the producer keeps finding it "asleep".
+void pin_to_cpu0() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(0, &set);
+  sched_setaffinity(0, sizeof set, &set);
+}
+
+void BM_PublishBurstToSleeper(benchmark::State& state) {
+  const auto burst = static_cast<std::uint64_t>(state.range(0));
+  const bool same_cpu = state.range(1) != 0;
+  cpu_set_t saved;
+  sched_getaffinity(0, sizeof saved, &saved);
+  if (same_cpu) pin_to_cpu0();
+  TempBus tb("burst", record_for_payload(128), 65536);
+  shmbus::Producer p(*tb.bus);
+  auto insp = shmbus::Inspector::open(tb.name);
+  std::vector<std::byte> msg(128, std::byte{0x44});
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> seen{0};
+  shmbus::ConsumerOptions co;  // the default adaptive wait
+  auto c = std::make_shared<shmbus::Consumer>(*tb.bus, co);
+  std::thread reader([c, &stop, &seen, same_cpu] {
+    if (same_cpu) pin_to_cpu0();
+    while (!stop.load(std::memory_order_relaxed)) {
+      const auto r = c->poll([&](const shmbus::Message&) { seen.fetch_add(1, std::memory_order_release); },
+                             256, 50ms);
+      (void)r;
+    }
+  });
+  std::uint64_t published = 0;
+  std::uint64_t wakes = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    while (seen.load(std::memory_order_acquire) < published) std::this_thread::yield();
+    while (insp.snapshot().counters.data_sleepers == 0) std::this_thread::yield();
+    const std::uint64_t w0 = insp.snapshot().counters.wakeups;
+    state.ResumeTiming();
+    for (std::uint64_t i = 0; i < burst; ++i) (void)p.publish(msg);
+    state.PauseTiming();
+    published += burst;
+    wakes += insp.snapshot().counters.wakeups - w0;
+    state.ResumeTiming();
+  }
+  stop = true;
+  p.close();
+  reader.join();
+  sched_setaffinity(0, sizeof saved, &saved);
+  state.SetLabel(same_cpu ? "producer and reader on one CPU" : "free CPU for the reader");
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(burst));
+  state.counters["wakes/burst"] =
+      static_cast<double>(wakes) / static_cast<double>(std::max<std::int64_t>(1, state.iterations()));
+}
+BENCHMARK(BM_PublishBurstToSleeper)->Args({1000, 0})->Args({1000, 1})->Iterations(200);
 
 }  // namespace
 

@@ -17,7 +17,7 @@
 
 namespace shmbus::inspect_tool {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 ToolError::ToolError(const std::string& bus, const std::string& problem)
     : std::runtime_error(fmt::format("bus '{}': {}", bus, problem)) {}

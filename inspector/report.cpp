@@ -11,7 +11,7 @@ namespace shmbus::inspect_tool {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 json opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
@@ -104,8 +104,8 @@ std::string display_name(const std::string& name) {
   return escape(name);
 }
 
-std::string dump_json(const nlohmann::json& j, bool pretty) {
-  return j.dump(pretty ? 2 : -1, ' ', false, nlohmann::json::error_handler_t::replace);
+std::string dump_json(const nlohmann::ordered_json& j, bool pretty) {
+  return j.dump(pretty ? 2 : -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
@@ -187,7 +187,7 @@ BusReport make_report(const Snapshot& before, const Snapshot& after, double seco
   return r;
 }
 
-nlohmann::json to_json(const ReaderView& v) {
+nlohmann::ordered_json to_json(const ReaderView& v) {
   return json{
       {"slot", v.slot},
       {"name", v.name},
@@ -204,7 +204,7 @@ nlohmann::json to_json(const ReaderView& v) {
   };
 }
 
-nlohmann::json to_json(const BusReport& r) {
+nlohmann::ordered_json to_json(const BusReport& r) {
   const Snapshot& s = r.snap;
   const ProducerView& p = s.producer;
   json readers = json::array();
@@ -265,7 +265,7 @@ nlohmann::json to_json(const BusReport& r) {
   };
 }
 
-nlohmann::json to_json(const ListEntry& e, std::uint64_t now_ns) {
+nlohmann::ordered_json to_json(const ListEntry& e, std::uint64_t now_ns) {
   json j{{"name", e.name},
          {"segment", segment_path(e.name)},
          {"file_size", e.file_size},

@@ -54,9 +54,9 @@ BusReport make_report(const Snapshot& before, const Snapshot& after, double seco
 bool is_alive(Liveness l) noexcept;
 
 // JSON (schema in docs/inspector.md).
-nlohmann::json to_json(const BusReport& r);
-nlohmann::json to_json(const ReaderView& r);
-nlohmann::json to_json(const ListEntry& e, std::uint64_t now_ns);
+nlohmann::ordered_json to_json(const BusReport& r);
+nlohmann::ordered_json to_json(const ReaderView& r);
+nlohmann::ordered_json to_json(const ListEntry& e, std::uint64_t now_ns);
 
 // Text.
 std::string render_show(const BusReport& r);
@@ -67,6 +67,6 @@ std::string render_list(const std::vector<ListEntry>& entries, std::uint64_t now
 std::string display_name(const std::string& name);
 
 // Serialises with invalid UTF-8 replaced, so an odd reader name cannot throw.
-std::string dump_json(const nlohmann::json& j, bool pretty);
+std::string dump_json(const nlohmann::ordered_json& j, bool pretty);
 
 }  // namespace shmbus::inspect_tool

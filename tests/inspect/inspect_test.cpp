@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -244,22 +243,28 @@ struct ShownText {
 
 ShownText parse_show_text(const std::string& text) {
   ShownText t;
-  std::smatch m;
+  // "  key        value": the value after the key and its padding.
+  const auto value_of = [](const std::string& line, const std::string& key) -> std::string {
+    const std::string lead = "  " + key + " ";
+    if (!line.starts_with(lead)) return {};
+    const auto at = line.find_first_not_of(' ', lead.size());
+    return at == std::string::npos ? std::string() : line.substr(at);
+  };
   bool in_table = false;
   for (const std::string& line : lines_of(text)) {
-    if (std::regex_match(line, m, std::regex(R"(\s+head\s+(\d+))"))) {
-      t.head = std::stoull(m[1]);
-    } else if (std::regex_match(line, m, std::regex(R"(\s+oldest\s+(\d+) \((\d+) retained\))"))) {
-      t.oldest = std::stoull(m[1]);
-      t.retained = std::stoull(m[2]);
-    } else if (std::regex_search(line, m, std::regex(R"(^\s+counters\s+published (\d+),)"))) {
-      t.published = std::stoull(m[1]);
+    if (auto v = value_of(line, "head"); !v.empty()) {
+      t.head = std::stoull(v);
+    } else if (auto o = value_of(line, "oldest"); !o.empty()) {
+      t.oldest = std::stoull(o);
+      t.retained = std::stoull(o.substr(o.find('(') + 1));
+    } else if (auto c = value_of(line, "counters"); c.starts_with("published ")) {
+      t.published = std::stoull(c.substr(std::string("published ").size()));
     } else if (line.starts_with("  SLOT ")) {
       in_table = true;
     } else if (in_table && !line.empty()) {
       std::stringstream ss(line);
       std::vector<std::string> cells;
-      for (std::string c; ss >> c;) cells.push_back(c);
+      for (std::string cell; ss >> cell;) cells.push_back(cell);
       t.rows[static_cast<std::uint32_t>(std::stoul(cells.at(0)))] = cells;
     } else {
       in_table = false;

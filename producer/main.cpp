@@ -362,6 +362,9 @@ int run(const Options& o, const CLI::App& app) {
   po.wait_for_readers = o.wait_for_readers;
   po.wait_for_readers_timeout = timeout;
   Producer producer(*bus, po);
+  // Only now: SIGINT/SIGTERM while waiting for readers end the process at
+  // once (nothing is published yet); from here they stop it cleanly.
+  install_stop_handlers();
 
   const WaitCounters before = read_wait_counters(o.bus);
   const auto t0 = Clock::now();
@@ -497,7 +500,6 @@ int main(int argc, char** argv) {
     return cli_exit(app, e, kProgram);
   }
 
-  install_stop_handlers();
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // --rate pacing wakes within ~1 us of its target
   try {
     return run(o, app);

@@ -343,6 +343,22 @@ signals)  # SIGINT/SIGTERM stop the consumer cleanly and free its reader slot
   done
   # The only reader slot was released: another consumer attaches at once.
   "$CONSUMER" "$bus" --idle-timeout 100ms 2>/dev/null || fail "slot not released"
+  # A producer stopped by SIGINT marks end-of-stream: its consumer drains and ends.
+  bus2=$(new_bus)
+  "$CONSUMER" "$bus2" --wait-for-bus 10s --verify --format none --json >/dev/null 2>"$work/c.json" &
+  cpid=$!
+  pids+=($cpid)
+  "$PRODUCER" "$bus2" --create --count 100000000 --size 32 --rate 2000 --wait-for-readers 1 \
+    2>"$work/p.err" &
+  ppid=$!
+  pids+=($ppid)
+  sleep 0.5
+  kill -INT "$ppid"
+  wait "$ppid" || fail "producer stopped by SIGINT: non-zero exit"
+  grep -q "end-of-stream marked" "$work/p.err" || fail "$(cat "$work/p.err")"
+  timeout 5 tail --pid="$cpid" -f /dev/null || fail "consumer did not see end-of-stream"
+  wait "$cpid" || fail "consumer of the interrupted producer failed: $(cat "$work/c.json")"
+  grep -q '"stopped_by":"end_of_stream"' "$work/c.json" || fail "$(cat "$work/c.json")"
   ;;
 
 idle_timeout)

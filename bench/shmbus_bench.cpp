@@ -796,6 +796,11 @@ int main(int argc, char** argv) {
           if (rows[j].cf.transport != Transport::shmbus) rows[j].vs_shmbus = ratio(*shm, rows[j]);
     }
     std::fprintf(stderr, "%zu runs in %.0f s\n", total_runs, static_cast<double>(mono_ns() - t_start) / 1e9);
+    {
+      double load[3] = {};
+      if (getloadavg(load, 3) == 3) doc["machine"]["loadavg_at_end"] = {load[0], load[1], load[2]};
+      doc["seconds"] = static_cast<double>(mono_ns() - t_start) / 1e9;
+    }
 
     print_table(o, rows);
     const auto targets = check_targets(o, rows);

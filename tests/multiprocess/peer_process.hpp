@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,10 +55,14 @@ class Peer {
     argv.push_back(nullptr);
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
+    const pid_t parent = ::getpid();
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error("fork");
     if (pid_ == 0) {
-      // Only async-signal-safe calls between fork and exec.
+      // Only async-signal-safe calls between fork and exec. A peer must not
+      // outlive a test process that crashed or failed an assertion.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(126);
       ::dup2(fds[1], STDOUT_FILENO);
       ::execv(argv[0], argv.data());
       ::_exit(127);

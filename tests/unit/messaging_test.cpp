@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <future>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -785,14 +786,19 @@ TEST(ProducerRole, WaitForReadersHoldsTheProducerUntilThatManyAreAttached) {
   const auto start = Clock::now();
   EXPECT_THROW(Producer p(bus, po), Error);
   EXPECT_GE(Clock::now() - start, 19ms);
-  std::thread attach([&] {
-    std::this_thread::sleep_for(20ms);
+  std::promise<void> producer_done;
+  std::thread attach([&, done = producer_done.get_future()] {
+    std::this_thread::sleep_for(20ms);  // let the producer start waiting first
     Consumer c(bus);
-    std::this_thread::sleep_for(200ms);
+    done.wait();  // stay attached until the producer has checked
   });
   po.wait_for_readers_timeout = 10s;
-  Producer p(bus, po);
-  EXPECT_GE(p.live_readers(), 1u);
+  std::optional<Producer> p;
+  EXPECT_NO_THROW(p.emplace(bus, po));
+  if (p) {
+    EXPECT_GE(p->live_readers(), 1u);
+  }
+  producer_done.set_value();
   attach.join();
 }
 

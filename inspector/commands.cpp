@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <ctime>
+#include <vector>
 #include <unistd.h>
 
 #include "report.hpp"
@@ -131,6 +132,18 @@ json record_json(const RecordView& r) {
                            : json(nullptr)}};
 }
 
+// What is wrong with a record's framing, or empty. Inspector::record() hands
+// back the length field as stored but never more payload than a record holds.
+std::string record_problem(const RecordView& r, const BusInfo& info) {
+  if (r.length > info.max_payload) {
+    return fmt::format("length {} exceeds the max payload {}", r.length, info.max_payload);
+  }
+  if (r.length != r.payload.size()) {
+    return fmt::format("length {} but {} payload bytes", r.length, r.payload.size());
+  }
+  return {};
+}
+
 std::string record_header(const RecordView& r) {
   return fmt::format("seq {}  {}  len {}", r.seq,
                      r.timestamp_ns ? utc_time(r.timestamp_ns) : std::string("no timestamp"),
@@ -190,25 +203,38 @@ int run_dump(const DumpArgs& a) {
   if (!a.last && a.count != 0) end = from + std::min(a.count, snap.head - from);
 
   std::uint64_t shown = 0;
-  std::uint64_t missing = 0;
+  std::uint64_t corrupt = 0;
+  std::vector<std::uint64_t> missing;
   json records = json::array();
   for (std::uint64_t seq = from; seq < end; ++seq) {
     const auto rec = insp.record(seq);
     if (!rec) {
-      ++missing;  // overwritten while we were reading, or not committed
+      // Overwritten while we read (overwrite bus), not committed, or its
+      // commit tag names another sequence (check says which).
+      missing.push_back(seq);
+      if (a.format == DumpFormat::text || a.format == DumpFormat::hex) {
+        print_out(fmt::format("seq {}  not readable: overwritten, uncommitted or corrupt\n", seq));
+      }
       continue;
     }
     ++shown;
+    const std::string problem = record_problem(*rec, insp.info());
+    corrupt += problem.empty() ? 0 : 1;
     switch (a.format) {
-      case DumpFormat::json:
-        records.push_back(record_json(*rec));
+      case DumpFormat::json: {
+        json j = record_json(*rec);
+        j["corrupt"] = problem.empty() ? json(nullptr) : json(problem);
+        records.push_back(std::move(j));
         break;
+      }
       case DumpFormat::text:
-        print_out(fmt::format("{}  \"{}\"\n", record_header(*rec),
-                              escape(std::span<const std::byte>(rec->payload))));
+        print_out(fmt::format("{}  \"{}\"{}\n", record_header(*rec),
+                              escape(std::span<const std::byte>(rec->payload)),
+                              problem.empty() ? "" : "  CORRUPT: " + problem));
         break;
       case DumpFormat::hex:
-        print_out(record_header(*rec) + "\n" + hexdump(rec->payload));
+        print_out(record_header(*rec) + (problem.empty() ? "" : "  CORRUPT: " + problem) + "\n" +
+                  hexdump(rec->payload));
         break;
     }
   }
@@ -222,10 +248,10 @@ int run_dump(const DumpArgs& a) {
                     {"records", std::move(records)}});
   }
   std::fflush(stdout);
-  if (missing) {
-    std::fputs(fmt::format("shmbus-inspect: bus '{}': {} of {} records were overwritten or not "
-                           "committed while dumping\n",
-                           a.bus, missing, end - from)
+  if (!missing.empty() || corrupt) {
+    std::fputs(fmt::format("shmbus-inspect: bus '{}': of {} records, {} not readable and {} with "
+                           "an impossible length (`shmbus-inspect check {}` explains)\n",
+                           a.bus, end - from, missing.size(), corrupt, a.bus)
                    .c_str(),
                stderr);
   } else if (shown == 0) {
@@ -234,7 +260,9 @@ int run_dump(const DumpArgs& a) {
                    .c_str(),
                stderr);
   }
-  return 0;
+  // A record that cannot be framed is a finding; one overwritten while we
+  // read an `overwrite` bus is not.
+  return corrupt ? 1 : 0;
 }
 
 int run_watch(const std::string& bus, std::chrono::nanoseconds interval,
@@ -277,7 +305,7 @@ int run_check(const std::string& bus, bool json_out) {
   } catch (const Error& e) {
     if (is_access_error(e.errc())) throw;
     code = errc_name(e.errc());
-    problems.push_back({"segment", e.what()});
+    problems.push_back({"segment", strip_bus_prefix(bus, e.what())});
   }
   if (json_out) {
     json list = json::array();
@@ -347,7 +375,7 @@ int run_rm(const std::string& bus, bool force, bool json_out) {
     if (e.errc() == Errc::not_ready && !force) {
       throw ToolError(bus, "not removed: its creator is still initialising it (use --force)");
     }
-    invalid = e.what();  // nobody can be using a segment that does not validate
+    invalid = strip_bus_prefix(bus, e.what());  // nobody can be using a segment that does not validate
   }
 
   std::vector<std::string> users;

@@ -1,6 +1,7 @@
 // shmbus-inspect — the subcommands. Each returns the process exit status:
 //   0  success (check: the bus is clean)
-//   1  the bus has problems (check), the command was refused (rm), or an error
+//   1  the bus has problems (check; dump: a record with an impossible length),
+//      the command was refused (rm), or an error
 // and throws on errors, which main() reports as one line on stderr.
 #pragma once
 

@@ -104,6 +104,11 @@ std::string display_name(const std::string& name) {
   return escape(name);
 }
 
+std::string strip_bus_prefix(const std::string& bus, const std::string& message) {
+  const std::string lead = fmt::format("bus '{}': ", bus);
+  return message.starts_with(lead) ? message.substr(lead.size()) : message;
+}
+
 std::string dump_json(const nlohmann::ordered_json& j, bool pretty) {
   return j.dump(pretty ? 2 : -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
@@ -379,7 +384,8 @@ std::string render_list(const std::vector<ListEntry>& entries, std::uint64_t now
                                               "PRODUCER", "LAST-PUBLISH"}};
   for (const ListEntry& e : entries) {
     if (!e.snapshot) {
-      rows.push_back({escape(e.name), human_bytes(e.file_size), "invalid: " + e.error});
+      rows.push_back({escape(e.name), human_bytes(e.file_size),
+                      "invalid: " + strip_bus_prefix(e.name, e.error)});
       continue;
     }
     const BusReport r = make_report(*e.snapshot, now_ns);

@@ -66,6 +66,10 @@ std::string render_list(const std::vector<ListEntry>& entries, std::uint64_t now
 // Reader names are untrusted bytes: printable, escaped, never empty.
 std::string display_name(const std::string& name);
 
+// A library message without its leading "bus 'NAME': ", for places that
+// already name the bus.
+std::string strip_bus_prefix(const std::string& bus, const std::string& message);
+
 // Serialises with invalid UTF-8 replaced, so an odd reader name cannot throw.
 std::string dump_json(const nlohmann::ordered_json& j, bool pretty);
 

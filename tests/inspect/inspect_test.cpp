@@ -455,6 +455,22 @@ TEST_F(InspectTest, CheckNamesACorruptedRecord) {
   const json j = inspect_json({"check", bus}, 1);
   EXPECT_EQ(j["clean"], false);
   EXPECT_GE(j["problems"].size(), 2u);
+
+  // dump marks both and never reads past the record.
+  const Result dump = inspect({"dump", bus, "--from", "10", "--count", "3"});
+  EXPECT_EQ(dump.status, 1);
+  const auto dumped = lines_of(dump.out);
+  ASSERT_EQ(dumped.size(), 3u) << dump.out;
+  EXPECT_THAT(dumped[0], HasSubstr("len 4000  \"hello 10"));
+  EXPECT_THAT(dumped[0], HasSubstr("CORRUPT: length 4000 exceeds the max payload"));
+  EXPECT_THAT(dumped[1], HasSubstr("\"hello 11\""));
+  EXPECT_THAT(dumped[2], HasSubstr("seq 12  not readable"));
+  const json dj = inspect_json({"dump", bus, "--from", "10", "--count", "3"}, 1);
+  ASSERT_EQ(dj["records"].size(), 2u);
+  EXPECT_FALSE(dj["records"][0]["corrupt"].is_null());
+  EXPECT_LE(dj["records"][0]["payload_hex"].get<std::string>().size(), 3u * 104);
+  EXPECT_TRUE(dj["records"][1]["corrupt"].is_null());
+  EXPECT_EQ(dj["missing"], json::array({12}));
   for (const json& p : j["problems"]) {
     // The text names every problem the JSON carries.
     EXPECT_THAT(r.out, HasSubstr(p["where"].get<std::string>() + ": " + p["what"].get<std::string>()));

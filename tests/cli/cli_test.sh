@@ -21,12 +21,12 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/shmbus-cli.XXXXXX")
 buses=()
 pids=()
 
-# A bus name unique to this test process; removed at exit.
+# new_bus VAR: sets VAR to a bus name unique to this test process (removed at exit).
 new_bus() {
   local b="cli-${case_name//_/-}-$$-${#buses[@]}"
   buses+=("$b")
   rm -f "/dev/shm/shmbus.$b"
-  echo "$b"
+  printf -v "$1" '%s' "$b"
 }
 
 cleanup() {
@@ -100,7 +100,7 @@ help)
   ;;
 
 lines)  # Done means #1
-  bus=$(new_bus)
+  new_bus bus
   printf 'a\nb\nc\n' | "$PRODUCER" "$bus" --create >"$work/p.out" 2>"$work/p.err"
   [[ ! -s "$work/p.out" ]] || fail "producer wrote to stdout"
   grep -q "3 messages" "$work/p.err" || fail "producer summary lacks '3 messages'"
@@ -116,7 +116,7 @@ lines)  # Done means #1
   ;;
 
 formats)
-  bus=$(new_bus)
+  new_bus bus
   printf 'hi\n\n"q"\tx\n\xff\x01\n' | "$PRODUCER" "$bus" --create --json 2>"$work/p.json"
   grep -q '"messages":4' "$work/p.json" || fail "producer json: $(cat "$work/p.json")"
   grep -q '"end_of_stream":true' "$work/p.json" || fail "producer json lacks end_of_stream"
@@ -133,15 +133,15 @@ formats)
   ;;
 
 file_binary)
-  bus=$(new_bus)
+  new_bus bus
   printf 'one\ntwo\nthree' >"$work/lines.txt"  # no final newline
   "$PRODUCER" "$bus" --create --file "$work/lines.txt" 2>/dev/null
   [[ "$("$CONSUMER" "$bus" 2>/dev/null)" == $'one\ntwo\nthree' ]] || fail "--file lines"
-  bus2=$(new_bus)
+  new_bus bus2
   printf '\x03\x00\x00\x00abc\x00\x00\x00\x00\x02\x00\x00\x00\n\n' >"$work/frames.bin"
   "$PRODUCER" "$bus2" --create --binary --file "$work/frames.bin" 2>/dev/null
   [[ "$("$CONSUMER" "$bus2" --format hex 2>/dev/null)" == $'0 616263\n1 \n2 0a0a' ]] || fail "--binary frames"
-  bus3=$(new_bus)
+  new_bus bus3
   printf '\x05\x00\x00\x00ab' >"$work/short.bin"
   rc=0
   "$PRODUCER" "$bus3" --create --binary --file "$work/short.bin" --json 2>"$work/trunc.err" || rc=$?
@@ -153,7 +153,7 @@ file_binary)
   ;;
 
 from)
-  bus=$(new_bus)
+  new_bus bus
   printf 'a\nb\nc\nd\ne\n' | "$PRODUCER" "$bus" --create --keep-open 2>/dev/null
   [[ "$("$CONSUMER" "$bus" --from 2 --count 3 2>/dev/null)" == $'c\nd\ne' ]] || fail "--from 2"
   # --from latest sees only what is published after it attached.
@@ -167,7 +167,7 @@ from)
   ;;
 
 million)  # Done means #2
-  bus=$(new_bus)
+  new_bus bus
   "$PRODUCER" "$bus" --create --capacity 65536 --record-size 256 </dev/null 2>/dev/null --keep-open
   "$CONSUMER" "$bus" --from earliest --verify --stats --format none --json \
     >"$work/c.out" 2>"$work/c.json" &
@@ -186,7 +186,7 @@ million)  # Done means #2
   ;;
 
 million_text)  # the same, with the human summary: throughput and percentiles
-  bus=$(new_bus)
+  new_bus bus
   n=$MID
   "$CONSUMER" "$bus" --wait-for-bus 10s --verify --stats --format none >"$work/c.out" 2>"$work/c.err" &
   cpid=$!
@@ -204,7 +204,7 @@ million_text)  # the same, with the human summary: throughput and percentiles
   ;;
 
 four_consumers)  # Done means #3
-  bus=$(new_bus)
+  new_bus bus
   n=$MID
   for i in 1 2 3 4; do
     "$CONSUMER" "$bus" --wait-for-bus 10s --name "c$i" --verify --format none --json \
@@ -221,7 +221,7 @@ four_consumers)  # Done means #3
   ;;
 
 sigkill_consumer)  # Done means #4
-  bus=$(new_bus)
+  new_bus bus
   n=$MID
   "$PRODUCER" "$bus" --create --capacity 1024 --record-size 128 --keep-open </dev/null 2>/dev/null
   # The victim writes hex into a pipe nobody reads: it stalls as soon as the
@@ -254,7 +254,7 @@ sigkill_consumer)  # Done means #4
   ;;
 
 start_order)  # --wait-for-bus / --wait-for-readers: message 0 is seen in either order
-  bus=$(new_bus)
+  new_bus bus
   "$CONSUMER" "$bus" --wait-for-bus --verify --json --format none >/dev/null 2>"$work/c1.json" &
   pids+=($!)
   sleep 0.3
@@ -262,7 +262,7 @@ start_order)  # --wait-for-bus / --wait-for-readers: message 0 is seen in either
     --wait-timeout 10s 2>/dev/null || fail "producer (consumer first) failed"
   wait "${pids[-1]}" || fail "consumer (started first) failed"
   check_verified "$work/c1.json" 5000
-  bus2=$(new_bus)
+  new_bus bus2
   "$PRODUCER" "$bus2" --create --capacity 64 --count 5000 --size 32 --wait-for-readers 1 \
     --wait-timeout 10s 2>/dev/null &
   ppid=$!
@@ -274,7 +274,7 @@ start_order)  # --wait-for-bus / --wait-for-readers: message 0 is seen in either
   ;;
 
 overwrite_lost)  # overwrite bus: losses are reported, counted, and accepted by --verify
-  bus=$(new_bus)
+  new_bus bus
   n=$MID
   "$CONSUMER" "$bus" --wait-for-bus 10s --verify --format hex --json 2>"$work/c.json" \
     | { sleep 1; cat >/dev/null; } &
@@ -291,14 +291,14 @@ overwrite_lost)  # overwrite bus: losses are reported, counted, and accepted by 
   ;;
 
 verify_catches)  # --verify fails on non-synthetic and on corrupted messages
-  bus=$(new_bus)
+  new_bus bus
   printf 'x\n' | "$PRODUCER" "$bus" --create 2>/dev/null
   rc=0
   "$CONSUMER" "$bus" --verify --format none 2>"$work/short.err" || rc=$?
   [[ $rc -eq 1 ]] || fail "verify of a text line: rc=$rc"
   grep -q "shorter than a synthetic" "$work/short.err" || fail "$(cat "$work/short.err")"
   # Take one real synthetic message, flip one filler byte, publish it as a frame.
-  bus2=$(new_bus)
+  new_bus bus2
   "$PRODUCER" "$bus2" --create --count 1 --size 40 2>/dev/null
   hex=$("$CONSUMER" "$bus2" --format hex 2>/dev/null | cut -d' ' -f2)
   [[ ${#hex} -eq 80 ]] || fail "hex dump of a 40-byte message: $hex"
@@ -306,11 +306,11 @@ verify_catches)  # --verify fails on non-synthetic and on corrupted messages
     printf '\x28\x00\x00\x00'
     printf "$(sed 's/../\\x&/g' <<<"$1")"
   }
-  bus3=$(new_bus)
+  new_bus bus3
   to_frame "$hex" | "$PRODUCER" "$bus3" --create --binary 2>/dev/null
   "$CONSUMER" "$bus3" --verify --format none 2>"$work/good.err" || fail "an intact copy did not verify: $(cat "$work/good.err")"
   flipped="${hex:0:70}$(printf '%02x' $(((0x${hex:70:2}) ^ 0x10)))${hex:72}"
-  bus4=$(new_bus)
+  new_bus bus4
   to_frame "$flipped" | "$PRODUCER" "$bus4" --create --binary 2>/dev/null
   rc=0
   "$CONSUMER" "$bus4" --verify --format none 2>"$work/bad.err" || rc=$?
@@ -324,7 +324,7 @@ verify_catches)  # --verify fails on non-synthetic and on corrupted messages
   ;;
 
 signals)  # SIGINT/SIGTERM stop the consumer cleanly and free its reader slot
-  bus=$(new_bus)
+  new_bus bus
   "$PRODUCER" "$bus" --create --max-readers 1 --keep-open </dev/null 2>/dev/null
   for sig in INT TERM; do
     "$CONSUMER" "$bus" >/dev/null 2>"$work/sig$sig.err" &
@@ -344,7 +344,7 @@ signals)  # SIGINT/SIGTERM stop the consumer cleanly and free its reader slot
   # The only reader slot was released: another consumer attaches at once.
   "$CONSUMER" "$bus" --idle-timeout 100ms 2>/dev/null || fail "slot not released"
   # A producer stopped by SIGINT marks end-of-stream: its consumer drains and ends.
-  bus2=$(new_bus)
+  new_bus bus2
   "$CONSUMER" "$bus2" --wait-for-bus 10s --verify --format none --json >/dev/null 2>"$work/c.json" &
   cpid=$!
   pids+=($cpid)
@@ -362,7 +362,7 @@ signals)  # SIGINT/SIGTERM stop the consumer cleanly and free its reader slot
   ;;
 
 idle_timeout)
-  bus=$(new_bus)
+  new_bus bus
   "$PRODUCER" "$bus" --create --keep-open </dev/null 2>/dev/null
   start=$(date +%s%N)
   "$CONSUMER" "$bus" --idle-timeout 300ms 2>"$work/c.err" || fail "idle consumer failed"
@@ -372,7 +372,7 @@ idle_timeout)
   ;;
 
 rate)
-  bus=$(new_bus)
+  new_bus bus
   start=$(date +%s%N)
   "$PRODUCER" "$bus" --create --count 300 --size 32 --rate 1000 2>"$work/p.err" || fail "producer"
   ms=$((($(date +%s%N) - start) / 1000000))
@@ -383,7 +383,7 @@ rate)
   ;;
 
 errors_missing_bus)
-  bus=$(new_bus)
+  new_bus bus
   expect_failure consumer_missing "^shmbus-consumer: bus '$bus':.*(not exist|not found|no such)" "$CONSUMER" "$bus"
   expect_failure producer_missing "^shmbus-producer: bus '$bus':.*(not exist|not found|no such).*--create" "$PRODUCER" "$bus"
   start=$(date +%s%N)
@@ -394,7 +394,7 @@ errors_missing_bus)
   ;;
 
 errors_version)
-  bus=$(new_bus)
+  new_bus bus
   "$PRODUCER" "$bus" --create --keep-open </dev/null 2>/dev/null
   # layout_version is the u32 at byte 8 of the segment header (libshmbus/src/layout.hpp).
   printf '\x63\x00\x00\x00' | dd of="/dev/shm/shmbus.$bus" bs=1 seek=8 conv=notrunc status=none
@@ -403,7 +403,7 @@ errors_version)
   ;;
 
 errors_second_producer)
-  bus=$(new_bus)
+  new_bus bus
   mkfifo "$work/in"
   "$PRODUCER" "$bus" --create <"$work/in" 2>"$work/first.err" &
   first=$!
@@ -418,7 +418,7 @@ errors_second_producer)
   ;;
 
 errors_too_long)
-  bus=$(new_bus)
+  new_bus bus
   # record size 64 leaves 40 bytes of payload (24-byte record header)
   "$PRODUCER" "$bus" --create --record-size 64 --keep-open </dev/null 2>/dev/null
   long=$(printf 'x%.0s' {1..41})
@@ -452,12 +452,12 @@ errors_flags)
   expect_failure bad_from "^shmbus-consumer: .*--from" "$CONSUMER" x --from yesterday
   expect_failure bad_format "^shmbus-consumer: .*--format" "$CONSUMER" x --format xml
   expect_failure count_and_file "^shmbus-producer: .*(--count|--file).*excludes" "$PRODUCER" x --count 1 --file f
-  bus=$(new_bus)
+  new_bus bus
   expect_failure bad_capacity "^shmbus-producer: bus '$bus':.*capacity" "$PRODUCER" "$bus" --create --capacity 1000
   ;;
 
 errors_wait_timeout)
-  bus=$(new_bus)
+  new_bus bus
   "$PRODUCER" "$bus" --create --capacity 64 --record-size 64 --keep-open </dev/null 2>/dev/null
   expect_failure wait_for_readers "^shmbus-producer: bus '$bus':.*" \
     "$PRODUCER" "$bus" --count 10 --size 32 --wait-for-readers 1 --wait-timeout 300ms
@@ -477,7 +477,7 @@ errors_wait_timeout)
   ;;
 
 errors_start_and_slots)
-  bus=$(new_bus)
+  new_bus bus
   printf 'a\nb\n' | "$PRODUCER" "$bus" --create --max-readers 1 --keep-open 2>/dev/null
   expect_failure not_retained "^shmbus-consumer: bus '$bus':.*100.*not retained" "$CONSUMER" "$bus" --from 100
   "$CONSUMER" "$bus" --format none >/dev/null 2>&1 &
@@ -491,7 +491,7 @@ open_while_creating)
   # for it (up to its ready timeout), not reject it. A large segment makes the
   # window between sizing the file and writing its header wide.
   for i in 1 2 3 4 5; do
-    bus=$(new_bus)
+    new_bus bus
     "$PRODUCER" "$bus" --create --capacity 262144 --record-size 128 --keep-open </dev/null 2>/dev/null &
     pids+=($!)
     until [[ -e "/dev/shm/shmbus.$bus" ]]; do :; done

@@ -52,6 +52,7 @@ struct Options {
   std::string file;
   bool binary = false;
   std::uint64_t count = 0;
+  bool synthetic = false;  // --count was given (even 0)
   std::uint32_t size = 64;
   double rate = 0;
   bool keep_open = false;
@@ -338,7 +339,7 @@ int run(const Options& o, const CLI::App& app) {
   }
   const BusInfo& info = bus->info();
 
-  if (o.count > 0) {
+  if (o.synthetic) {
     if (o.size < synthetic_header_size) {
       throw Failure{fmt::format("--size {} is below the synthetic message's fixed part of {} bytes "
                                 "(sequence, timestamp, checksum)",
@@ -352,7 +353,7 @@ int run(const Options& o, const CLI::App& app) {
   }
 
   int fd = STDIN_FILENO;
-  if (o.count == 0 && !o.file.empty()) {
+  if (!o.synthetic && !o.file.empty()) {
     fd = ::open(o.file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw Failure{fmt::format("cannot open '{}': {}", o.file, std::strerror(errno))};
   }
@@ -371,7 +372,7 @@ int run(const Options& o, const CLI::App& app) {
   Totals totals;
   std::optional<std::string> failure;
   try {
-    if (o.count > 0) {
+    if (o.synthetic) {
       publish_synthetic(producer, o, timeout, totals);
     } else {
       publish_input(producer, o, fd, timeout, totals);
@@ -499,6 +500,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return cli_exit(app, e, kProgram);
   }
+  o.synthetic = count->count() > 0;
 
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // --rate pacing wakes within ~1 us of its target
   try {

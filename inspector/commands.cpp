@@ -51,6 +51,7 @@ const char* errc_name(Errc e) {
     case Errc::reader_table_full: return "reader_table_full";
     case Errc::not_retained: return "not_retained";
     case Errc::system: return "system";
+    case Errc::timeout: return "timeout";
   }
   return "unknown";
 }

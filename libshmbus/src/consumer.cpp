@@ -139,8 +139,9 @@ struct Consumer::Impl {
     return lapped(c);
   }
 
-  // Record `c` was overwritten before we read it. Resume at the oldest record
-  // that is not about to be overwritten and count every sequence skipped.
+  // Record `c` was overwritten before we read it. Resume at the oldest
+  // retained record and count every sequence skipped. (If that one is
+  // overwritten too before we read it, the next lap is counted the same way.)
   Step lapped(std::uint64_t c) noexcept {
     layout::RecordHeader* r = seg.record(c);
     const std::uint64_t t = r->tag.load(std::memory_order_acquire);
@@ -154,7 +155,7 @@ struct Consumer::Impl {
     // so only used when plausible) may say more is.
     std::uint64_t n = std::max(c + 1, tseq + 1 - cap);
     const std::uint64_t hd = h->head.load(std::memory_order_acquire);
-    if (hd >= cap && hd <= tseq + cap + 1) n = std::max(n, hd - cap + 1);
+    if (hd >= cap && hd <= tseq + cap + 1) n = std::max(n, hd - cap);
     last_lost = n - c;
     lost += last_lost;
     cursor = n;

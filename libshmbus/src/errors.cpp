@@ -22,6 +22,7 @@ class Category final : public std::error_category {
       case Errc::producer_active: return "another producer is attached";
       case Errc::reader_table_full: return "reader table is full";
       case Errc::not_retained: return "sequence is not retained";
+      case Errc::timeout: return "timed out";
       case Errc::system: return "system call failed";
     }
     return "unknown shmbus error";

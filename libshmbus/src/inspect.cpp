@@ -102,11 +102,17 @@ Snapshot Inspector::snapshot() const {
   p.waiting_for_space = h.producer_sleeping.load(std::memory_order_relaxed) != 0 || blocked != 0;
   if (blocked != 0 && blocked <= seg.max_readers()) p.blocked_on_slot = blocked - 1;
   p.takeovers = h.takeovers.load(std::memory_order_relaxed);
+  p.waiting_since_ns = h.wait_start_ns.load(std::memory_order_relaxed);
 
   for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
     const std::uint64_t ro = seg.reader(i)->owner.load(std::memory_order_acquire);
     if (in_use(ro)) s.readers.push_back(reader_view(seg, i, ro));
   }
+  // Cursors were read after head; a busy bus may have moved on meanwhile.
+  // Report the later head so that no cursor appears ahead of it.
+  const std::uint64_t later = h.head.load(std::memory_order_acquire);
+  for (const ReaderView& r : s.readers) s.head = std::max(s.head, std::min(r.cursor, later));
+  s.counters.published = s.head;
   return s;
 }
 

@@ -25,7 +25,7 @@
 //                   wakeups u64 | readers_reclaimed u64
 //   256  data wake  data_futex u32 | data_sleepers u32 | reserved   (consumers sleep here)
 //   320  space wake space_futex u32 | producer_sleeping u32 | blocked_on_slot u32 |
-//                   reserved                                      (producer sleeps here)
+//                   reserved u32 | wait_start_ns u64 | reserved   (producer sleeps here)
 //   384  reserved (two lines)
 //
 // ReaderSlot (128 bytes; two cache lines so the cursor line is the consumer's alone):
@@ -141,7 +141,9 @@ struct alignas(kCacheLine) SegmentHeader {
   alignas(kCacheLine) std::atomic<std::uint32_t> space_futex;
   std::atomic<std::uint32_t> producer_sleeping;
   std::atomic<std::uint32_t> blocked_on_slot;  // slot + 1 of the reader holding it back, 0 = none
-  std::uint32_t reserved5[13];
+  std::uint32_t reserved5a;
+  std::atomic<std::uint64_t> wait_start_ns;    // CLOCK_REALTIME the current wait for space began, 0 = none
+  std::uint64_t reserved5[5];
 
   // --- lines 6-7: reserved ---
   alignas(kCacheLine) std::uint8_t reserved6[128];
@@ -213,6 +215,7 @@ static_assert(offsetof(SegmentHeader, data_sleepers) == 260);
 static_assert(offsetof(SegmentHeader, space_futex) == 320);
 static_assert(offsetof(SegmentHeader, producer_sleeping) == 324);
 static_assert(offsetof(SegmentHeader, blocked_on_slot) == 328);
+static_assert(offsetof(SegmentHeader, wait_start_ns) == 336);
 static_assert(offsetof(SegmentHeader, reserved6) == 384);
 
 static_assert(sizeof(ReaderSlot) == 128 && alignof(ReaderSlot) == kCacheLine);

@@ -159,6 +159,7 @@ void Producer::Impl::acquire_role() {
   // A predecessor that died asleep may have left these set.
   h->producer_sleeping.store(0, std::memory_order_relaxed);
   h->blocked_on_slot.store(0, std::memory_order_relaxed);
+  h->wait_start_ns.store(0, std::memory_order_relaxed);
 
   // Continue after the last committed record. A producer that died between
   // committing a record and storing head left committed records past head:
@@ -262,6 +263,7 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
   const std::uint64_t spin_end = start + static_cast<std::uint64_t>(std::max<std::int64_t>(0, opt.wait.spin_time.count()));
   const std::uint64_t yield_end = spin_end + static_cast<std::uint64_t>(std::max<std::int64_t>(0, opt.wait.yield_time.count()));
   h->producer_waits.fetch_add(1, std::memory_order_relaxed);
+  h->wait_start_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
   bool ok = false;
   for (;;) {
     recompute_limit(last_seq);
@@ -306,6 +308,7 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
     }
   }
   h->blocked_on_slot.store(0, std::memory_order_relaxed);
+  h->wait_start_ns.store(0, std::memory_order_relaxed);
   h->producer_wait_ns.fetch_add(detail::monotonic_ns() - start, std::memory_order_relaxed);
   return ok;
 }
@@ -324,7 +327,7 @@ Producer::Producer(const Bus& bus, const ProducerOptions& options)
     while (p.count_live_readers() < options.wait_for_readers) {
       const std::uint64_t elapsed = detail::monotonic_ns() - start;
       if (elapsed >= budget)
-        detail::fail(Errc::system, bus.name(),
+        detail::fail(Errc::timeout, bus.name(),
                      "timed out waiting for " + std::to_string(options.wait_for_readers) + " readers (" +
                          std::to_string(p.count_live_readers()) + " attached)");
       const std::uint32_t seen = p.h->space_futex.load(std::memory_order_acquire);

@@ -90,6 +90,8 @@ std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std
   auto problem = [](Errc c, std::string w) { return std::optional<HeaderProblem>({c, std::move(w)}); };
   if (file_size < sizeof(std::uint64_t)) return problem(Errc::truncated, "segment is " + num(file_size) + " bytes, smaller than a header");
   const std::uint64_t magic = h.magic;
+  // A creator sizes and reserves the segment before writing the header.
+  if (magic == 0) return problem(Errc::not_ready, "segment was never fully initialised (no header written)");
   if (magic != layout::kMagic) return problem(Errc::not_a_bus, "not a shmbus segment (bad magic number)");
   if (file_size < sizeof(layout::SegmentHeader))
     return problem(Errc::truncated, "segment is " + num(file_size) + " bytes, smaller than its " +

@@ -29,6 +29,7 @@ enum class Errc : int {
   reader_table_full,    // every reader slot holds a live reader
   not_retained,         // the requested start sequence is no longer (or not yet) in the ring
   system,               // an operating-system call failed (see the message)
+  timeout,              // a setup wait (e.g. for readers to attach) ran out
 };
 
 // The std::error_category of shmbus::Errc ("shmbus").

@@ -38,6 +38,7 @@ struct ProducerView {
   bool closed = false;            // end-of-stream was marked
   bool waiting_for_space = false; // blocked on a full ring (block policy)
   std::optional<std::uint32_t> blocked_on_slot;  // the reader holding it back
+  std::uint64_t waiting_since_ns = 0;  // CLOCK_REALTIME the current wait began, 0 if not waiting
   std::uint32_t takeovers = 0;    // producers that took the bus over
 };
 

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <future>
 #include <thread>
 
@@ -800,6 +801,34 @@ TEST(ProducerRole, WaitForReadersHoldsTheProducerUntilThatManyAreAttached) {
   }
   producer_done.set_value();
   attach.join();
+}
+
+TEST(Counters, PublishingMakesNoWakeCallsWhenNobodySleeps) {
+  ScopedName name("no-wakes");
+  Bus bus = Bus::create(name, opts(1024));
+  Consumer idle(bus);  // attached, but not waiting
+  Producer p(bus);
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(p.publish(bytes("x"), 0ns));
+  Inspector ins = Inspector::open(name);
+  EXPECT_EQ(ins.snapshot().counters.wakeups, 0u) << "futex wake calls with nobody asleep";
+  EXPECT_EQ(ins.snapshot().counters.data_sleepers, 0u);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(idle.next(0ns).status, ReadStatus::message);
+  EXPECT_EQ(ins.snapshot().counters.wakeups, 0u) << "reading made wake calls with no producer asleep";
+
+  // A consumer asleep in next() is woken by exactly the publish that follows.
+  std::atomic<bool> got{false};
+  std::thread sleeper([&] { got = idle.next(20s).status == ReadStatus::message; });
+  ASSERT_TRUE([&] {
+    const auto deadline = Clock::now() + 10s;
+    while (ins.snapshot().counters.data_sleepers == 0)
+      if (Clock::now() > deadline) return false;
+    return true;
+  }()) << "the waiting consumer never went to sleep";
+  ASSERT_TRUE(p.publish(bytes("wake")));
+  sleeper.join();
+  EXPECT_TRUE(got);
+  EXPECT_GE(ins.snapshot().counters.wakeups, 1u);
+  EXPECT_EQ(ins.snapshot().counters.data_sleepers, 0u);
 }
 
 TEST(Counters, SegmentCountersTrackPublishingAndReading) {

@@ -159,6 +159,36 @@ TEST_P(RecordFaking, PollCountsCorruptRecordsAndDeliversTheRest) {
   EXPECT_EQ(seen, (std::vector<std::uint64_t>{0, 1, 2, 3, 5, 6, 7, 8, 9}));
 }
 
+TEST(ZeroCopy, BlockPayloadIsAViewIntoTheRingOverwritePayloadIsACopy) {
+  for (Policy policy : {Policy::block, Policy::overwrite}) {
+    SCOPED_TRACE(to_string(policy));
+    ScopedName name("zero-copy");
+    Bus bus = Bus::create(name, opts(8, policy));
+    Consumer c(bus);
+    Producer p(bus);
+    RawSegment raw(name.path());
+    // A claim is a span of the record itself: its bytes are in the segment
+    // before commit, while the commit tag still says "not written".
+    Claim cl = p.claim(5);
+    ASSERT_TRUE(cl);
+    std::memcpy(cl.data.data(), "abcde", 5);
+    EXPECT_EQ(std::memcmp(raw.payload(0), "abcde", 5), 0) << "claim() did not hand out the record in place";
+    EXPECT_NE(raw.record_header(0).tag.load(), 1u) << "committed before commit()";
+    p.commit();
+    EXPECT_EQ(raw.record_header(0).tag.load(), 1u);
+    ReadResult r = c.next(1s);
+    ASSERT_EQ(r.status, ReadStatus::message);
+    ASSERT_EQ(text(r.message.payload), "abcde");
+    // Change the record behind the consumer's back: a view sees it, a copy does not.
+    std::memcpy(raw.payload(0), "XY", 2);
+    if (policy == Policy::block) {
+      EXPECT_EQ(text(r.message.payload), "XYcde") << "block payload should be a view into shared memory";
+    } else {
+      EXPECT_EQ(text(r.message.payload), "abcde") << "overwrite payload must be the consumer's own copy";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(BothPolicies, RecordFaking, ::testing::Values(Policy::block, Policy::overwrite),
                          [](const auto& p) { return std::string(to_string(p.param)); });
 

@@ -73,7 +73,8 @@ inline void finish_result(RoleResult& r, bool ok) {
 //
 // Full speed: send `count` messages back to back, stamping each with the
 // time it is handed to the transport. Fixed rate: message i is due at
-// start + i / rate; the producer spins until then and stamps the DUE time,
+// start + i / rate; the producer waits until then (spinning, yielding the CPU
+// while more than 5 µs remain) and stamps the DUE time,
 // so a send that is late (because the transport stalled) shows up as latency
 // in every message behind it.
 template <class Sender>
@@ -107,7 +108,13 @@ void producer_loop(Control& c, Sender& s) {
     const double interval = 1e9 / static_cast<double>(cfg.rate);
     for (; i < n; ++i) {
       const std::uint64_t due = start + static_cast<std::uint64_t>(static_cast<double>(i) * interval);
-      while (clk.now() < due) _mm_pause();
+      // Spin until due, but yield while more than 5 µs remain: a consumer
+      // that the scheduler put on this CPU gets to run instead of waiting for
+      // the producer's time slice to end.
+      for (std::uint64_t now = clk.now(); now < due; now = clk.now()) {
+        if (due - now > 5'000) sched_yield();
+        else _mm_pause();
+      }
       put_header(buf.data(), i, due);
       if (!s.send(buf.data(), buf.size())) {
         ok = false;

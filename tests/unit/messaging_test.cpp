@@ -219,6 +219,19 @@ TEST(Batches, PublishBatchPublishesInOrderWithOneTimestamp) {
   }
 }
 
+TEST(Batches, PublishBatchAcceptsEmptyPayloads) {
+  // Default-constructed spans (data() == nullptr) are valid empty payloads.
+  ScopedName name("batch-empty");
+  Bus bus = Bus::create(name, opts(16));
+  Consumer c(bus);
+  Producer p(bus);
+  const std::vector<std::span<const std::byte>> spans = {{}, bytes("x"), {}};
+  EXPECT_EQ(p.publish_batch(spans), 3u);
+  EXPECT_EQ(expect_message(c, 0).message.payload.size(), 0u);
+  EXPECT_EQ(expect_message(c, 1).message.payload.size(), 1u);
+  EXPECT_EQ(expect_message(c, 2).message.payload.size(), 0u);
+}
+
 TEST(Batches, PublishBatchStopsAtATooLargeMessage) {
   ScopedName name("batch-large");
   Bus bus = Bus::create(name, opts(16, Policy::block, 64));

@@ -2,14 +2,16 @@
 #include <shmbus/shmbus.hpp>
 
 #include <cstdio>
+#include <string>
 #include <string_view>
 
-int main() {
+int main(int argc, char** argv) {
   using namespace std::chrono_literals;
+  const std::string name = argc > 1 ? argv[1] : "hello";
   shmbus::BusOptions options;
-  options.capacity = 1024;  // records in the ring (a power of two)
+  options.capacity = 1024;    // records in the ring (a power of two)
   options.record_size = 128;  // bytes per record, header included
-  shmbus::Bus bus = shmbus::Bus::create("hello", options);  // /dev/shm/shmbus.hello
+  shmbus::Bus bus = shmbus::Bus::create(name, options);  // /dev/shm/shmbus.hello
 
   shmbus::Consumer consumer(bus);  // attach before publishing: it starts at the oldest record
   shmbus::Producer producer(bus);  // exactly one per bus
@@ -28,6 +30,6 @@ int main() {
     ++received;
   }
   std::printf("received %d messages\n", received);
-  shmbus::Bus::remove("hello");
+  shmbus::Bus::remove(name);
   return received == 3 ? 0 : 1;
 }

@@ -127,7 +127,7 @@ std::optional<RecordView> Inspector::record(std::uint64_t seq) const {
   v.length = r->length;
   const std::uint32_t n = std::min(v.length, seg.max_payload());
   v.payload.resize(n);
-  std::memcpy(v.payload.data(), detail::Segment::payload(r), n);
+  if (n) std::memcpy(v.payload.data(), detail::Segment::payload(r), n);
   // Same torn-read check as an overwrite consumer.
   std::atomic_thread_fence(std::memory_order_acquire);
   if (r->tag.load(std::memory_order_relaxed) != t) return std::nullopt;

@@ -362,7 +362,7 @@ PublishResult Producer::publish(std::span<const std::byte> payload, std::chrono:
   if (!p.overwrite && s >= p.limit && !p.wait_for_space(s, timeout)) return {PublishStatus::timeout, 0};
   layout::RecordHeader* r = p.seg.record(s);
   Impl::begin_write(r, s);
-  std::memcpy(detail::Segment::payload(r), payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(detail::Segment::payload(r), payload.data(), payload.size());
   Impl::finish_write(r, s, static_cast<std::uint32_t>(payload.size()), p.now_stamp());
   p.publish_head(s + 1);
   return {PublishStatus::ok, s};
@@ -427,7 +427,7 @@ std::size_t Producer::publish_batch(std::span<const std::span<const std::byte>> 
       const auto& m = payloads[done + k];
       layout::RecordHeader* r = p.seg.record(s);
       Impl::begin_write(r, s);
-      std::memcpy(detail::Segment::payload(r), m.data(), m.size());
+      if (!m.empty()) std::memcpy(detail::Segment::payload(r), m.data(), m.size());
       Impl::finish_write(r, s, static_cast<std::uint32_t>(m.size()), ts);
     }
     p.publish_head(first + n);

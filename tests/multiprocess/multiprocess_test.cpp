@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <future>
 #include <memory>
+#include <ostream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -87,6 +88,10 @@ struct Fanout {
   const char* producer_mode;
 };
 
+void PrintTo(const Fanout& f, std::ostream* os) {
+  *os << to_string(f.policy) << ", " << f.consumers << " consumer(s), producer " << f.producer_mode;
+}
+
 class MillionMessages : public ::testing::TestWithParam<Fanout> {};
 
 TEST_P(MillionMessages, EveryConsumerGetsEveryMessageOrExactlyCountedLosses) {
@@ -140,6 +145,32 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(p.param.policy == Policy::block ? "Block" : "Overwrite") + "To" +
              std::to_string(p.param.consumers) + "Consumers";
     });
+
+TEST(OverwriteLosses, ReaderLappedByAProducerProcessIsToldExactlyHowManyItLost) {
+  constexpr std::uint64_t kCap = 4096, kExtra = 1000;
+  ScopedName name("exact-loss");
+  Bus bus = Bus::create(name, options(Policy::overwrite, kCap));
+  const std::size_t max = bus.info().max_payload;
+  Consumer c(bus);  // attached at 0, reads nothing until the producer is done
+  Peer producer({"producer", name.str(), std::to_string(kCap + kExtra), "--close"});
+  ASSERT_EQ(producer.wait_exit(60s), 0) << dump(producer);
+
+  ReadResult r = c.next(1s);
+  ASSERT_EQ(r.status, ReadStatus::lost) << to_string(r.status);
+  EXPECT_EQ(r.lost, kExtra) << "exactly the overwritten records are lost";
+  StreamHash h;
+  for (std::uint64_t seq = kExtra; seq < kCap + kExtra; ++seq) {
+    r = c.next(1s);
+    ASSERT_EQ(r.status, ReadStatus::message) << "seq " << seq;
+    ASSERT_EQ(r.message.seq, seq);
+    ASSERT_TRUE(check_payload(seq, max, r.message.payload)) << "seq " << seq;
+    h.add(seq, r.message.payload);
+  }
+  EXPECT_EQ(h.value, expected_stream_hash(kExtra, kCap + kExtra - 1, max));
+  EXPECT_EQ(c.next(1s).status, ReadStatus::end_of_stream);
+  EXPECT_EQ(c.lost(), kExtra);
+  EXPECT_EQ(c.delivered(), kCap);
+}
 
 // ---------------------------------------------------------------- late joiners
 

@@ -607,13 +607,13 @@ namespace {
 TEST(Errors, EveryErrcHasAMessageInTheShmbusCategory) {
   EXPECT_STREQ(category().name(), "shmbus");
   std::set<std::string> messages;
-  for (int v = static_cast<int>(Errc::invalid_name); v <= static_cast<int>(Errc::system); ++v) {
+  for (int v = static_cast<int>(Errc::invalid_name); v <= static_cast<int>(Errc::timeout); ++v) {
     const std::error_code ec = static_cast<Errc>(v);  // is_error_code_enum
     EXPECT_EQ(&ec.category(), &category());
     EXPECT_FALSE(ec.message().empty()) << v;
     messages.insert(ec.message());
   }
-  EXPECT_EQ(messages.size(), static_cast<std::size_t>(Errc::system)) << "messages must tell the codes apart";
+  EXPECT_EQ(messages.size(), static_cast<std::size_t>(Errc::timeout)) << "messages must tell the codes apart";
   const Error e(Errc::not_found, "bus 'x': no such bus");
   EXPECT_EQ(e.errc(), Errc::not_found);
   EXPECT_EQ(e.code(), make_error_code(Errc::not_found));

@@ -309,7 +309,7 @@ TEST_P(KilledReader, BlockedProducerResumesWhenTheReaderIsKilled) {
   const double took = std::chrono::duration<double>(finished_at.get() - killed).count();
   std::printf("[ info     ] producer finished %.3f s after the blocking reader was killed (%s)\n", took,
               reap_at_once ? "reaped" : "zombie");
-  EXPECT_LT(took, 2.0) << "README bound: a dead reader is reclaimed in under a second";
+  EXPECT_LT(took, 1.0) << "README bound: a dead reader is reclaimed in under a second (checked every 50 ms)";
   EXPECT_EQ(producer.next_seq(), kTotal);
   stuck.reap();
   EXPECT_EQ(stuck.exit_code(), -SIGKILL);
@@ -376,7 +376,9 @@ TEST(KilledProducer, ConsumersDrainEveryCommittedMessageThenEndOfStreamThenANewP
     if (last == 0) last = u64(f, "last");
     EXPECT_EQ(u64(f, "last"), last) << "both consumers drained to the same last committed message";
   }
-  EXPECT_EQ(bus.head(), last + 1) << "consumers got exactly what was committed";
+  // head may lag the last commit (a producer killed between the two stores);
+  // consumers go by the commit tags, and the next producer continues after them.
+  EXPECT_LE(bus.head(), last + 1) << "an announced message was not delivered";
   producer.reap();
   EXPECT_EQ(producer.exit_code(), -SIGKILL);
 

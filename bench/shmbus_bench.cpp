@@ -209,6 +209,8 @@ std::optional<Transport> parse_transport(const std::string& s) {
 
 // ------------------------------------------------------- child processes
 std::string g_self;
+volatile sig_atomic_t g_interrupted = 0;  // SIGINT/SIGTERM: stop, clean up, exit
+extern "C" void on_interrupt(int) { g_interrupted = 1; }
 
 pid_t spawn(int ctl_fd, const char* role, int id) {
   const pid_t pid = fork();
@@ -312,7 +314,7 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
       }
     }
     if (!left) break;
-    if (mono_ns() > deadline && !killed) {
+    if ((mono_ns() > deadline || g_interrupted) && !killed) {
       c->abort.store(1);
       sleep_ms(1000);
       for (std::size_t i = 0; i < kids.size(); ++i)
@@ -744,6 +746,8 @@ int main(int argc, char** argv) {
     self[n] = '\0';
     g_self = self;
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, on_interrupt);
+    signal(SIGTERM, on_interrupt);
 
     const bool tsc = o.clock == "tsc" && invariant_tsc();
     const ClockCalibration cal = Clock::calibrate(tsc);
@@ -775,6 +779,10 @@ int main(int argc, char** argv) {
                        name_of(cf.transport), name_of(cf.mode), cf.consumers, cf.size, k + 1, o.runs);
           std::fflush(stderr);
           Metrics m = run_once(o, cf, cal, serial++);
+          if (g_interrupted) {
+            std::fprintf(stderr, "interrupted\n");
+            return 130;
+          }
           if (!m.ok) std::fprintf(stderr, "FAILED: %s\n", m.error.c_str());
           else if (cf.mode == Mode::idle) std::fprintf(stderr, "consumer CPU %.3f %%\n", m.consumer_cpu);
           else std::fprintf(stderr, "%s msgs/s per consumer, p50 %s, p99 %s%s\n", fmt_rate(m.per_consumer_mps).c_str(),

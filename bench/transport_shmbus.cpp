@@ -3,8 +3,10 @@
 // The orchestrator creates the bus (NAME, or NAME.ping and NAME.pong for
 // ping-pong) with a record size that fits the message; the producer copies
 // each message in with Producer::publish(); consumers read in batches with
-// Consumer::poll(), in place (`block`) or copied (`overwrite`). One bus
+// Consumer::read_batch() (what Consumer::poll() is made of), in place
+// (`block`) or copied (`overwrite`). One bus
 // carries every consumer: broadcast, no per-consumer copy by the producer.
+#include <array>
 #include <chrono>
 #include <string>
 
@@ -106,20 +108,23 @@ class ShmbusReceiver {
   ShmbusReceiver(const std::string& name, const RunConfig& cfg, int id)
       : consumer_(shmbus::Bus::open(name), options(cfg, id)) {}
 
+  // One read_batch() per call: every message handed over was already read
+  // when the consumer loop takes its receive timestamp (Consumer::poll()
+  // would chain several batches behind one timestamp).
   template <class F>
   long recv(F&& on_message, std::uint64_t timeout_ns) noexcept {
     const auto timeout =
         timeout_ns == kForever ? shmbus::forever : std::chrono::nanoseconds(timeout_ns);
-    const shmbus::PollResult r = consumer_.poll(
-        [&](const shmbus::Message& m) { on_message(m.payload.data(), m.payload.size()); }, 256,
-        timeout);
+    shmbus::PollResult r;
+    const auto got = consumer_.read_batch(batch_, r, timeout);
+    for (const shmbus::Message& m : got) on_message(m.payload.data(), m.payload.size());
     // A loss or a corrupt record shows up as a gap in the sequence numbers the
     // messages carry, which the consumer loop counts.
-    if (r.count == 0 && r.end_of_stream) {
+    if (got.empty() && r.end_of_stream) {
       err_ = "end of stream";
       return -1;
     }
-    return static_cast<long>(r.count);
+    return static_cast<long>(got.size());
   }
   const char* error() const noexcept { return err_; }
 
@@ -132,6 +137,7 @@ class ShmbusReceiver {
     return o;
   }
   shmbus::Consumer consumer_;
+  std::array<shmbus::Message, 256> batch_{};
   const char* err_ = "";
 };
 

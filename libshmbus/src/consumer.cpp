@@ -92,7 +92,8 @@ struct Consumer::Impl {
       // cursor, now load producer_sleeping; it stores producer_sleeping, then
       // heavy_barrier() and rescans cursors.
       detail::light_barrier();
-      if (h->producer_sleeping.load(std::memory_order_relaxed) != 0) {
+      if (h->producer_sleeping.load(std::memory_order_relaxed) != 0 &&
+          h->producer_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
         h->space_futex.fetch_add(1, std::memory_order_release);
         detail::futex_wake(&h->space_futex, 1);
         h->wakeups.fetch_add(1, std::memory_order_relaxed);
@@ -227,13 +228,14 @@ struct Consumer::Impl {
       if (!eos && (opt.wait.strategy == WaitStrategy::spin_yield || now < yield_end)) {
         ::sched_yield();
       } else {
-        // Sleep. Dekker with the producer: we count ourselves in
-        // data_sleepers, then heavy_barrier() and re-check the record; it
-        // stores the tag, then loads data_sleepers.
+        // Sleep. Dekker with the producer: we arm data_armed, then
+        // heavy_barrier() and re-check the record; it stores the tag, then
+        // loads data_armed. data_sleepers only counts us for the inspector.
         // slot->sleeping records that we hold one count of data_sleepers, so a
         // reclaimer can give it back if we die asleep (see reclaim_if_dead).
         h->data_sleepers.fetch_add(1, std::memory_order_acq_rel);
         slot->sleeping.store(1, std::memory_order_relaxed);
+        h->data_armed.store(1, std::memory_order_relaxed);
         const std::uint32_t seen = h->data_futex.load(std::memory_order_acquire);
         const bool barrier_ok = detail::heavy_barrier();
         s = try_read(out, copy_to);

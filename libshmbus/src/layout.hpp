@@ -23,7 +23,8 @@
 //   192  producer   owner u64 | start_ticks u64 | pid u32 | closed u32 | takeovers u32 |
 //                   flags u32 | producer_waits u64 | producer_wait_ns u64 |
 //                   wakeups u64 | readers_reclaimed u64
-//   256  data wake  data_futex u32 | data_sleepers u32 | reserved   (consumers sleep here)
+//   256  data wake  data_futex u32 | data_sleepers u32 | data_armed u32 | reserved
+//                                                                 (consumers sleep here)
 //   320  space wake space_futex u32 | producer_sleeping u32 | blocked_on_slot u32 |
 //                   reserved u32 | wait_start_ns u64 | reserved   (producer sleeps here)
 //   384  reserved (two lines)
@@ -134,12 +135,13 @@ struct alignas(kCacheLine) SegmentHeader {
 
   // --- line 4: consumers waiting for data sleep on data_futex ---
   alignas(kCacheLine) std::atomic<std::uint32_t> data_futex;
-  std::atomic<std::uint32_t> data_sleepers;
-  std::uint32_t reserved4[14];
+  std::atomic<std::uint32_t> data_sleepers;  // consumers asleep now (for the inspector)
+  std::atomic<std::uint32_t> data_armed;     // 1: someone went to sleep since the last wake
+  std::uint32_t reserved4[13];
 
   // --- line 5: the producer waiting for space sleeps on space_futex ---
   alignas(kCacheLine) std::atomic<std::uint32_t> space_futex;
-  std::atomic<std::uint32_t> producer_sleeping;
+  std::atomic<std::uint32_t> producer_sleeping;  // 1: armed; the first consumer to clear it wakes
   std::atomic<std::uint32_t> blocked_on_slot;  // slot + 1 of the reader holding it back, 0 = none
   std::uint32_t reserved5a;
   std::atomic<std::uint64_t> wait_start_ns;    // CLOCK_REALTIME the current wait for space began, 0 = none
@@ -212,6 +214,7 @@ static_assert(offsetof(SegmentHeader, wakeups) == 240);
 static_assert(offsetof(SegmentHeader, readers_reclaimed) == 248);
 static_assert(offsetof(SegmentHeader, data_futex) == 256);
 static_assert(offsetof(SegmentHeader, data_sleepers) == 260);
+static_assert(offsetof(SegmentHeader, data_armed) == 264);
 static_assert(offsetof(SegmentHeader, space_futex) == 320);
 static_assert(offsetof(SegmentHeader, producer_sleeping) == 324);
 static_assert(offsetof(SegmentHeader, blocked_on_slot) == 328);

@@ -58,7 +58,6 @@ struct Producer::Impl {
   bool claim_open = false;
   std::uint64_t claim_seq = 0;
   std::size_t claim_size = 0;
-  std::uint32_t empty_wakes = 0;       // futex wakes that found nobody, in a row
   std::uint64_t next_liveness = 0;     // when to check the readers holding us back
   pid_t owner_pid = 0;                 // the process that holds the role (not a forked child)
   detail::PublishClock clock;
@@ -111,20 +110,17 @@ struct Producer::Impl {
 
   void wake_data_sleepers() noexcept {
     // Dekker with a consumer going to sleep: we stored the tag, then load
-    // data_sleepers; it increments data_sleepers, then issues heavy_barrier()
-    // and re-checks the tag. No system call unless somebody sleeps.
+    // data_armed; it stores data_armed = 1, then issues heavy_barrier() and
+    // re-checks the tag. No system call unless somebody went to sleep since
+    // the last wake: one wake per sleep episode, not one per publish until
+    // the sleeper gets a CPU (and a sleeper that died costs one wake at most).
     detail::light_barrier();
-    if (h->data_sleepers.load(std::memory_order_relaxed) != 0) [[unlikely]] {
-      h->data_futex.fetch_add(1, std::memory_order_release);
-      const int woken = detail::futex_wake(&h->data_futex, INT_MAX);
-      h->wakeups.fetch_add(1, std::memory_order_relaxed);
-      // A reader killed while asleep leaves its count in data_sleepers; in an
-      // overwrite bus nothing else would reclaim it, and every publish would
-      // go on making this system call. Look for dead sleepers now and then.
-      if (woken == 0 && ++empty_wakes >= 64) {
-        empty_wakes = 0;
-        for (std::uint32_t i = 0; i < seg.max_readers(); ++i)
-          if (seg.reader(i)->sleeping.load(std::memory_order_relaxed) != 0) detail::reclaim_if_dead(seg, i);
+    if (h->data_armed.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+      if (h->data_armed.exchange(0, std::memory_order_acq_rel) != 0) {
+        // Release: a sleeper that reads the new futex value sees our tag.
+        h->data_futex.fetch_add(1, std::memory_order_release);
+        detail::futex_wake(&h->data_futex, INT_MAX);
+        h->wakeups.fetch_add(1, std::memory_order_relaxed);
       }
     }
   }
@@ -289,9 +285,10 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
     } else if (opt.wait.strategy == WaitStrategy::spin_yield || now < yield_end) {
       ::sched_yield();
     } else {
-      // Sleep. Dekker with consumers: we store producer_sleeping, then
+      // Sleep. Dekker with consumers: we arm producer_sleeping, then
       // heavy_barrier() and re-check cursors; they store their cursor, then
-      // load producer_sleeping (light barrier between).
+      // load producer_sleeping (light barrier between), and the first to
+      // clear it makes the one wake.
       const std::uint32_t seen = h->space_futex.load(std::memory_order_acquire);
       h->producer_sleeping.store(1, std::memory_order_relaxed);
       const bool barrier_ok = detail::heavy_barrier();

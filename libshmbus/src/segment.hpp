@@ -75,7 +75,7 @@ class Segment {
 
  private:
   Segment() = default;
-  void attach(std::string_view name, const HeaderValues& v);
+  void attach(std::string_view name, const HeaderValues& v, bool writable);
 
   BusInfo info_{};
   std::unique_ptr<boost::interprocess::mapped_region> region_;

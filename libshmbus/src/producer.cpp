@@ -2,13 +2,15 @@
 //
 // Ownership (who writes what; everyone else only reads it):
 //   producer  header.head, header.oldest, every record, header.producer_*,
-//             header.closed, header.producer_sleeping, header.blocked_on_slot
+//             header.closed, header.blocked_on_slot, header.wait_start_ns
 //   consumer  its own ReaderSlot's cursor line (cursor, delivered, lost, ...)
+//   sleepers  arm header.data_armed (consumers) or header.producer_sleeping
+//             (the producer); the first waker to clear the word makes the wake
 //   anyone    header.data_futex / space_futex (increment, then FUTEX_WAKE)
 //
 // Space accounting in a `block` bus. The producer may write sequence s only
-// while s < limit_, where limit_ = floor + capacity and `floor` is at most
-// every active reader's cursor at the last rescan. limit_ is cached: the
+// while s < limit, where limit = floor + capacity and `floor` is at most
+// every active reader's cursor at the last rescan. limit is cached: the
 // reader table is rescanned only when s reaches it, which happens at least
 // every capacity/16 messages (so a late joiner always finds most of the ring
 // retained) and whenever the ring would otherwise be full.

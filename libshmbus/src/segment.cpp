@@ -323,7 +323,7 @@ bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept {
   // The producer stops counting this cursor once it sees kSlotFree (pairs with its acquire load).
   r->state.store(layout::kSlotFree, std::memory_order_release);
   // A reader killed while asleep still holds one count of data_sleepers:
-  // give it back, or every publish would go on issuing futex wakes.
+  // give it back, or the inspector would go on showing it asleep.
   if (r->sleeping.exchange(0, std::memory_order_acq_rel) != 0)
     s.header()->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
   s.header()->readers_reclaimed.fetch_add(1, std::memory_order_relaxed);

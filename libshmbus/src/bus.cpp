@@ -91,12 +91,7 @@ std::uint64_t Bus::head() const noexcept {
 }
 
 std::uint64_t Bus::oldest() const noexcept {
-  const std::uint64_t h = head();
-  const std::uint64_t cap = segment_->capacity();
-  const std::uint64_t floor = h > cap ? h - cap : 0;
-  if (segment_->overwrite()) return floor;
-  const std::uint64_t o = segment_->header()->oldest.load(std::memory_order_acquire);
-  return (o < floor || o > h) ? floor : o;  // the field is untrusted: clamp to what can exist
+  return detail::oldest_retained(*segment_, head());
 }
 
 }  // namespace shmbus

@@ -71,10 +71,7 @@ Snapshot Inspector::snapshot() const {
   Snapshot s;
   s.info = seg.info();
   s.head = h.head.load(std::memory_order_acquire);
-  const std::uint64_t cap = seg.capacity();
-  const std::uint64_t floor = s.head > cap ? s.head - cap : 0;
-  const std::uint64_t o = h.oldest.load(std::memory_order_acquire);
-  s.oldest = (seg.overwrite() || o < floor || o > s.head) ? floor : o;
+  s.oldest = detail::oldest_retained(seg, s.head);
   if (s.head > 0) {
     const layout::RecordHeader* r = seg.record(s.head - 1);
     if (r->tag.load(std::memory_order_acquire) == s.head) s.last_publish_ns = r->timestamp_ns;

@@ -117,8 +117,9 @@ struct alignas(kCacheLine) SegmentHeader {
 
   // --- line 2: written by the producer on every publish ---
   alignas(kCacheLine) std::atomic<std::uint64_t> head;  // next sequence to publish
-  std::atomic<std::uint64_t> oldest;  // a joining reader may start here: never overwritten
-                                      // while a reader's cursor is at or after it
+  std::atomic<std::uint64_t> oldest;  // block: a joining reader may start here, never
+                                      // overwritten while a cursor is at or after it.
+                                      // overwrite: unused (oldest is head - capacity)
   std::uint64_t reserved2[6];
 
   // --- line 3: producer role and counters (rarely written) ---

@@ -106,7 +106,6 @@ struct Producer::Impl {
     // For late joiners, the inspector and a producer taking over; consumers
     // poll the commit tags, not head. Pairs with their acquire loads of head.
     h->head.store(new_next, std::memory_order_release);
-    if (overwrite) h->oldest.store(new_next > cap ? new_next - cap : 0, std::memory_order_relaxed);
     wake_data_sleepers();
   }
 
@@ -170,7 +169,6 @@ void Producer::Impl::acquire_role() {
   }
   next = s;
   h->head.store(s, std::memory_order_release);
-  if (overwrite) h->oldest.store(s > cap ? s - cap : 0, std::memory_order_relaxed);
   limit = 0;  // force a rescan before the first write
   if (!overwrite) recompute_limit(s);
   // A new stream: consumers that saw end-of-stream can read on.

@@ -308,6 +308,13 @@ std::shared_ptr<Segment> Segment::open(std::string_view name, Access access,
   }
 }
 
+std::uint64_t oldest_retained(const Segment& s, std::uint64_t head) noexcept {
+  const std::uint64_t floor = head > s.capacity() ? head - s.capacity() : 0;
+  if (s.overwrite()) return floor;
+  const std::uint64_t o = s.header()->oldest.load(std::memory_order_acquire);
+  return (o < floor || o > head) ? floor : o;
+}
+
 bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept {
   layout::ReaderSlot* r = s.reader(i);
   std::uint64_t owner = r->owner.load(std::memory_order_acquire);

@@ -87,6 +87,11 @@ class Segment {
   std::uint64_t mask_ = 0;
 };
 
+// The oldest sequence a joining reader may start from, given `head`: in a
+// block bus the producer's published floor (header.oldest), in an overwrite
+// bus head - capacity. The field is untrusted: clamped to what can exist.
+std::uint64_t oldest_retained(const Segment& s, std::uint64_t head) noexcept;
+
 // Reclaims reader slot `i` if its owner is dead. Returns true if it did.
 bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept;
 

@@ -25,6 +25,7 @@
 #include "latency_histogram.hpp"
 #include "program.hpp"
 #include "synthetic.hpp"
+#include "trust.hpp"
 
 namespace {
 
@@ -48,6 +49,7 @@ struct Options {
   bool json = false;
   std::optional<std::string> wait_for_bus;
   std::string wait = "adaptive";
+  TrustArgs trust;
 };
 
 // stdout, buffered per batch. A closed pipe (EPIPE) stops the consumer quietly.
@@ -270,7 +272,8 @@ struct Reported {
 };
 
 Bus open_bus(const Options& o) {
-  if (!o.wait_for_bus) return Bus::open(o.bus);
+  const OpenOptions open_options{.trust = resolve_trust(o.trust)};
+  if (!o.wait_for_bus) return Bus::open(o.bus, open_options);
   const std::chrono::nanoseconds limit = parse_duration(*o.wait_for_bus);
   // A segment that exists but does not validate yet may be one its creator is
   // still initialising: keep trying for this long after it appeared.
@@ -281,7 +284,7 @@ Bus open_bus(const Options& o) {
     if (Bus::exists(o.bus)) {
       if (!appeared) appeared = Clock::now();
       try {
-        return Bus::open(o.bus);
+        return Bus::open(o.bus, open_options);
       } catch (const Error& e) {
         const Errc c = e.errc();
         const bool settling = c == Errc::not_ready || c == Errc::not_a_bus || c == Errc::truncated;
@@ -514,6 +517,7 @@ int main(int argc, char** argv) {
   app.add_option("--wait", o.wait, "How to wait for data: adaptive, spin-yield or busy-spin")
       ->check(CLI::IsMember({"adaptive", "spin-yield", "busy-spin"}))
       ->capture_default_str();
+  add_trust_options(app, o.trust);
 
   try {
     std::vector<std::string> args = normalise_args(argc, argv);

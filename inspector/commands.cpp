@@ -52,6 +52,9 @@ const char* errc_name(Errc e) {
     case Errc::not_retained: return "not_retained";
     case Errc::system: return "system";
     case Errc::timeout: return "timeout";
+    case Errc::foreign_owner: return "foreign_owner";
+    case Errc::insecure_mode: return "insecure_mode";
+    case Errc::not_allocated: return "not_allocated";
   }
   return "unknown";
 }
@@ -60,8 +63,10 @@ const char* errc_name(Errc e) {
 // looked at at all, so they are errors rather than findings.
 bool is_access_error(Errc e) {
   return e == Errc::not_found || e == Errc::permission_denied || e == Errc::invalid_name ||
-         e == Errc::system;
+         e == Errc::system || e == Errc::foreign_owner;
 }
+
+Trust g_trust;
 
 // Stop flag for watch: set by SIGINT/SIGTERM.
 std::atomic<bool> g_stop{false};
@@ -153,8 +158,10 @@ std::string record_header(const RecordView& r) {
 
 }  // namespace
 
+void set_trust(Trust trust) { g_trust = std::move(trust); }
+
 int run_list(bool json_out) {
-  const auto entries = list_buses();
+  const auto entries = list_buses(g_trust);
   const auto now = realtime_now_ns();
   if (json_out) {
     json buses = json::array();
@@ -171,7 +178,7 @@ int run_list(bool json_out) {
 }
 
 int run_show(const std::string& bus, std::chrono::nanoseconds sample, bool json_out) {
-  const Inspector insp = Inspector::open(bus);
+  const Inspector insp = Inspector::open(bus, g_trust);
   const BusReport r = sample_report(insp, sample);
   if (json_out) {
     print_json(to_json(r));
@@ -182,7 +189,7 @@ int run_show(const std::string& bus, std::chrono::nanoseconds sample, bool json_
 }
 
 int run_dump(const DumpArgs& a) {
-  const Inspector insp = Inspector::open(a.bus);
+  const Inspector insp = Inspector::open(a.bus, g_trust);
   const Snapshot snap = insp.snapshot();
   std::uint64_t from = snap.oldest;
   if (a.from) {
@@ -268,7 +275,7 @@ int run_dump(const DumpArgs& a) {
 
 int run_watch(const std::string& bus, std::chrono::nanoseconds interval,
               std::optional<std::uint64_t> count, bool json_out) {
-  const Inspector insp = Inspector::open(bus);
+  const Inspector insp = Inspector::open(bus, g_trust);
   install_stop_handlers();
   const bool tty = !json_out && isatty(STDOUT_FILENO) == 1;
   auto t0 = std::chrono::steady_clock::now();
@@ -301,7 +308,7 @@ int run_check(const std::string& bus, bool json_out) {
   std::vector<Problem> problems;
   std::string code;  // Errc name when the segment did not even open
   try {
-    const Inspector insp = Inspector::open(bus);
+    const Inspector insp = Inspector::open(bus, g_trust);
     problems = insp.check();
   } catch (const Error& e) {
     if (is_access_error(e.errc())) throw;
@@ -336,8 +343,8 @@ int run_check(const std::string& bus, bool json_out) {
 
 int run_gc(const std::string& bus, bool json_out) {
   // What the producer was waiting for, to say whether it can move on now.
-  const ProducerView before = Inspector::open(bus).snapshot().producer;
-  const std::vector<ReaderView> reclaimed = reclaim_dead_readers(bus);
+  const ProducerView before = Inspector::open(bus, g_trust).snapshot().producer;
+  const std::vector<ReaderView> reclaimed = reclaim_dead_readers(bus, g_trust);
   bool unblocked = false;
   for (const ReaderView& r : reclaimed) {
     unblocked |= before.waiting_for_space && before.blocked_on_slot == r.slot;
@@ -370,9 +377,10 @@ int run_rm(const std::string& bus, bool force, bool json_out) {
   std::optional<Snapshot> snap;
   std::string invalid;
   try {
-    snap = Inspector::open(bus).snapshot();
+    snap = Inspector::open(bus, g_trust).snapshot();
   } catch (const Error& e) {
-    if (is_access_error(e.errc())) throw;
+    // --force removes a foreign segment unseen (if we may: its owner or root).
+    if (is_access_error(e.errc()) && !(force && e.errc() == Errc::foreign_owner)) throw;
     if (e.errc() == Errc::not_ready && !force) {
       throw ToolError(bus, "not removed: its creator is still initialising it (use --force)");
     }

@@ -11,7 +11,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "shmbus/bus.hpp"
+
 namespace shmbus::inspect_tool {
+
+// Whose segments the commands open besides the caller's own and root's.
+void set_trust(Trust trust);
 
 // An error the program itself detects; what() names the bus and the problem.
 class ToolError : public std::runtime_error {

@@ -15,6 +15,7 @@
 #include "commands.hpp"
 #include "shmbus/errors.hpp"
 #include "text.hpp"
+#include "trust.hpp"
 
 namespace {
 
@@ -43,6 +44,9 @@ int main(int argc, char** argv) {
       "Views map a bus read-only and take no reader slot; gc and rm say what they change."};
   app.set_version_flag("--version", "shmbus-inspect 0.1.0");
   app.require_subcommand(1);
+  app.fallthrough();  // --trust-owner/--trust-group may follow the subcommand
+  shmbus::tools::TrustArgs trust_args;
+  shmbus::tools::add_trust_options(app, trust_args);
 
   bool json = false;
   const char* json_help = "machine-readable JSON output (schema in docs/inspector.md)";
@@ -108,6 +112,7 @@ int main(int argc, char** argv) {
 
   const std::string& target = dump_cmd->parsed() ? dump.bus : bus;
   try {
+    set_trust(shmbus::tools::resolve_trust(trust_args));
     if (list->parsed()) return run_list(json);
     if (show->parsed()) return run_show(bus, *parse_duration(interval), json);
     if (dump_cmd->parsed()) {

@@ -22,6 +22,7 @@
 #include "duration.hpp"
 #include "program.hpp"
 #include "synthetic.hpp"
+#include "trust.hpp"
 
 namespace {
 
@@ -60,6 +61,7 @@ struct Options {
   std::uint32_t wait_for_readers = 0;
   std::string wait = "adaptive";
   bool json = false;
+  TrustArgs trust;
 };
 
 // Reads messages from a file descriptor into one reusable buffer: lines
@@ -326,12 +328,13 @@ int run(const Options& o, const CLI::App& app) {
     bo.policy = o.policy == "overwrite" ? Policy::overwrite : Policy::block;
     bo.max_readers = o.max_readers;
     bo.mode = static_cast<mode_t>(std::stoul(o.mode, nullptr, 8));
+    bo.trust = resolve_trust(o.trust);
     const bool existed = Bus::exists(o.bus);
     bus = Bus::open_or_create(o.bus, bo);
     if (existed) warn_if_different(o, bus->info(), app);
   } else {
     try {
-      bus = Bus::open(o.bus);
+      bus = Bus::open(o.bus, OpenOptions{.trust = resolve_trust(o.trust)});
     } catch (const Error& e) {
       if (e.errc() != Errc::not_found) throw;
       throw Reported{std::string(e.what()) + " (use --create to create it)"};
@@ -494,6 +497,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"adaptive", "spin-yield", "busy-spin"}))
       ->capture_default_str();
   app.add_flag("--json", o.json, "Write the summary to stderr as one JSON object");
+  add_trust_options(app, o.trust);
 
   try {
     app.parse(argc, argv);

@@ -1,9 +1,11 @@
 #include "shmbus/bus.hpp"
 
-#include <boost/interprocess/shared_memory_object.hpp>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "segment.hpp"
 
@@ -33,6 +35,7 @@ void validate_name(std::string_view name) {
   if (name.find('/') != std::string_view::npos) bad("contains '/'");
   if (name.find("..") != std::string_view::npos) bad("contains '..'");
   if (name.front() == '.') bad("starts with '.'");
+  if (name.front() == '-') bad("starts with '-' (it would read as an option)");
   for (char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '.' || c == '_' || c == '-';
@@ -54,7 +57,12 @@ Bus Bus::create(std::string_view name, const BusOptions& options) {
 }
 
 Bus Bus::open(std::string_view name, std::chrono::milliseconds ready_timeout) {
-  return Bus(detail::Segment::open(name, detail::Segment::Access::read_write, ready_timeout));
+  return open(name, OpenOptions{ready_timeout, {}});
+}
+
+Bus Bus::open(std::string_view name, const OpenOptions& options) {
+  return Bus(detail::Segment::open(name, detail::Segment::Access::read_write, options.ready_timeout,
+                                   options.trust));
 }
 
 Bus Bus::open_or_create(std::string_view name, const BusOptions& options) {
@@ -65,7 +73,9 @@ Bus Bus::open_or_create(std::string_view name, const BusOptions& options) {
       if (e.errc() != Errc::already_exists) throw;
     }
     try {
-      return open(name);
+      // Never join a foreign segment, nor one that grants more than was asked.
+      return Bus(detail::Segment::open(name, detail::Segment::Access::read_write,
+                                       OpenOptions{}.ready_timeout, options.trust, options.mode));
     } catch (const Error& e) {
       // Removed between our create and open: try again, a few times.
       if (e.errc() != Errc::not_found || attempt >= 8) throw;
@@ -75,7 +85,12 @@ Bus Bus::open_or_create(std::string_view name, const BusOptions& options) {
 
 bool Bus::remove(std::string_view name) {
   validate_name(name);
-  return boost::interprocess::shared_memory_object::remove(("shmbus." + std::string(name)).c_str());
+  if (::shm_unlink(("/shmbus." + std::string(name)).c_str()) == 0) return true;
+  const int err = errno;
+  if (err == ENOENT) return false;
+  throw Error(err == EACCES || err == EPERM ? Errc::permission_denied : Errc::system,
+              "bus '" + std::string(name) + "': cannot remove " + segment_path(name) + ": " +
+                  std::strerror(err) + (err == EACCES || err == EPERM ? " (only its owner or root may)" : ""));
 }
 
 bool Bus::exists(std::string_view name) {

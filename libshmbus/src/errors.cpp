@@ -23,6 +23,9 @@ class Category final : public std::error_category {
       case Errc::reader_table_full: return "reader table is full";
       case Errc::not_retained: return "sequence is not retained";
       case Errc::timeout: return "timed out";
+      case Errc::foreign_owner: return "segment belongs to an untrusted user";
+      case Errc::insecure_mode: return "segment mode is more permissive than requested";
+      case Errc::not_allocated: return "segment is not fully allocated";
       case Errc::system: return "system call failed";
     }
     return "unknown shmbus error";

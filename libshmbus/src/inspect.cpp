@@ -21,9 +21,10 @@ Inspector::~Inspector() = default;
 Inspector::Inspector(Inspector&&) noexcept = default;
 Inspector& Inspector::operator=(Inspector&&) noexcept = default;
 
-Inspector Inspector::open(std::string_view name) {
+Inspector Inspector::open(std::string_view name, const Trust& trust) {
   Inspector i;
-  i.impl_->seg = detail::Segment::open(name, detail::Segment::Access::read_only, std::chrono::milliseconds(200));
+  i.impl_->seg =
+      detail::Segment::open(name, detail::Segment::Access::read_only, std::chrono::milliseconds(200), trust);
   return i;
 }
 
@@ -201,8 +202,8 @@ std::vector<Problem> Inspector::check() const {
   return out;
 }
 
-std::vector<ReaderView> reclaim_dead_readers(std::string_view name) {
-  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, std::chrono::milliseconds(200));
+std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust& trust) {
+  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, std::chrono::milliseconds(200), trust);
   std::vector<ReaderView> out;
   for (std::uint32_t i = 0; i < seg->max_readers(); ++i) {
     const std::uint64_t owner = seg->reader(i)->owner.load(std::memory_order_acquire);
@@ -214,7 +215,7 @@ std::vector<ReaderView> reclaim_dead_readers(std::string_view name) {
   return out;
 }
 
-std::vector<ListEntry> list_buses() {
+std::vector<ListEntry> list_buses(const Trust& trust) {
   std::vector<ListEntry> out;
   DIR* d = ::opendir("/dev/shm");
   if (!d) return out;
@@ -227,7 +228,7 @@ std::vector<ListEntry> list_buses() {
     struct stat st {};
     if (::stat(("/dev/shm/" + std::string(fn)).c_str(), &st) == 0) entry.file_size = static_cast<std::uint64_t>(st.st_size);
     try {
-      entry.snapshot = Inspector::open(entry.name).snapshot();
+      entry.snapshot = Inspector::open(entry.name, trust).snapshot();
     } catch (const std::exception& ex) {
       entry.error = ex.what();
     }

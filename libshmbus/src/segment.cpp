@@ -1,6 +1,8 @@
 #include "segment.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/mman.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -8,7 +10,9 @@
 
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -159,7 +163,12 @@ void Segment::attach(std::string_view name, const HeaderValues& v, bool writable
 #define MADV_POPULATE_WRITE 23
 #endif
     if (::madvise(base_, size_, MADV_POPULATE_WRITE) != 0) {
-      // Older kernels: touch each page (reading maps a shared page too).
+      const int err = errno;
+      // Kernels before 5.14 do not know it: touch each page instead. Safe,
+      // because open() refused a segment whose pages are not all allocated
+      // (create() allocated them), so no touch allocates or faults.
+      if (err != EINVAL) fail(err == EFAULT ? Errc::truncated : Errc::no_space, name,
+                              std::string("cannot map every page of the segment: ") + std::strerror(err));
       volatile const std::byte* p = base_;
       for (std::uint64_t off = 0; off < size_; off += layout::kPageSize) (void)p[off];
     }
@@ -245,41 +254,110 @@ std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions
   return seg;
 }
 
+namespace {
+
+std::string user_label(uid_t uid) {
+  std::string s = "uid " + num(uid);
+  passwd pw{}, *found = nullptr;
+  char buf[1024];
+  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found) s += " (" + std::string(pw.pw_name) + ")";
+  return s;
+}
+
+std::string group_label(gid_t gid) {
+  std::string s = "gid " + num(gid);
+  group gr{}, *found = nullptr;
+  char buf[1024];
+  if (::getgrgid_r(gid, &gr, buf, sizeof buf, &found) == 0 && found) s += " (" + std::string(gr.gr_name) + ")";
+  return s;
+}
+
+std::string mode_label(mode_t m) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(m & 07777));
+  return buf;
+}
+
+// Refuses a segment owned by anyone this process does not trust: by default
+// only its own effective uid and root. Checked on the descriptor that gets
+// mapped, so the file cannot be swapped between the check and the use.
+void check_owner(std::string_view name, const std::string& path, const struct stat& st, const Trust& trust) {
+  const uid_t me = ::geteuid();
+  if (st.st_uid == me || st.st_uid == 0) return;
+  if (std::find(trust.owners.begin(), trust.owners.end(), st.st_uid) != trust.owners.end()) return;
+  if (std::find(trust.groups.begin(), trust.groups.end(), st.st_gid) != trust.groups.end()) return;
+  fail(Errc::foreign_owner, name,
+       path + " belongs to " + user_label(st.st_uid) + ", " + group_label(st.st_gid) + ", mode " +
+           mode_label(st.st_mode) + ", not to you (" + user_label(me) +
+           "): not trusted (trust its owner or group to use it, e.g. --trust-owner or --trust-group)");
+}
+
+// Reads `n` bytes at `off` without mapping (a sparse file stays sparse).
+bool read_at(int fd, void* to, std::size_t n, std::uint64_t off) {
+  return ::pread(fd, to, n, static_cast<off_t>(off)) == static_cast<ssize_t>(n);
+}
+
+}  // namespace
+
 std::shared_ptr<Segment> Segment::open(std::string_view name, Access access,
-                                       std::chrono::milliseconds ready_timeout) {
+                                       std::chrono::milliseconds ready_timeout, const Trust& trust,
+                                       std::optional<mode_t> max_mode) {
   validate_name(name);
   const std::string shm = shm_name(name);
+  const std::string path = "/dev/shm/" + shm;
   const auto mode = access == Access::read_write ? bip::read_write : bip::read_only;
   bip::shared_memory_object obj;
   try {
     obj = bip::shared_memory_object(bip::open_only, shm.c_str(), mode);
   } catch (const bip::interprocess_exception& e) {
     Errc c = errc_from_interprocess(e);
-    if (c == Errc::not_found) fail(c, name, "no such bus (/dev/shm/" + shm + " does not exist)");
-    fail(c, name, "cannot open /dev/shm/" + shm + ": " + describe(e));
+    if (c == Errc::not_found) fail(c, name, "no such bus (" + path + " does not exist)");
+    fail(c, name, "cannot open " + path + ": " + describe(e));
   }
   const int fd = obj.get_mapping_handle().handle;
   const std::uint64_t deadline = monotonic_ns() + std::uint64_t(ready_timeout.count()) * 1'000'000u;
   for (;;) {
     struct stat st {};
     if (::fstat(fd, &st) != 0) fail(Errc::system, name, std::string("fstat: ") + std::strerror(errno));
+    // Whose it is, before reading a byte of it.
+    check_owner(name, path, st, trust);
+    if (max_mode && (st.st_mode & 0777 & ~*max_mode) != 0)
+      fail(Errc::insecure_mode, name,
+           path + " exists with mode " + mode_label(st.st_mode) + ", more permissive than the requested " +
+               mode_label(*max_mode) + "; not joining it (remove it, or ask for that mode)");
     const std::uint64_t file_size = static_cast<std::uint64_t>(st.st_size);
+    // tmpfs counts allocated pages in st_blocks (512-byte units). A creator
+    // reserves every page (posix_fallocate) before writing the header.
+    const bool allocated = static_cast<std::uint64_t>(st.st_blocks) * 512u >= file_size;
     std::optional<HeaderProblem> problem;
     std::unique_ptr<bip::mapped_region> region;
+    std::uint64_t magic = 0;
+    std::uint32_t version = 0;
+    const bool have_magic = file_size >= sizeof magic && read_at(fd, &magic, sizeof magic, 0);
     if (file_size < sizeof(layout::SegmentHeader)) {
       problem = HeaderProblem{Errc::truncated, "segment is " + num(file_size) + " bytes, smaller than its " +
                                                    num(sizeof(layout::SegmentHeader)) + "-byte header"};
-      if (file_size >= sizeof(std::uint64_t)) {
-        // Enough to tell a foreign file from a bus still being sized.
-        std::uint64_t magic = 0;
-        if (::pread(fd, &magic, sizeof magic, 0) == sizeof magic && magic != 0 && magic != layout::kMagic)
-          problem = HeaderProblem{Errc::not_a_bus, "not a shmbus segment (bad magic number)"};
-      }
+      // Enough to tell a foreign file from a bus still being sized.
+      if (have_magic && magic != 0 && magic != layout::kMagic)
+        problem = HeaderProblem{Errc::not_a_bus, "not a shmbus segment (bad magic number)"};
+    } else if (!allocated) {
+      // Never map a sparse segment: touching it would allocate /dev/shm on our
+      // behalf and raise SIGBUS once it is full. Only a creator still between
+      // ftruncate and posix_fallocate (no header yet) is worth waiting for.
+      read_at(fd, &version, sizeof version, offsetof(layout::SegmentHeader, layout_version));
+      if (have_magic && magic != 0 && magic != layout::kMagic)
+        fail(Errc::not_a_bus, name, "not a shmbus segment (bad magic number)");
+      if (magic != 0 && version != 0)
+        fail(Errc::not_allocated, name,
+             path + " claims " + num(file_size) + " bytes but only " +
+                 num(static_cast<std::uint64_t>(st.st_blocks) * 512u) +
+                 " are allocated (a sparse file): refusing to map it");
+      problem = HeaderProblem{Errc::not_ready, "segment was never fully initialised (not yet allocated)"};
     } else {
       try {
         region = std::make_unique<bip::mapped_region>(obj, mode, 0, file_size);
       } catch (const bip::interprocess_exception& e) {
-        fail(errc_from_interprocess(e), name, "cannot map /dev/shm/" + shm + ": " + describe(e));
+        fail(errc_from_interprocess(e), name, "cannot map " + path + ": " + describe(e));
       }
       HeaderValues values;
       problem = validate_header(*static_cast<const layout::SegmentHeader*>(region->get_address()), file_size, values);
@@ -289,15 +367,16 @@ std::shared_ptr<Segment> Segment::open(std::string_view name, Access access,
         seg->attach(name, values, access == Access::read_write);
         return seg;
       }
-      if (problem->code == Errc::not_ready) {
-        // A creator that died before finishing never will.
-        const auto* hdr = static_cast<const layout::SegmentHeader*>(region->get_address());
-        const pid_t creator = static_cast<pid_t>(hdr->creator_pid);
-        if (creator > 0 && ::kill(creator, 0) != 0 && errno == ESRCH)
-          fail(Errc::not_ready, name,
-               "its creator (pid " + std::to_string(creator) +
-                   ") died while initialising it; remove it (shmbus-inspect rm) and create it again");
-      }
+    }
+    if (problem->code == Errc::not_ready) {
+      // A creator that died before finishing never will.
+      std::uint32_t creator_pid = 0;
+      read_at(fd, &creator_pid, sizeof creator_pid, offsetof(layout::SegmentHeader, creator_pid));
+      const pid_t creator = static_cast<pid_t>(creator_pid);
+      if (creator > 0 && ::kill(creator, 0) != 0 && errno == ESRCH)
+        fail(Errc::not_ready, name,
+             "its creator (pid " + std::to_string(creator) +
+                 ") died while initialising it; remove it (shmbus-inspect rm) and create it again");
     }
     // A creator may still be between shm_open, ftruncate and the version store.
     const bool maybe_initialising =

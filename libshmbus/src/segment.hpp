@@ -49,8 +49,12 @@ class Segment {
   enum class Access { read_write, read_only };
 
   static std::shared_ptr<Segment> create(std::string_view name, const BusOptions& options);
+  // Opens an existing segment: owner checked against `trust`, allocation
+  // checked against its size, header validated, all before it is used. With
+  // `max_mode`, a segment whose mode grants more than it is refused too.
   static std::shared_ptr<Segment> open(std::string_view name, Access access,
-                                       std::chrono::milliseconds ready_timeout);
+                                       std::chrono::milliseconds ready_timeout, const Trust& trust,
+                                       std::optional<mode_t> max_mode = std::nullopt);
   ~Segment();
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;

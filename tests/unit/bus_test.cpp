@@ -1,6 +1,7 @@
 // Creating, opening and removing buses: options, names, permissions, every
 // setup error, hostile segments, and racing creators.
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -15,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "test_support.hpp"
+#include "shmbus/inspect.hpp"
 
 namespace shmbus::test {
 namespace {
@@ -242,6 +244,7 @@ TEST(BusNames, InvalidNamesAreRejectedByEveryEntryPoint) {
       "a..b",
       "../etc",
       ".hidden",
+      "-looks-like-an-option",
       "has space",
       std::string("nul\0byte", 8),
       "tab\tname",
@@ -348,6 +351,117 @@ TEST(BusPermissions, OpeningABusWeMayNotReadIsPermissionDenied) {
   EXPECT_EQ(WEXITSTATUS(status), 0)
       << "1/3: wrong error (expected permission_denied naming the bus), 2: open succeeded, "
          "10: could not drop privileges";
+}
+
+// ---------------------------------------------------------------- hostile local users
+
+// Runs `f` in a child process as uid/gid 65534 (nobody); returns its exit code.
+template <class F>
+int as_nobody(F&& f) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(10);
+    ::_exit(f());
+  }
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+TEST(ForeignSegments, AnotherUsersSegmentIsRefusedUnlessTrusted) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to create a segment as a second user";
+  ScopedName name("squat");
+  // The squatter creates the name first, open to everyone.
+  ASSERT_EQ(as_nobody([&] {
+              BusOptions o = small_options();
+              o.mode = 0666;
+              Bus::create(name, o);
+              return 0;
+            }),
+            0);
+  const std::string what = expect_error(Errc::foreign_owner, [&] { Bus::open(name); });
+  EXPECT_THAT(what, HasSubstr("uid 65534"));
+  EXPECT_THAT(what, HasSubstr("mode 0666"));
+  EXPECT_THAT(what, HasSubstr(name.str()));
+  expect_error(Errc::foreign_owner, [&] { Bus::open_or_create(name, small_options()); });
+  expect_error(Errc::foreign_owner, [&] { Inspector::open(name); });
+  expect_error(Errc::foreign_owner, [&] { reclaim_dead_readers(name); });
+
+  OpenOptions by_owner;
+  by_owner.trust.owners = {65534};
+  EXPECT_EQ(Bus::open(name, by_owner).info().capacity, 16u);
+  OpenOptions by_group;
+  by_group.trust.groups = {65534};
+  EXPECT_EQ(Bus::open(name, by_group).info().capacity, 16u);
+  BusOptions joining = small_options();
+  joining.mode = 0666;
+  joining.trust.owners = {65534};
+  EXPECT_EQ(Bus::open_or_create(name, joining).info().capacity, 16u);
+}
+
+TEST(ForeignSegments, RootsSegmentIsTrustedByEveryone) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as a second user";
+  ScopedName name("rootbus");
+  BusOptions o = small_options();
+  o.mode = 0666;
+  Bus bus = Bus::create(name, o);
+  EXPECT_EQ(as_nobody([&] { return Bus::open(name).info().capacity == 16u ? 0 : 1; }), 0);
+}
+
+TEST(ForeignSegments, OpenOrCreateRefusesAModeWiderThanAsked) {
+  ScopedName name("wide");
+  BusOptions wide = small_options();
+  wide.mode = 0644;
+  { Bus bus = Bus::create(name, wide); }
+  const std::string what = expect_error(Errc::insecure_mode, [&] { Bus::open_or_create(name, small_options()); });
+  EXPECT_THAT(what, HasSubstr("mode 0644, more permissive than the requested 0600"));
+  EXPECT_EQ(Bus::open_or_create(name, wide).info().capacity, 16u);
+  BusOptions narrower = wide;
+  narrower.mode = 0664;  // grants more than the bus does: joining is fine
+  EXPECT_EQ(Bus::open_or_create(name, narrower).info().capacity, 16u);
+}
+
+TEST(ForeignSegments, RemovingABusWeMayNotRemoveIsPermissionDenied) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as a second user";
+  ScopedName name("keep");
+  BusOptions o = small_options();
+  o.mode = 0666;
+  { Bus bus = Bus::create(name, o); }
+  EXPECT_EQ(as_nobody([&] {
+              try {
+                Bus::remove(name);
+                return 1;
+              } catch (const Error& e) {
+                return e.errc() == Errc::permission_denied ? 0 : 2;
+              }
+            }),
+            0);
+  EXPECT_TRUE(Bus::exists(name));
+}
+
+// A sparse segment claims a size it has not allocated: mapping and touching
+// it would fill /dev/shm on the opener's behalf, then raise SIGBUS.
+TEST(HostileSegments, SparseSegmentIsRefusedBeforeItIsMapped) {
+  ScopedName name("sparse");
+  BusOptions o = small_options();
+  o.capacity = 1u << 16;
+  o.record_size = 1024;  // 64 MiB
+  { Bus bus = Bus::create(name, o); }
+  const int fd = ::open(name.path().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 1 << 20, 32 << 20), 0);
+  struct stat before {};
+  ASSERT_EQ(::fstat(fd, &before), 0);
+  ASSERT_LT(before.st_blocks * 512, before.st_size);
+  const std::string what = expect_error(Errc::not_allocated, [&] { Bus::open(name, 100ms); });
+  EXPECT_THAT(what, HasSubstr("sparse"));
+  expect_error(Errc::not_allocated, [&] { Inspector::open(name); });
+  expect_error(Errc::not_allocated, [&] { Bus::open_or_create(name, o); });
+  struct stat after {};
+  ASSERT_EQ(::fstat(fd, &after), 0);
+  EXPECT_EQ(after.st_blocks, before.st_blocks) << "opening allocated memory on the opener's behalf";
+  ::close(fd);
 }
 
 // ---------------------------------------------------------------- hostile segments

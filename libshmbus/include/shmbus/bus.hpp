@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shmbus/errors.hpp"
 
@@ -36,12 +37,29 @@ enum class Policy : std::uint32_t {
 
 const char* to_string(Policy p) noexcept;
 
+// Whose segments a process uses besides its own (docs/SECURITY.md). Every
+// open checks the owner of the segment it maps (fstat on that descriptor):
+// by default a segment must belong to the caller's effective uid, or to root
+// (a system-wide bus; root can read any process's memory anyway). Anything
+// else is refused with Errc::foreign_owner unless it is trusted here.
+struct Trust {
+  std::vector<uid_t> owners;  // also use segments owned by these users
+  std::vector<gid_t> groups;  // also use segments whose group is one of these
+};
+
 struct BusOptions {
   std::uint64_t capacity = 65536;  // records in the ring; a power of two, >= 2
   std::uint32_t record_size = 256; // bytes per record, header included; a multiple of 64
   Policy policy = Policy::block;
   std::uint32_t max_readers = 16;  // reader slots, 1..1024
   mode_t mode = 0600;              // permission bits of the segment
+  Trust trust{};                   // open_or_create: whose existing segment it may join
+};
+
+struct OpenOptions {
+  // How long to wait for a creator that is still initialising the segment.
+  std::chrono::milliseconds ready_timeout{2000};
+  Trust trust{};
 };
 
 // Limits checked by create() (and by open(), which trusts nothing it maps).
@@ -86,16 +104,23 @@ class Bus {
   // Opens an existing bus and validates its header against the real segment
   // size before using anything in it. Waits up to `ready_timeout` for a
   // creator that is still initialising it.
+  // The segment must be owned by us, by root, or be trusted (Errc::foreign_owner),
+  // and be fully allocated (Errc::not_allocated: a sparse file would fill
+  // /dev/shm on first touch and then raise SIGBUS).
   static Bus open(std::string_view name,
                   std::chrono::milliseconds ready_timeout = std::chrono::milliseconds(2000));
+  static Bus open(std::string_view name, const OpenOptions& options);
 
   // Creates the bus, or opens it if it exists. When two processes race, one
   // creates and the other opens the finished segment. An existing bus keeps
-  // its own options (check info() if they matter).
+  // its own options (check info() if they matter), but is joined only if open()
+  // would accept it with options.trust and its mode grants nobody more than
+  // options.mode does (Errc::insecure_mode otherwise).
   static Bus open_or_create(std::string_view name, const BusOptions& options = {});
 
   // Removes the segment's name. Processes that have it mapped keep using it.
-  // Returns false if it did not exist.
+  // Returns false if it did not exist; throws Errc::permission_denied if we may
+  // not remove it (in /dev/shm only a segment's owner or root may).
   static bool remove(std::string_view name);
 
   // True if a segment of that name exists (it may still fail to open).

@@ -14,7 +14,7 @@
 namespace shmbus {
 
 enum class Errc : int {
-  invalid_name = 1,     // empty, too long, contains '/' or "..", or not printable
+  invalid_name = 1,     // empty, too long, contains '/' or "..", starts with '.' or '-', ...
   invalid_options,      // capacity not a power of two, record size not a multiple of 64, ...
   already_exists,       // create() on a bus that exists
   not_found,            // open() on a bus that does not exist
@@ -30,6 +30,9 @@ enum class Errc : int {
   not_retained,         // the requested start sequence is no longer (or not yet) in the ring
   system,               // an operating-system call failed (see the message)
   timeout,              // a setup wait (e.g. for readers to attach) ran out
+  foreign_owner,        // the segment belongs to a user (or group) this process does not trust
+  insecure_mode,        // open_or_create found the bus with a more permissive mode than asked
+  not_allocated,        // the segment is sparse: mapping it would fill /dev/shm, then SIGBUS
 };
 
 // The std::error_category of shmbus::Errc ("shmbus").

@@ -90,8 +90,9 @@ struct Problem {
 
 class Inspector {
  public:
-  // Maps the bus read-only and validates it like Bus::open. Throws Error.
-  static Inspector open(std::string_view name);
+  // Maps the bus read-only and validates it like Bus::open (owner, allocation,
+  // header). Throws Error.
+  static Inspector open(std::string_view name, const Trust& trust = {});
   ~Inspector();
   Inspector(Inspector&&) noexcept;
   Inspector& operator=(Inspector&&) noexcept;
@@ -115,7 +116,7 @@ class Inspector {
 
 // Reclaims the slots of dead readers of `name` (maps the bus read-write).
 // Returns the reclaimed readers as they were.
-std::vector<ReaderView> reclaim_dead_readers(std::string_view name);
+std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust& trust = {});
 
 struct ListEntry {
   std::string name;            // bus name (segment name without "shmbus.")
@@ -126,6 +127,6 @@ struct ListEntry {
 
 // Every shmbus segment in /dev/shm, sorted by name. Segments that are not
 // named shmbus.* are skipped.
-std::vector<ListEntry> list_buses();
+std::vector<ListEntry> list_buses(const Trust& trust = {});
 
 }  // namespace shmbus

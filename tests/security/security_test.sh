@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Hostile local users (docs/SECURITY.md): each case runs the real programs,
+# partly as a second, unprivileged user. One case per ctest test:
+#   PRODUCER=... CONSUMER=... INSPECT=... security_test.sh CASE
+# Cases that need a second user create one (shmbus-sectest) when run as root
+# and are skipped (exit code 77, with the reason) otherwise.
+set -euo pipefail
+
+case_name=${1:?usage: security_test.sh CASE}
+: "${PRODUCER:?}" "${CONSUMER:?}" "${INSPECT:?}"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/shmbus-sec.XXXXXX")
+chmod 0755 "$work"
+buses=()
+
+cleanup() {
+  for b in "${buses[@]}"; do rm -f "/dev/shm/shmbus.$b"; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL [$case_name]: $*" >&2
+  for f in "$work"/*.out "$work"/*.err; do
+    [[ -f "$f" ]] || continue
+    echo "---- $(basename "$f")" >&2
+    tail -n 10 "$f" | cut -c1-300 >&2
+  done
+  exit 1
+}
+note() { echo "[$case_name] $*" >&2; }
+
+new_bus() {
+  local b="sec-${case_name//_/-}-$$-${#buses[@]}"
+  buses+=("$b")
+  rm -f "/dev/shm/shmbus.$b"
+  printf -v "$1" '%s' "$b"
+}
+
+# The programs, copied where a second user may run them whatever the build
+# directory's permissions.
+for p in PRODUCER CONSUMER INSPECT; do
+  cp "${!p}" "$work/${p,,}"
+  chmod 0755 "$work/${p,,}"
+done
+producer=$work/producer
+consumer=$work/consumer
+inspect=$work/inspect
+
+OTHER=shmbus-sectest
+need_other_user() {
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "SKIP [$case_name]: needs root to create and become a second user ($OTHER)" >&2
+    exit 77
+  fi
+  if ! id -u "$OTHER" >/dev/null 2>&1; then
+    useradd --system --no-create-home --shell /usr/sbin/nologin "$OTHER" 2>/dev/null ||
+      id -u "$OTHER" >/dev/null 2>&1 || { echo "SKIP [$case_name]: useradd failed" >&2; exit 77; }
+  fi
+}
+# as_other CMD...: runs CMD as the second user, no supplementary groups.
+as_other() {
+  setpriv --reuid="$OTHER" --regid="$OTHER" --clear-groups --reset-env -- "$@"
+}
+
+# expect_failure NAME REGEX CMD...: non-zero exit, one stderr line matching REGEX.
+expect_failure() {
+  local name=$1 regex=$2
+  shift 2
+  local rc=0
+  "$@" >"$work/$name.out" 2>"$work/$name.err" </dev/null || rc=$?
+  [[ $rc -ne 0 ]] || fail "$name: expected a non-zero exit, got 0"
+  [[ $rc -lt 128 ]] || fail "$name: killed by signal $((rc - 128))"
+  local lines
+  lines=$(wc -l <"$work/$name.err")
+  [[ $lines -eq 1 ]] || fail "$name: expected one line on stderr, got $lines"
+  grep -Eiq -- "$regex" "$work/$name.err" || fail "$name: stderr does not match /$regex/: $(cat "$work/$name.err")"
+  note "$name: exit $rc: $(cat "$work/$name.err")"
+}
+
+allocated_kib() { du -k "$1" | cut -f1; }
+
+case $case_name in
+
+squatted_name)
+  # A second user creates the segment first; root's producer must not join it,
+  # so nothing root publishes can be read by that user.
+  need_other_user
+  new_bus bus
+  as_other "$producer" "$bus" --create --mode 0666 --count 0 --keep-open 2>"$work/squat.err" ||
+    fail "the second user could not create a bus"
+  [[ $(stat -c %U "/dev/shm/shmbus.$bus") == "$OTHER" ]] || fail "segment is not the second user's"
+  expect_failure join 'belongs to uid [0-9]+ \('"$OTHER"'\).*mode 0666.*not trusted' \
+    bash -c "printf 'root-secret\n' | '$producer' '$bus' --create --keep-open"
+  expect_failure open 'belongs to uid [0-9]+ \('"$OTHER"'\)' bash -c "printf 'root-secret\n' | '$producer' '$bus'"
+  expect_failure consume 'belongs to uid [0-9]+ \('"$OTHER"'\)' "$consumer" "$bus" --count 1
+  expect_failure inspect 'not trusted' "$inspect" show "$bus"
+  as_other "$inspect" dump "$bus" --count 0 >"$work/dump.out" 2>&1 || true
+  ! grep -q 'root-secret' "$work/dump.out" || fail "root's message reached the squatter's segment"
+  [[ $(as_other "$inspect" show "$bus" --json --interval 0 | grep -o '"head": *[0-9]*' | grep -o '[0-9]*$') == 0 ]] ||
+    fail "something was published into the squatted segment"
+  # Trusting that user on purpose works.
+  printf 'shared\n' | "$producer" "$bus" --keep-open --trust-owner "$OTHER" 2>"$work/trusted.err" ||
+    fail "--trust-owner did not let the producer in: $(cat "$work/trusted.err")"
+  "$consumer" "$bus" --count 1 --trust-owner "$OTHER" >"$work/trusted.out" 2>/dev/null ||
+    fail "--trust-owner did not let the consumer in"
+  grep -qx shared "$work/trusted.out" || fail "trusted consumer read $(cat "$work/trusted.out")"
+  ;;
+
+trusted_group)
+  # A 0660 bus shared with a group: members use it with --trust-group.
+  need_other_user
+  new_bus bus
+  grp=$(id -gn "$OTHER")
+  as_other "$producer" "$bus" --create --mode 0660 --count 0 --keep-open 2>/dev/null ||
+    fail "the second user could not create a bus"
+  expect_failure untrusted 'not trusted' "$consumer" "$bus" --count 1
+  printf 'g\n' | "$producer" "$bus" --keep-open --trust-group "$grp" 2>/dev/null ||
+    fail "--trust-group did not let the producer in"
+  "$consumer" "$bus" --count 1 --trust-group "$grp" >"$work/g.out" 2>/dev/null || fail "--trust-group consumer"
+  grep -qx g "$work/g.out" || fail "group consumer read $(cat "$work/g.out")"
+  expect_failure unknown_group 'no such group' "$consumer" "$bus" --trust-group no-such-group-xyz
+  ;;
+
+wider_mode)
+  # open_or_create (--create) does not silently join our own bus when it is
+  # more permissive than what was asked for.
+  new_bus bus
+  "$producer" "$bus" --create --mode 0666 --count 0 --keep-open 2>/dev/null || fail "create"
+  expect_failure wider 'mode 0666, more permissive than the requested 0600' \
+    "$producer" "$bus" --create --count 1 --size 64
+  "$producer" "$bus" --create --mode 0666 --count 1 --size 64 --keep-open 2>/dev/null ||
+    fail "asking for the same mode must join"
+  ;;
+
+sparse_segment)
+  # A segment whose pages are not allocated is refused before it is mapped:
+  # nothing allocates /dev/shm on the opener's behalf, nothing raises SIGBUS.
+  new_bus bus
+  seg=/dev/shm/shmbus.$bus
+  "$producer" "$bus" --create --capacity 16384 --record-size 1024 --count 10 --size 64 --keep-open 2>/dev/null ||
+    fail "create"
+  fallocate --punch-hole --offset 1048576 --length 8388608 "$seg"
+  before=$(allocated_kib "$seg")
+  note "segment claims $(stat -c %s "$seg") bytes, $before KiB allocated"
+  expect_failure check 'check found 1 problem' "$inspect" check "$bus"
+  grep -Eq 'not_allocated.*|only [0-9]+ are allocated \(a sparse file\)' "$work/check.out" ||
+    fail "check did not name the sparse segment: $(cat "$work/check.out")"
+  expect_failure consume 'sparse file' "$consumer" "$bus" --count 1
+  expect_failure produce 'sparse file' "$producer" "$bus" --count 1 --size 64
+  expect_failure gc 'sparse file' "$inspect" gc "$bus"
+  after=$(allocated_kib "$seg")
+  [[ $after -eq $before ]] || fail "opening allocated memory: $before KiB before, $after KiB after"
+  # The inspector's JSON check names the code too.
+  "$inspect" check "$bus" --json >"$work/check.json" 2>/dev/null && fail "check --json exited 0"
+  grep -q not_allocated "$work/check.json" || fail "check --json: $(cat "$work/check.json")"
+  ;;
+
+truncate_denied)
+  # Only writers can truncate a segment, and by default only its owner may
+  # write it: another user can neither shrink nor remove a bus.
+  need_other_user
+  new_bus bus
+  seg=/dev/shm/shmbus.$bus
+  "$producer" "$bus" --create --count 100 --size 64 --keep-open 2>/dev/null || fail "create"
+  size=$(stat -c %s "$seg")
+  as_other truncate -s 4096 "$seg" 2>"$work/truncate.err" && fail "the second user truncated a 0600 bus"
+  grep -qi 'permission denied' "$work/truncate.err" || fail "truncate: $(cat "$work/truncate.err")"
+  [[ $(stat -c %s "$seg") -eq $size ]] || fail "segment size changed"
+  "$inspect" check "$bus" >/dev/null 2>&1 || fail "bus is not clean after the attempt"
+  "$consumer" "$bus" --count 100 --verify --format none 2>/dev/null || fail "messages were damaged"
+  ;;
+
+rm_denied)
+  # Removing a bus we may not remove says so, instead of "no such bus".
+  need_other_user
+  new_bus bus
+  "$producer" "$bus" --create --mode 0644 --count 0 --keep-open 2>/dev/null || fail "create"
+  expect_failure rm 'cannot remove /dev/shm/shmbus\..*(not permitted|denied).*only its owner or root' \
+    as_other "$inspect" rm "$bus"
+  [[ -e /dev/shm/shmbus.$bus ]] || fail "the bus was removed"
+  new_bus closed
+  "$producer" "$closed" --create --count 0 --keep-open 2>/dev/null || fail "create"
+  expect_failure rm_0600 'permission denied' as_other "$inspect" rm "$closed" --force
+  [[ -e /dev/shm/shmbus.$closed ]] || fail "the 0600 bus was removed"
+  expect_failure rm_missing 'no such bus' "$inspect" rm "sec-missing-$$"
+  ;;
+
+dash_name)
+  expect_failure producer "invalid name: starts with '-'" "$producer" --create --count 0 -- -bus
+  expect_failure consumer "invalid name: starts with '-'" "$consumer" -- -bus
+  expect_failure inspect "invalid name: starts with '-'" "$inspect" show -- -bus
+  ;;
+
+*)
+  echo "unknown case $case_name" >&2
+  exit 2
+  ;;
+esac
+note "ok"

@@ -154,9 +154,11 @@ inline constexpr std::size_t kMinMsgSize = sizeof(MsgHeader);
 inline constexpr std::uint64_t kWarmupSeq = ~std::uint64_t{0};
 
 // ------------------------------------------------------------ the run
-enum class Transport : std::uint32_t { shmbus, bipc, uds, pipe, zmq };
-inline constexpr Transport kAllTransports[] = {Transport::shmbus, Transport::bipc, Transport::uds,
-                                               Transport::pipe, Transport::zmq};
+// `ring` is the reference (transport_ring.cpp), not a library: the ceiling
+// the others are measured against.
+enum class Transport : std::uint32_t { shmbus, bipc, uds, pipe, zmq, ring };
+inline constexpr Transport kAllTransports[] = {Transport::ring, Transport::shmbus, Transport::bipc,
+                                               Transport::uds,  Transport::pipe,   Transport::zmq};
 const char* name_of(Transport t) noexcept;
 const char* label_of(Transport t) noexcept;  // for the table
 bool has_broadcast(Transport t) noexcept;
@@ -168,6 +170,8 @@ enum class Role : std::uint32_t { producer, consumer };
 
 inline constexpr int kMaxConsumers = 16;
 inline constexpr int kMaxFds = 4 * kMaxConsumers;
+inline constexpr int kMaxCpus = 1 + kMaxConsumers;  // --cpus: the producer's, then the consumers'
+inline constexpr std::uint32_t kBatchMax = 256;     // messages per receive call in batch mode
 
 // Everything a child needs to play its role; the orchestrator fills it in
 // before spawning. Plain data only: it lives in the shared control block.
@@ -188,8 +192,16 @@ struct RunConfig {
   std::int64_t yield_ns = -1;
   std::uint64_t capacity = 0;         // records; 0: the library's default
   std::uint32_t lib_timestamps = 0;   // ProducerOptions::timestamps
+  // Messages a shmbus or ring consumer takes per receive call: 1 (shmbus:
+  // Consumer::next()) or kBatchMax (Consumer::read_batch()).
+  std::uint32_t recv_batch = 1;
   // Boost.Interprocess message_queue depth (messages)
   std::uint32_t queue_depth = 0;
+  // Placement (--cpus): the producer on cpus[0], consumer i on
+  // cpus[1 + i % (ncpus - 1)], or everyone on cpus[0] if ncpus == 1;
+  // ncpus == 0: unpinned.
+  std::int32_t cpus[kMaxCpus] = {};
+  std::uint32_t ncpus = 0;
   // names of shared objects (bus, queues, ipc endpoint prefix)
   char name[96] = {};
   // inherited descriptors: fds[2*i] / fds[2*i+1] as the transport defines

@@ -17,15 +17,16 @@ import subprocess
 import sys
 import tempfile
 
-ORDER = ["shmbus", "bipc", "uds", "pipe", "zmq"]
+ORDER = ["ring", "shmbus", "bipc", "uds", "pipe", "zmq"]
 LABEL = {
+    "ring": "reference ring (not a library)",
     "shmbus": "shmbus",
     "bipc": "Boost.Interprocess message_queue",
     "uds": "Unix domain socket",
     "pipe": "pipe",
     "zmq": "ZeroMQ ipc:// PUB/SUB",
 }
-COLOR = {"shmbus": "#d62728", "bipc": "#1f77b4", "uds": "#2ca02c", "pipe": "#9467bd", "zmq": "#ff7f0e"}
+COLOR = {"ring": "#7f7f7f", "shmbus": "#d62728", "bipc": "#1f77b4", "uds": "#2ca02c", "pipe": "#9467bd", "zmq": "#ff7f0e"}
 PCTS = [("p50", "p50_ns"), ("p90", "p90_ns"), ("p99", "p99_ns"), ("p99.9", "p99_9_ns"), ("max", "max_ns")]
 
 
@@ -70,7 +71,12 @@ def latency_sets(rows):
 
 def subtitle(doc):
     m = doc.get("machine", {})
-    return f'{m.get("cpu", "?")}, {m.get("cores", "?")} cores, {m.get("kernel", "?")}, {m.get("date", "")}'
+    p = doc.get("placement")
+    where = ""
+    if p:
+        cpus = ",".join(str(c) for c in p.get("cpus", []))
+        where = f', {"pinned to" if p.get("pinned") else "unpinned on"} CPUs {cpus} ({p.get("smt", "?")})'
+    return f'{m.get("cpu", "?")}, {m.get("cores", "?")} cores{where}, {m.get("kernel", "?")}, {m.get("date", "")}'
 
 
 def plot_matplotlib(doc, rows, out):

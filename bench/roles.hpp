@@ -8,6 +8,9 @@
 //
 //   Sender:    bool send(const std::byte* p, std::size_t n);   // to all consumers
 //              void finish();                                   // after the last send
+//              void flush();     // optional: a sender that publishes in batches (the
+//                                // reference ring) makes what it sent visible now; called
+//                                // when the role is about to wait for something else
 //   Receiver:  template <class F> long recv(F&& on_message, std::uint64_t timeout_ns);
 //                 calls on_message(const std::byte* p, std::size_t n) for each message
 //                 available (at least one unless it times out); returns how many,
@@ -64,6 +67,13 @@ inline bool wait_ready(Control& c, std::uint32_t n, const Clock& clk, std::uint6
   return true;
 }
 
+// The role is about to wait (for an echo, for the next message's due time):
+// a batching sender publishes what it has. No-op for the others.
+template <class Sender>
+void flush(Sender& s) noexcept {
+  if constexpr (requires { s.flush(); }) s.flush();
+}
+
 inline void finish_result(RoleResult& r, bool ok) {
   r.ok = ok ? 1u : 0u;
   r.done.store(1, std::memory_order_release);
@@ -111,7 +121,9 @@ void producer_loop(Control& c, Sender& s) {
       // Spin until due, but yield while more than 5 µs remain: a consumer
       // that the scheduler put on this CPU gets to run instead of waiting for
       // the producer's time slice to end.
-      for (std::uint64_t now = clk.now(); now < due; now = clk.now()) {
+      std::uint64_t now = clk.now();
+      if (now < due) flush(s);
+      for (; now < due; now = clk.now()) {
         if (due - now > 5'000) sched_yield();
         else _mm_pause();
       }
@@ -345,6 +357,7 @@ void ping_loop(Control& c, Sender& s, Receiver& r) {
           finish_result(res, false);
           return;
         }
+        flush(s);
         next_send = now + 5'000'000;
       }
       if (r.recv([&](const std::byte* p, std::size_t) { back |= get_header(p).seq == kWarmupSeq; },
@@ -376,6 +389,7 @@ void ping_loop(Control& c, Sender& s, Receiver& r) {
       failure = s.error();
       break;
     }
+    flush(s);
     bool echoed = false;
     while (!echoed) {
       const long got = r.recv(
@@ -441,6 +455,7 @@ void pong_loop(Control& c, Sender& s, Receiver& r) {
           if (get_header(p).seq != kWarmupSeq) ++echoed;
         },
         100'000'000);
+    if (got > 0) flush(s);
     if (got < 0) {
       failure = r.error();
     } else if (got == 0 && (c.abort.load(std::memory_order_relaxed) || clk.now() > deadline)) {
@@ -463,5 +478,6 @@ void run_shmbus(Control& c, Role role, int id);
 void run_bipc(Control& c, Role role, int id);
 void run_stream(Control& c, Role role, int id);  // uds and pipe
 void run_zmq(Control& c, Role role, int id);
+void run_ring(Control& c, Role role, int id);  // the reference ring
 
 }  // namespace bench

@@ -7,9 +7,14 @@
 // ponger), waits, and reads the results the children left in a shared
 // control block (an anonymous memfd inherited across exec). Repeated runs are
 // interleaved across transports so every ratio compares runs made at the
-// same time; medians are reported. Progress goes to stderr, one markdown table
-// to stdout, everything to --json.
+// same time; medians are reported. Progress goes to stderr; the machine, the
+// placement and one markdown table to stdout; everything to --json.
+//
+// Every table row is also compared with the reference ring of its group
+// (transport_ring.cpp, `÷ ring`): the ceiling a minimal ring reaches on the
+// same CPUs in the same run.
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -41,6 +46,7 @@ ShmbusCounters shmbus_counters(const RunConfig& cfg);
 void bipc_create(const RunConfig& cfg);
 void bipc_remove(const RunConfig& cfg);
 void zmq_cleanup(const RunConfig& cfg);
+int ring_create(const RunConfig& cfg);  // returns the segment's memfd
 
 const char* name_of(Transport t) noexcept {
   switch (t) {
@@ -49,6 +55,7 @@ const char* name_of(Transport t) noexcept {
     case Transport::uds: return "uds";
     case Transport::pipe: return "pipe";
     case Transport::zmq: return "zmq";
+    case Transport::ring: return "ring";
   }
   return "?";
 }
@@ -59,11 +66,12 @@ const char* label_of(Transport t) noexcept {
     case Transport::uds: return "Unix domain socket (stream)";
     case Transport::pipe: return "pipe";
     case Transport::zmq: return "ZeroMQ ipc:// PUB/SUB";
+    case Transport::ring: return "reference ring (not a library)";
   }
   return "?";
 }
 bool has_broadcast(Transport t) noexcept {
-  return t == Transport::shmbus || t == Transport::zmq;
+  return t == Transport::shmbus || t == Transport::zmq || t == Transport::ring;
 }
 const char* name_of(Mode m) noexcept {
   switch (m) {
@@ -106,17 +114,121 @@ bool invariant_tsc() {
   return false;
 }
 
+// The first line of a (sysfs) file, "" if it cannot be read.
+std::string first_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+// The kernel's CPU list format ("0-3,8,10-11") into CPU numbers, in order.
+std::vector<int> parse_cpu_list(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item.empty()) continue;
+    int lo = 0, hi = 0;
+    char rest = 0;
+    const auto dash = item.find('-');
+    const bool ok = dash == std::string::npos
+                        ? std::sscanf(item.c_str(), "%d%c", &lo, &rest) == 1 && (hi = lo, true)
+                        : std::sscanf(item.c_str(), "%d-%d%c", &lo, &hi, &rest) == 2;
+    if (!ok || lo < 0 || hi < lo || hi >= CPU_SETSIZE)
+      throw std::runtime_error("not a CPU list: '" + text + "' (e.g. 0,1 or 0-3)");
+    for (int c = lo; c <= hi; ++c) out.push_back(c);
+  }
+  return out;
+}
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(x);
+  }
+  return s;
+}
+
+// The CPUs this process may run on.
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> out;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
+}
+
+// Where a role runs under --cpus: the producer (pinger) on the first CPU, the
+// consumers round-robin over the rest, everyone on the first if it is alone.
+int cpu_for(const RunConfig& cfg, Role role, int id) {
+  if (role == Role::producer || cfg.ncpus == 1) return cfg.cpus[0];
+  return cfg.cpus[1 + static_cast<std::uint32_t>(id) % (cfg.ncpus - 1)];
+}
+
+// Which of `cpus` are hardware threads of one core, as sysfs says
+// (cpuN/topology/thread_siblings_list). A VM's sysfs shows the topology the
+// hypervisor presents, not necessarily the host's.
+struct Smt {
+  std::string verdict;  // "separate physical cores", "SMT siblings", "one CPU", "unknown"
+  std::string detail;
+};
+Smt smt_of(const std::vector<int>& cpus) {
+  std::vector<int> distinct = cpus;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  if (distinct.size() == 1) return {"one CPU", "every process shares CPU " + std::to_string(distinct[0])};
+  for (int a : distinct) {
+    const std::string sib = first_line("/sys/devices/system/cpu/cpu" + std::to_string(a) +
+                                       "/topology/thread_siblings_list");
+    if (sib.empty()) return {"unknown", "no topology for CPU " + std::to_string(a) + " in sysfs"};
+    const auto s = parse_cpu_list(sib);
+    for (int b : distinct)
+      if (b != a && std::find(s.begin(), s.end(), b) != s.end())
+        return {"SMT siblings",
+                "CPUs " + std::to_string(a) + " and " + std::to_string(b) + " are threads of one core"};
+  }
+  return {"separate physical cores", "no two of CPUs " + join(distinct) + " share a core"};
+}
+
+// The caches of CPU `cpu` (sysfs cache/index*): level, type, size, sharers.
+json caches_of(int cpu) {
+  json out = json::array();
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/cache/index" + std::to_string(i);
+    const std::string level = first_line(dir + "/level");
+    if (level.empty()) break;
+    out.push_back({{"level", std::atoi(level.c_str())}, {"type", first_line(dir + "/type")},
+                   {"size", first_line(dir + "/size")}, {"shared_cpu_list", first_line(dir + "/shared_cpu_list")}});
+  }
+  return out;
+}
+
+std::string caches_text(const json& caches) {
+  std::string s;
+  for (const auto& c : caches) {
+    const std::string type = c["type"].get<std::string>();
+    s += (s.empty() ? "L" : ", L") + std::to_string(c["level"].get<int>()) +
+         (type == "Data" ? "d" : type == "Instruction" ? "i" : "") + " " + c["size"].get<std::string>();
+    if (c["level"].get<int>() >= 2) s += " (CPUs " + c["shared_cpu_list"].get<std::string>() + ")";
+  }
+  return s.empty() ? "unknown" : s;
+}
+
 json machine_info() {
   json m;
   std::ifstream f("/proc/cpuinfo");
   std::string line;
+  bool hypervisor = false;
   while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      m["cpu"] = line.substr(line.find(':') + 2);
-      break;
-    }
+    if (line.rfind("model name", 0) == 0 && !m.contains("cpu")) m["cpu"] = line.substr(line.find(':') + 2);
+    if (line.rfind("flags", 0) == 0) hypervisor |= (line + " ").find(" hypervisor ") != std::string::npos;
   }
   m["cores"] = sysconf(_SC_NPROCESSORS_ONLN);
+  m["virtual_machine"] = hypervisor;
   utsname u{};
   uname(&u);
   m["kernel"] = std::string(u.sysname) + " " + u.release + " " + u.machine;
@@ -127,6 +239,50 @@ json machine_info() {
   double load[3] = {};
   if (getloadavg(load, 3) == 3) m["loadavg_at_start"] = {load[0], load[1], load[2]};
   return m;
+}
+
+// Where the roles run (--cpus, or unpinned on the CPUs allowed here), whether
+// those CPUs are SMT siblings, and the caches of the first.
+json placement_info(const std::vector<int>& cpus) {
+  json p;
+  const bool pinned = !cpus.empty();
+  const std::vector<int> used = pinned ? cpus : allowed_cpus();
+  p["pinned"] = pinned;
+  p["cpus"] = used;
+  if (pinned) {
+    p["producer_cpu"] = cpus[0];
+    p["consumer_cpus"] = cpus.size() == 1 ? cpus : std::vector<int>(cpus.begin() + 1, cpus.end());
+  }
+  const Smt smt = smt_of(used.empty() ? std::vector<int>{0} : used);
+  p["smt"] = smt.verdict;
+  p["smt_detail"] = smt.detail;
+  const int first = used.empty() ? 0 : used[0];
+  p["caches_of_cpu"] = first;
+  p["caches"] = caches_of(first);
+  return p;
+}
+
+// The report's header: what the numbers below were measured on.
+void print_header(const json& machine, const json& place, const std::string& shmbus_read) {
+  std::printf("- CPU: %s; %d CPUs online; %s%s\n", machine.value("cpu", std::string("?")).c_str(),
+              machine.value("cores", 0), machine.value("kernel", std::string("?")).c_str(),
+              machine.value("virtual_machine", false) ? "; a virtual machine (cpuinfo: hypervisor)" : "");
+  std::printf("- caches of CPU %d: %s\n", place["caches_of_cpu"].get<int>(), caches_text(place["caches"]).c_str());
+  const auto cpus = place["cpus"].get<std::vector<int>>();
+  if (place["pinned"].get<bool>()) {
+    const auto cons = place["consumer_cpus"].get<std::vector<int>>();
+    std::printf("- placement: pinned (--cpus %s): producer on CPU %d, consumers on CPU%s %s%s; %s (%s)\n",
+                join(cpus).c_str(), cpus[0], cons.size() > 1 ? "s" : "", join(cons).c_str(),
+                cons.size() > 1 ? " round-robin" : "", place["smt"].get<std::string>().c_str(),
+                place["smt_detail"].get<std::string>().c_str());
+  } else {
+    std::printf("- placement: unpinned, on CPUs %s; %s (%s)\n", join(cpus).c_str(),
+                place["smt"].get<std::string>().c_str(), place["smt_detail"].get<std::string>().c_str());
+  }
+  std::printf("- shmbus consumers: %s\n\n",
+              shmbus_read == "batch" ? "Consumer::read_batch(), up to 256 messages per call (the ring takes as many)"
+                                     : "one Consumer::next() per message (the ring also hands over one per call)");
+  std::fflush(stdout);
 }
 
 // ------------------------------------------------------------ a result
@@ -172,7 +328,7 @@ struct Config {
 };
 
 struct Options {
-  std::vector<std::string> transports{"shmbus", "bipc", "uds", "pipe", "zmq"};
+  std::vector<std::string> transports{"ring", "shmbus", "bipc", "uds", "pipe", "zmq"};
   std::vector<std::string> modes{"full"};
   std::vector<std::uint32_t> consumers{1, 2, 4};
   std::vector<std::uint32_t> sizes{32, 128, 1024};
@@ -194,6 +350,9 @@ struct Options {
   std::uint64_t capacity = 0;  // 0: the library's default
   std::uint32_t queue_depth = 1024;
   bool lib_timestamps = false;
+  std::string shmbus_read = "next";  // next: Consumer::next() per message; batch: read_batch()
+  std::string cpus_text;             // --cpus as given
+  std::vector<int> cpus;             // parsed; empty: unpinned
   std::string clock = "tsc";
   double timeout_s = 120;
   std::string json_path;
@@ -259,6 +418,9 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
   cfg.capacity = o.capacity;
   cfg.lib_timestamps = o.lib_timestamps;
   cfg.queue_depth = o.queue_depth;
+  cfg.recv_batch = o.shmbus_read == "batch" ? kBatchMax : 1;
+  cfg.ncpus = static_cast<std::uint32_t>(o.cpus.size());
+  for (std::size_t i = 0; i < o.cpus.size(); ++i) cfg.cpus[i] = o.cpus[i];
   std::snprintf(cfg.name, sizeof cfg.name, "shmbus-bench-%d-%d", static_cast<int>(getpid()),
                 serial);
 
@@ -268,6 +430,7 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
     case Transport::shmbus: shmbus_create(cfg); break;
     case Transport::bipc: bipc_create(cfg); break;
     case Transport::zmq: zmq_cleanup(cfg); break;
+    case Transport::ring: fds.push_back(ring_create(cfg)); break;  // the segment, as fds[0]
     case Transport::uds:
     case Transport::pipe: {
       const bool uds = cf.transport == Transport::uds;
@@ -422,6 +585,12 @@ struct Row {
   int failed = 0;
   std::string first_error;
   std::optional<double> vs_shmbus;  // median of per-round ratios
+  // This row as a fraction of the reference ring of its group (1: as fast as
+  // the ring, below 1: slower), median of per-round ratios. Full speed:
+  // msgs/s per consumer ÷ the ring's (vs_ring). Fixed rate and ping-pong:
+  // the ring's latency ÷ this row's, at p99 (vs_ring) and p50 (vs_ring_p50).
+  std::optional<double> vs_ring;
+  std::optional<double> vs_ring_p50;
 };
 
 void aggregate(Row& row) {
@@ -453,21 +622,23 @@ void aggregate(Row& row) {
   m.seconds = med(&Metrics::seconds);
 }
 
-// "How many times better is shmbus": throughput ratio for full speed, p99
-// ratio for fixed rate and ping-pong. Computed per round (runs made back to
-// back), then the median.
-std::optional<double> ratio(const Row& shm, const Row& other) {
+// How many times better row `first` is than row `other`: the throughput
+// ratio (first ÷ other) at full speed, the latency ratio (other ÷ first, at
+// the percentile `lat`) at a fixed rate and in ping-pong. Computed per round
+// (runs made back to back), then the median. "shmbus ×" is ratio(shmbus,
+// row); "÷ ring" is ratio(row, ring).
+std::optional<double> ratio(const Row& first, const Row& other, double Metrics::*lat = &Metrics::p99) {
   std::vector<double> v;
-  for (std::size_t i = 0; i < std::min(shm.runs.size(), other.runs.size()); ++i) {
-    const Metrics& a = shm.runs[i];
+  for (std::size_t i = 0; i < std::min(first.runs.size(), other.runs.size()); ++i) {
+    const Metrics& a = first.runs[i];
     const Metrics& b = other.runs[i];
     if (!a.ok || !b.ok) continue;
     if (other.cf.mode == Mode::full) {
       if (b.per_consumer_mps > 0) v.push_back(a.per_consumer_mps / b.per_consumer_mps);
     } else if (other.cf.mode == Mode::idle) {
       continue;
-    } else if (a.p99 > 0) {
-      v.push_back(b.p99 / a.p99);
+    } else if (a.*lat > 0) {
+      v.push_back(b.*lat / a.*lat);
     }
   }
   if (v.empty()) return std::nullopt;
@@ -496,6 +667,13 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
+// A ratio with two significant digits, never in exponent form.
+std::string fmt_ratio(double v) {
+  if (v >= 10) return fmt("%.0f", v);
+  if (v >= 0.1) return fmt("%.2f", v);
+  return fmt("%.2g", v);
+}
+
 std::string mode_label(const Options& o, Mode m) {
   switch (m) {
     case Mode::full: return "full speed";
@@ -512,11 +690,27 @@ std::string fanout(const Config& cf) {
   return has_broadcast(cf.transport) ? "broadcast" : std::to_string(cf.consumers) + "× unicast";
 }
 
+// The `÷ ring` cell: "1" for the ring, a throughput fraction at full speed,
+// "p50 / p99" latency fractions otherwise, "–" without a ring to compare.
+std::string ring_cell(const Row& r) {
+  if (r.cf.mode == Mode::idle) return "–";
+  if (r.cf.transport == Transport::ring) return r.med.ok ? "1" : "–";
+  if (!r.vs_ring) return "–";
+  if (r.cf.mode == Mode::full) return fmt_ratio(*r.vs_ring);
+  return (r.vs_ring_p50 ? fmt_ratio(*r.vs_ring_p50) : "–") + " / " + fmt_ratio(*r.vs_ring);
+}
+
 void print_table(const Options& o, const std::vector<Row>& rows) {
   std::printf(
+      "`shmbus ×`: how many times better shmbus is than the row (msgs/s per consumer at full speed, p99 "
+      "otherwise). `÷ ring`: the row as a fraction of the reference ring's speed in the same group (1 = as "
+      "fast as the ring, below 1 = slower): msgs/s per consumer ÷ the ring's at full speed; the ring's "
+      "latency ÷ the row's, p50 / p99, at a fixed rate and in ping-pong. Both are medians of per-round "
+      "ratios.\n\n");
+  std::printf(
       "| transport | mode | consumers | size | fan-out | msgs/s per consumer | MB/s per consumer | "
-      "delivered msgs/s | p50 | p90 | p99 | p99.9 | max | consumer CPU | shmbus × | status |\n");
-  std::printf("|---|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
+      "delivered msgs/s | p50 | p90 | p99 | p99.9 | max | consumer CPU | shmbus × | ÷ ring | status |\n");
+  std::printf("|---|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
   for (const Row& r : rows) {
     const Metrics& m = r.med;
     const bool idle = r.cf.mode == Mode::idle;
@@ -525,9 +719,10 @@ void print_table(const Options& o, const std::vector<Row>& rows) {
     std::string status = r.failed == 0 ? "ok" : "FAILED " + std::to_string(r.failed) + "/" + std::to_string(r.runs.size()) + ": " + r.first_error;
     std::string ratio_s = dash;
     if (r.cf.transport == Transport::shmbus && !idle) ratio_s = "1";
-    else if (r.vs_shmbus) ratio_s = fmt(*r.vs_shmbus >= 10 ? "%.0f" : "%.1f", *r.vs_shmbus);
+    else if (r.vs_shmbus) ratio_s = *r.vs_shmbus >= 1 ? fmt(*r.vs_shmbus >= 10 ? "%.0f" : "%.1f", *r.vs_shmbus)
+                                                      : fmt_ratio(*r.vs_shmbus);
     const bool lat = have && !idle;
-    std::printf("| %s | %s | %u | %u | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+    std::printf("| %s | %s | %u | %u | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                 name_of(r.cf.transport), mode_label(o, r.cf.mode).c_str(), r.cf.consumers, r.cf.size,
                 fanout(r.cf).c_str(), lat ? fmt_rate(m.per_consumer_mps).c_str() : dash.c_str(),
                 lat ? fmt("%.1f", m.per_consumer_mps * r.cf.size / 1e6).c_str() : dash.c_str(),
@@ -536,7 +731,7 @@ void print_table(const Options& o, const std::vector<Row>& rows) {
                 lat ? fmt_ns(m.p99).c_str() : dash.c_str(), lat ? fmt_ns(m.p999).c_str() : dash.c_str(),
                 lat ? fmt_ns(m.max).c_str() : dash.c_str(),
                 have ? fmt("%.1f %%", m.consumer_cpu).c_str() : dash.c_str(), ratio_s.c_str(),
-                status.c_str());
+                ring_cell(r).c_str(), status.c_str());
   }
   std::fflush(stdout);
 }
@@ -610,12 +805,21 @@ int child_main(const std::string& role, int id, int ctl_fd) {
   const Role r = role == "producer" ? Role::producer : Role::consumer;
   RoleResult& res = r == Role::producer ? c.producer : c.consumer[id];
   try {
+    if (c.cfg.ncpus) {
+      const int cpu = cpu_for(c.cfg, r, id);
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpu, &set);
+      if (sched_setaffinity(0, sizeof set, &set) != 0)
+        throw std::runtime_error("cannot pin to CPU " + std::to_string(cpu) + ": " + std::strerror(errno));
+    }
     switch (c.cfg.transport) {
       case Transport::shmbus: run_shmbus(c, r, id); break;
       case Transport::bipc: run_bipc(c, r, id); break;
       case Transport::uds:
       case Transport::pipe: run_stream(c, r, id); break;
       case Transport::zmq: run_zmq(c, r, id); break;
+      case Transport::ring: run_ring(c, r, id); break;
     }
   } catch (const std::exception& e) {
     set_error(res, e.what());
@@ -639,9 +843,13 @@ int main(int argc, char** argv) {
   CLI::App app{
       "shmbus-bench: one producer, N consumers, in separate processes, over shmbus and the\n"
       "transports it replaces (Boost.Interprocess message_queue, a Unix domain socket, a pipe,\n"
-      "ZeroMQ ipc:// PUB/SUB), in the same run. Every receiver checks every sequence number;\n"
-      "a run with a loss is FAILED. Markdown table on stdout, progress on stderr."};
-  app.add_option("--transports", o.transports, "shmbus, bipc, uds, pipe, zmq")->delimiter(',')->capture_default_str();
+      "ZeroMQ ipc:// PUB/SUB), in the same run, each also compared with a minimal reference\n"
+      "ring (`ring`: the ceiling on this machine). Every receiver checks every sequence number;\n"
+      "a run with a loss is FAILED. Machine, placement and a markdown table on stdout,\n"
+      "progress on stderr."};
+  app.add_option("--transports", o.transports, "ring (the reference), shmbus, bipc, uds, pipe, zmq")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--modes", o.modes, "full, rate, pingpong, idle")->delimiter(',')->capture_default_str();
   app.add_option("--consumers", o.consumers, "consumer counts (full speed)")->delimiter(',')->capture_default_str();
   app.add_option("--sizes", o.sizes, "message sizes in bytes (full speed), >= 16")->delimiter(',')->capture_default_str();
@@ -663,6 +871,14 @@ int main(int argc, char** argv) {
   app.add_option("--capacity", o.capacity, "shmbus ring capacity in records (default: the library's, 65536)");
   app.add_option("--queue-depth", o.queue_depth, "message_queue depth in messages")->capture_default_str();
   app.add_flag("--lib-timestamps", o.lib_timestamps, "also let shmbus stamp each record (messages carry their own stamp)");
+  app.add_option("--shmbus-read", o.shmbus_read,
+                 "shmbus consumer: next (one Consumer::next() per message) or batch (read_batch(), up to 256 "
+                 "per call); the ring takes as many per receive")
+      ->check(CLI::IsMember({"next", "batch"}))
+      ->capture_default_str();
+  app.add_option("--cpus", o.cpus_text,
+                 "pin the producer to the first CPU of this list and the consumers round-robin to the rest "
+                 "(all to the one if only one), e.g. 0,1 or 0-3; default: unpinned");
   app.add_option("--clock", o.clock, "tsc (rdtsc calibrated to CLOCK_MONOTONIC) or monotonic")->capture_default_str();
   app.add_option("--timeout", o.timeout_s, "seconds before a run is killed and FAILED")->capture_default_str();
   app.add_option("--json", o.json_path, "write every run and the medians to this file");
@@ -689,6 +905,17 @@ int main(int argc, char** argv) {
     if (o.wait != "adaptive" && o.wait != "spin_yield" && o.wait != "busy_spin")
       throw std::runtime_error("--wait: adaptive, spin_yield or busy_spin");
     if (o.clock != "tsc" && o.clock != "monotonic") throw std::runtime_error("--clock: tsc or monotonic");
+    if (!o.cpus_text.empty()) {
+      o.cpus = parse_cpu_list(o.cpus_text);
+      if (o.cpus.empty()) throw std::runtime_error("--cpus: no CPU given");
+      if (o.cpus.size() > static_cast<std::size_t>(kMaxCpus))
+        throw std::runtime_error("--cpus: at most " + std::to_string(kMaxCpus) + " (one producer, 16 consumers)");
+      const auto allowed = allowed_cpus();
+      for (int c : o.cpus)
+        if (std::find(allowed.begin(), allowed.end(), c) == allowed.end())
+          throw std::runtime_error("--cpus: CPU " + std::to_string(c) + " is not available here (CPUs " +
+                                   join(allowed) + ")");
+    }
     auto transports = [](const std::vector<std::string>& names) {
       std::vector<Transport> v;
       for (const auto& n : names) {
@@ -753,6 +980,8 @@ int main(int argc, char** argv) {
     const ClockCalibration cal = Clock::calibrate(tsc);
     json doc;
     doc["machine"] = machine_info();
+    doc["placement"] = placement_info(o.cpus);
+    print_header(doc["machine"], doc["placement"], o.shmbus_read);
     doc["clock"] = tsc ? "rdtsc, calibrated to CLOCK_MONOTONIC (one calibration for all processes)"
                        : "clock_gettime(CLOCK_MONOTONIC)";
     std::string cmdline;
@@ -761,7 +990,14 @@ int main(int argc, char** argv) {
     doc["options"] = {{"count", o.count}, {"rate", o.rate}, {"rate_count", o.rate_count},
                       {"pp_count", o.pp_count}, {"pp_warmup", o.pp_warmup}, {"idle_seconds", o.idle_seconds},
                       {"runs", o.runs}, {"policy", o.policy}, {"wait", o.wait}, {"capacity", o.capacity},
-                      {"queue_depth", o.queue_depth}, {"lib_timestamps", o.lib_timestamps}};
+                      {"queue_depth", o.queue_depth}, {"lib_timestamps", o.lib_timestamps},
+                      {"shmbus_read", o.shmbus_read}, {"cpus", o.cpus}};
+    doc["columns"] = {
+        {"shmbus_times_better", "how many times better shmbus is than the row: msgs/s per consumer at full "
+                                "speed, p99 latency otherwise; median of per-round ratios"},
+        {"vs_ring", "the row as a fraction of the reference ring's speed in its group (1: as fast, below 1: "
+                    "slower): msgs_per_s = msgs/s per consumer ÷ the ring's at full speed; p50, p99 = the "
+                    "ring's latency ÷ the row's at a fixed rate and in ping-pong; median of per-round ratios"}};
 
     std::size_t total_runs = 0;
     for (const auto& g : groups) total_runs += g.size() * static_cast<std::size_t>(o.runs);
@@ -771,7 +1007,7 @@ int main(int argc, char** argv) {
     const std::uint64_t t_start = mono_ns();
     for (const auto& g : groups) {
       const std::size_t first = rows.size();
-      for (const auto& cf : g) rows.push_back(Row{cf, {}, {}, 0, {}, std::nullopt});
+      for (const auto& cf : g) rows.push_back(Row{cf, {}, {}, 0, {}, std::nullopt, std::nullopt, std::nullopt});
       for (int k = 0; k < o.runs; ++k) {
         for (std::size_t j = 0; j < g.size(); ++j) {
           const Config& cf = g[j];
@@ -795,13 +1031,20 @@ int main(int argc, char** argv) {
         }
       }
       const Row* shm = nullptr;
+      const Row* ring = nullptr;
       for (std::size_t j = first; j < rows.size(); ++j) {
         aggregate(rows[j]);
         if (rows[j].cf.transport == Transport::shmbus) shm = &rows[j];
+        if (rows[j].cf.transport == Transport::ring) ring = &rows[j];
       }
-      if (shm)
-        for (std::size_t j = first; j < rows.size(); ++j)
-          if (rows[j].cf.transport != Transport::shmbus) rows[j].vs_shmbus = ratio(*shm, rows[j]);
+      for (std::size_t j = first; j < rows.size(); ++j) {
+        Row& r = rows[j];
+        if (shm && r.cf.transport != Transport::shmbus) r.vs_shmbus = ratio(*shm, r);
+        if (ring && r.cf.transport != Transport::ring) {
+          r.vs_ring = ratio(r, *ring);
+          if (r.cf.mode != Mode::full) r.vs_ring_p50 = ratio(r, *ring, &Metrics::p50);
+        }
+      }
     }
     std::fprintf(stderr, "%zu runs in %.0f s\n", total_runs, static_cast<double>(mono_ns() - t_start) / 1e9);
     {
@@ -835,6 +1078,13 @@ int main(int argc, char** argv) {
       jr["status"] = r.failed ? "FAILED" : "ok";
       if (!r.first_error.empty()) jr["first_error"] = r.first_error;
       if (r.vs_shmbus) jr["shmbus_times_better"] = *r.vs_shmbus;
+      if (r.cf.transport == Transport::ring && r.med.ok && r.cf.mode != Mode::idle) {
+        jr["vs_ring"] = r.cf.mode == Mode::full ? json{{"msgs_per_s", 1.0}} : json{{"p50", 1.0}, {"p99", 1.0}};
+      } else if (r.vs_ring) {
+        jr["vs_ring"] = r.cf.mode == Mode::full ? json{{"msgs_per_s", *r.vs_ring}}
+                                                 : json{{"p50", r.vs_ring_p50 ? json(*r.vs_ring_p50) : json(nullptr)},
+                                                        {"p99", *r.vs_ring}};
+      }
       jr["runs"] = json::array();
       for (const auto& m : r.runs) jr["runs"].push_back(to_json(m));
       jrows.push_back(jr);

@@ -2,10 +2,12 @@
 //
 // The orchestrator creates the bus (NAME, or NAME.ping and NAME.pong for
 // ping-pong) with a record size that fits the message; the producer copies
-// each message in with Producer::publish(); consumers read in batches with
-// Consumer::read_batch() (what Consumer::poll() is made of), in place
-// (`block`) or copied (`overwrite`). One bus
-// carries every consumer: broadcast, no per-consumer copy by the producer.
+// each message in with one Producer::publish() per message; a consumer reads
+// with one Consumer::next() per message (`--shmbus-read next`, the default:
+// the project's targets are stated for it) or in batches of up to 256 with
+// Consumer::read_batch() (`--shmbus-read batch`; what Consumer::poll() is made
+// of), in place (`block`) or copied (`overwrite`). One bus carries every
+// consumer: broadcast, no per-consumer copy by the producer.
 #include <array>
 #include <chrono>
 #include <string>
@@ -103,20 +105,61 @@ class ShmbusSender {
   shmbus::PublishStatus status_ = shmbus::PublishStatus::ok;
 };
 
-class ShmbusReceiver {
- public:
-  ShmbusReceiver(const std::string& name, const RunConfig& cfg, int id)
-      : consumer_(shmbus::Bus::open(name), options(cfg, id)) {}
+shmbus::ConsumerOptions consumer_options(const RunConfig& cfg, int id) {
+  shmbus::ConsumerOptions o;
+  o.name = "bench-" + std::to_string(id);
+  o.start = shmbus::Start::earliest;
+  o.wait = wait_options(cfg);
+  return o;
+}
 
-  // One read_batch() per call: every message handed over was already read
-  // when the consumer loop takes its receive timestamp (Consumer::poll()
-  // would chain several batches behind one timestamp).
+std::chrono::nanoseconds timeout_of(std::uint64_t timeout_ns) noexcept {
+  return timeout_ns == kForever ? shmbus::forever : std::chrono::nanoseconds(timeout_ns);
+}
+
+// One Consumer::next() per call, so one message per call: the consumer loop
+// stamps every message after next() has handed it over.
+class ShmbusNextReceiver {
+ public:
+  ShmbusNextReceiver(const std::string& name, const RunConfig& cfg, int id)
+      : consumer_(shmbus::Bus::open(name), consumer_options(cfg, id)) {}
+
   template <class F>
   long recv(F&& on_message, std::uint64_t timeout_ns) noexcept {
-    const auto timeout =
-        timeout_ns == kForever ? shmbus::forever : std::chrono::nanoseconds(timeout_ns);
+    const shmbus::ReadResult r = consumer_.next(timeout_of(timeout_ns));
+    switch (r.status) {
+      case shmbus::ReadStatus::message:
+        on_message(r.message.payload.data(), r.message.payload.size());
+        return 1;
+      case shmbus::ReadStatus::end_of_stream:
+        err_ = "end of stream";
+        return -1;
+      case shmbus::ReadStatus::timeout:
+      case shmbus::ReadStatus::lost:     // a loss or a corrupt record shows up as a
+      case shmbus::ReadStatus::corrupt:  // gap in the sequence numbers messages carry
+        return 0;
+    }
+    return 0;
+  }
+  const char* error() const noexcept { return err_; }
+
+ private:
+  shmbus::Consumer consumer_;
+  const char* err_ = "";
+};
+
+// One read_batch() per call: every message handed over was already read
+// when the consumer loop takes its receive timestamp (Consumer::poll()
+// would chain several batches behind one timestamp).
+class ShmbusBatchReceiver {
+ public:
+  ShmbusBatchReceiver(const std::string& name, const RunConfig& cfg, int id)
+      : consumer_(shmbus::Bus::open(name), consumer_options(cfg, id)) {}
+
+  template <class F>
+  long recv(F&& on_message, std::uint64_t timeout_ns) noexcept {
     shmbus::PollResult r;
-    const auto got = consumer_.read_batch(batch_, r, timeout);
+    const auto got = consumer_.read_batch(batch_, r, timeout_of(timeout_ns));
     for (const shmbus::Message& m : got) on_message(m.payload.data(), m.payload.size());
     // A loss or a corrupt record shows up as a gap in the sequence numbers the
     // messages carry, which the consumer loop counts.
@@ -129,17 +172,22 @@ class ShmbusReceiver {
   const char* error() const noexcept { return err_; }
 
  private:
-  static shmbus::ConsumerOptions options(const RunConfig& cfg, int id) {
-    shmbus::ConsumerOptions o;
-    o.name = "bench-" + std::to_string(id);
-    o.start = shmbus::Start::earliest;
-    o.wait = wait_options(cfg);
-    return o;
-  }
   shmbus::Consumer consumer_;
-  std::array<shmbus::Message, 256> batch_{};
+  std::array<shmbus::Message, kBatchMax> batch_{};
   const char* err_ = "";
 };
+
+// Calls fn(receiver) with the receiver --shmbus-read asked for.
+template <class Fn>
+void with_receiver(const std::string& name, const RunConfig& cfg, int id, Fn&& fn) {
+  if (cfg.recv_batch > 1) {
+    ShmbusBatchReceiver r(name, cfg, id);
+    fn(r);
+  } else {
+    ShmbusNextReceiver r(name, cfg, id);
+    fn(r);
+  }
+}
 
 }  // namespace
 
@@ -149,13 +197,15 @@ void run_shmbus(Control& c, Role role, int id) {
     // Attach the reader before waiting for the peer's: neither producer
     // starts before its reader is there, and neither waits on the other.
     if (role == Role::producer) {
-      ShmbusReceiver r(bus_name(cfg, "pong"), cfg, 0);
-      ShmbusSender s(bus_name(cfg, "ping"), cfg, 1);
-      ping_loop(c, s, r);
+      with_receiver(bus_name(cfg, "pong"), cfg, 0, [&](auto& r) {
+        ShmbusSender s(bus_name(cfg, "ping"), cfg, 1);
+        ping_loop(c, s, r);
+      });
     } else {
-      ShmbusReceiver r(bus_name(cfg, "ping"), cfg, 1);
-      ShmbusSender s(bus_name(cfg, "pong"), cfg, 0);
-      pong_loop(c, s, r);
+      with_receiver(bus_name(cfg, "ping"), cfg, 1, [&](auto& r) {
+        ShmbusSender s(bus_name(cfg, "pong"), cfg, 0);
+        pong_loop(c, s, r);
+      });
     }
     return;
   }
@@ -167,11 +217,12 @@ void run_shmbus(Control& c, Role role, int id) {
     else
       producer_loop(c, s);
   } else {
-    ShmbusReceiver r(name, cfg, id);
-    if (cfg.mode == Mode::idle)
-      idle_consumer_loop(c, id, r);
-    else
-      consumer_loop(c, id, r);
+    with_receiver(name, cfg, id, [&](auto& r) {
+      if (cfg.mode == Mode::idle)
+        idle_consumer_loop(c, id, r);
+      else
+        consumer_loop(c, id, r);
+    });
   }
 }
 

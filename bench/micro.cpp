@@ -1,7 +1,8 @@
 // shmbus-micro — Google Benchmark micro-benchmarks of shmbus's hot paths.
 //
 //   BM_Publish/RECORD          publish() copying a full record's payload, no reader
-//   BM_Publish128/TS           publish() of a 128-byte message, timestamps off (0) / on (1)
+//   BM_Publish128/TS           publish() of a 128-byte message, ProducerOptions::timestamps
+//                              off (0) / coarse (1, the default) / precise (2)
 //   BM_ClaimCommit/RECORD      claim(), fill the payload in place, commit()
 //   BM_ConsumerNext/RECORD     Consumer::next() of messages already published
 //   BM_ConsumerPoll/BATCH      Consumer::poll() with a batch size of BATCH
@@ -80,7 +81,7 @@ BENCHMARK(BM_Publish)->Apply(record_sizes);
 void BM_Publish128(benchmark::State& state) {
   TempBus tb("publish128", record_for_payload(128));
   shmbus::ProducerOptions po;
-  po.timestamps = state.range(0) != 0;
+  po.timestamps = static_cast<shmbus::Timestamps>(state.range(0));
   shmbus::Producer p(*tb.bus, po);
   std::vector<std::byte> msg(128, std::byte{0x5a});
   for (auto _ : state) {
@@ -88,9 +89,11 @@ void BM_Publish128(benchmark::State& state) {
     benchmark::DoNotOptimize(r);
   }
   state.SetItemsProcessed(state.iterations());
-  state.SetLabel(po.timestamps ? "timestamps on" : "timestamps off");
+  static constexpr const char* kLabels[] = {"timestamps off", "timestamps coarse (default)",
+                                            "timestamps precise"};
+  state.SetLabel(kLabels[state.range(0)]);
 }
-BENCHMARK(BM_Publish128)->Arg(0)->Arg(1);
+BENCHMARK(BM_Publish128)->Arg(0)->Arg(1)->Arg(2);
 
 void BM_ClaimCommit(benchmark::State& state) {
   const auto record = static_cast<std::uint32_t>(state.range(0));

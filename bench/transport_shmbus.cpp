@@ -96,7 +96,7 @@ class ShmbusSender {
   static shmbus::ProducerOptions options(const RunConfig& cfg, std::uint32_t readers) {
     shmbus::ProducerOptions o;
     o.wait = wait_options(cfg);
-    o.timestamps = cfg.lib_timestamps != 0;
+    o.timestamps = static_cast<shmbus::Timestamps>(cfg.lib_timestamps);
     o.wait_for_readers = readers;
     o.wait_for_readers_timeout = std::chrono::nanoseconds(cfg.timeout_ns);
     return o;

@@ -5,8 +5,12 @@
 // `cursor` is ready when its commit tag equals cursor + 1 (acquire), which
 // keeps consumers off the producer's cache lines and off each other's.
 //
-// The cursor in the slot is published lazily: when the next call starts (so
-// a `block` view stays valid until then) and once per batch.
+// The cursor in the slot is published lazily, so the line the producer reads
+// when it rescans moves rarely: at the start of a call (so a `block` view
+// stays valid until then) once `release_every` messages have been read since
+// the last store, and always before waiting (the producer may be waiting for
+// exactly those records) and on detach. The producer therefore sees every
+// reader at most `release_every - 1` records behind where it really is.
 #include "shmbus/consumer.hpp"
 
 #include <sched.h>
@@ -59,6 +63,7 @@ struct Consumer::Impl {
   bool eos_reported = false;    // end_of_stream returned, nothing read since
   pid_t owner_pid = 0;          // the process holding the slot (not a forked child)
   std::size_t batch_cap = 64;
+  std::uint64_t release_every;  // publish the cursor after this many reads (1 for tiny rings)
   std::unique_ptr<std::byte[]> copy;  // overwrite: batch_cap * max_payload bytes
 
   Impl(const Bus& b, const ConsumerOptions& o)
@@ -69,7 +74,9 @@ struct Consumer::Impl {
         cap(seg.capacity()),
         mask(seg.capacity() - 1),
         max_payload(seg.max_payload()),
-        overwrite(seg.overwrite()) {
+        overwrite(seg.overwrite()),
+        // At most 1/16 of the ring unreleased, so a blocked producer loses little.
+        release_every(std::clamp<std::uint64_t>(seg.capacity() / 16, 1, 32)) {
     if (overwrite) {
       batch_cap = std::clamp<std::size_t>(kCopyBudget / std::max<std::uint32_t>(1, max_payload), 1, 64);
       copy = std::make_unique<std::byte[]>(batch_cap * max_payload);
@@ -79,6 +86,10 @@ struct Consumer::Impl {
   void attach();
   void detach() noexcept;
 
+  void release_if_due() noexcept {
+    if (cursor - published >= release_every) release();
+  }
+
   void release() noexcept {
     if (cursor == published) return;
     slot->delivered.store(delivered, std::memory_order_relaxed);
@@ -86,13 +97,19 @@ struct Consumer::Impl {
     // Frees every record before `cursor`: pairs with the producer's acquire
     // load of cursors when it rescans.
     slot->cursor.store(cursor, std::memory_order_release);
+    const std::uint64_t before = published;
     published = cursor;
     if (!overwrite) {
       // Dekker with a producer going to sleep for space: we stored the
       // cursor, now load producer_sleeping; it stores producer_sleeping, then
-      // heavy_barrier() and rescans cursors.
+      // heavy_barrier() and rescans cursors. Only a cursor that crosses the
+      // producer's space_wanted wakes it: readers ahead of the one holding
+      // it back, and steps too small to matter, cost no system call.
       detail::light_barrier();
-      if (h->producer_sleeping.load(std::memory_order_relaxed) != 0 &&
+      // Acquire pairs with the producer's release store of producer_sleeping.
+      if (h->producer_sleeping.load(std::memory_order_acquire) == 0) [[likely]] return;
+      const std::uint64_t wanted = h->space_wanted.load(std::memory_order_relaxed);
+      if (before < wanted && cursor >= wanted &&
           h->producer_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
         h->space_futex.fetch_add(1, std::memory_order_release);
         detail::futex_wake(&h->space_futex, 1);
@@ -190,6 +207,8 @@ struct Consumer::Impl {
     };
     Step s = try_read(out, copy_to);
     if (s != Step::empty) [[likely]] return from_step(s);
+    // About to wait: the producer may be waiting for the records we hold.
+    release();
 
     const std::uint64_t start = detail::monotonic_ns();
     const std::uint64_t deadline =
@@ -201,6 +220,7 @@ struct Consumer::Impl {
         spin_end + static_cast<std::uint64_t>(std::max<std::int64_t>(0, opt.wait.yield_time.count()));
     slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
     bool eos = false;
+    std::uint32_t yields = 0;
     for (std::uint64_t now = start;; now = detail::monotonic_ns()) {
       // The liveness probe is kept out of the spin phase (a short wait makes
       // no system call), except for a caller that does not wait at all.
@@ -225,7 +245,13 @@ struct Consumer::Impl {
         }
         continue;
       }
-      if (!eos && (opt.wait.strategy == WaitStrategy::spin_yield || now < yield_end)) {
+      // The yield phase lasts yield_time AND kMinYields yields: when other
+      // processes share this CPU, each yield hands them a whole slice, and
+      // wall time alone would send us to sleep (a heavy barrier and a futex
+      // wake-up for the producer) while the stream is still flowing.
+      if (!eos && (opt.wait.strategy == WaitStrategy::spin_yield || now < yield_end ||
+                   yields < detail::kMinYields)) {
+        ++yields;
         ::sched_yield();
       } else {
         // Sleep. Dekker with the producer: we arm data_armed, then
@@ -371,7 +397,7 @@ Consumer& Consumer::operator=(Consumer&& o) noexcept {
 
 ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
   Impl& c = *impl_;
-  c.release();
+  c.release_if_due();
   ReadResult r;
   switch (c.read_one(r.message, c.copy.get(), timeout)) {
     case Impl::Wait::message: r.status = ReadStatus::message; break;
@@ -393,7 +419,7 @@ ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
 std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult& result,
                                               std::chrono::nanoseconds timeout) noexcept {
   Impl& c = *impl_;
-  c.release();
+  c.release_if_due();
   result = {};
   const std::size_t max = std::min(out.size(), c.overwrite ? c.batch_cap : out.size());
   std::size_t n = 0;

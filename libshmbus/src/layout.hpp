@@ -26,7 +26,8 @@
 //   256  data wake  data_futex u32 | data_sleepers u32 | data_armed u32 | reserved
 //                                                                 (consumers sleep here)
 //   320  space wake space_futex u32 | producer_sleeping u32 | blocked_on_slot u32 |
-//                   reserved u32 | wait_start_ns u64 | reserved   (producer sleeps here)
+//                   reserved u32 | wait_start_ns u64 | space_wanted u64 | reserved
+//                                                          (producer sleeps here)
 //   384  reserved (two lines)
 //
 // ReaderSlot (128 bytes; two cache lines so the cursor line is the consumer's alone):
@@ -76,7 +77,9 @@
 namespace shmbus::layout {
 
 inline constexpr std::uint64_t kMagic = 0x3130'5355'424d'4853ULL;  // "SHMBUS01" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 1;
+// 2: header.space_wanted; a reader wakes a sleeping producer only when its
+//    cursor crosses it (version 1 readers woke it on every cursor update).
+inline constexpr std::uint32_t kLayoutVersion = 2;
 inline constexpr std::uint32_t kCacheLine = 64;
 inline constexpr std::uint32_t kPageSize = 4096;
 inline constexpr std::uint32_t kRecordHeaderSize = 24;
@@ -146,7 +149,9 @@ struct alignas(kCacheLine) SegmentHeader {
   std::atomic<std::uint32_t> blocked_on_slot;  // slot + 1 of the reader holding it back, 0 = none
   std::uint32_t reserved5a;
   std::atomic<std::uint64_t> wait_start_ns;    // CLOCK_REALTIME the current wait for space began, 0 = none
-  std::uint64_t reserved5[5];
+  std::atomic<std::uint64_t> space_wanted;     // while producer_sleeping: the cursor every reader must
+                                               // reach; a reader whose cursor crosses it wakes the producer
+  std::uint64_t reserved5[4];
 
   // --- lines 6-7: reserved ---
   alignas(kCacheLine) std::uint8_t reserved6[128];
@@ -220,6 +225,7 @@ static_assert(offsetof(SegmentHeader, space_futex) == 320);
 static_assert(offsetof(SegmentHeader, producer_sleeping) == 324);
 static_assert(offsetof(SegmentHeader, blocked_on_slot) == 328);
 static_assert(offsetof(SegmentHeader, wait_start_ns) == 336);
+static_assert(offsetof(SegmentHeader, space_wanted) == 344);
 static_assert(offsetof(SegmentHeader, reserved6) == 384);
 
 static_assert(sizeof(ReaderSlot) == 128 && alignof(ReaderSlot) == kCacheLine);

@@ -17,6 +17,12 @@
 
 namespace shmbus::detail {
 
+std::uint64_t coarse_realtime_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return std::uint64_t(ts.tv_sec) * 1'000'000'000u + std::uint64_t(ts.tv_nsec);
+}
+
 std::uint64_t realtime_ns() noexcept {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <optional>
 
 #include "segment.hpp"
 #include "sys.hpp"
@@ -62,7 +63,7 @@ struct Producer::Impl {
   std::size_t claim_size = 0;
   std::uint64_t next_liveness = 0;     // when to check the readers holding us back
   pid_t owner_pid = 0;                 // the process that holds the role (not a forked child)
-  detail::PublishClock clock;
+  std::optional<detail::PublishClock> clock;  // Timestamps::precise only (calibrating takes 2 ms)
 
   Impl(const Bus& b, const ProducerOptions& o)
       : bus(b),
@@ -72,7 +73,9 @@ struct Producer::Impl {
         cap(seg.capacity()),
         chunk(std::max<std::uint64_t>(1, seg.capacity() / 16)),
         max_payload(seg.max_payload()),
-        overwrite(seg.overwrite()) {}
+        overwrite(seg.overwrite()) {
+    if (opt.timestamps == Timestamps::precise) clock.emplace();
+  }
 
   void acquire_role();
   void release_role(bool mark_closed) noexcept;
@@ -126,7 +129,14 @@ struct Producer::Impl {
     }
   }
 
-  std::uint64_t now_stamp() noexcept { return opt.timestamps ? clock.now() : 0; }
+  std::uint64_t now_stamp() noexcept {
+    switch (opt.timestamps) {
+      case Timestamps::coarse: return detail::coarse_realtime_ns();
+      case Timestamps::precise: return clock->now();
+      case Timestamps::off: break;
+    }
+    return 0;
+  }
 };
 
 void Producer::Impl::acquire_role() {
@@ -261,6 +271,7 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
   h->producer_waits.fetch_add(1, std::memory_order_relaxed);
   h->wait_start_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
   bool ok = false;
+  std::uint32_t yields = 0;
   for (;;) {
     recompute_limit(last_seq);
     if (last_seq < limit) {
@@ -282,15 +293,24 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
     }
     if (opt.wait.strategy == WaitStrategy::busy_spin || now < spin_end) {
       for (int k = 0; k < 32; ++k) detail::cpu_relax();
-    } else if (opt.wait.strategy == WaitStrategy::spin_yield || now < yield_end) {
+    } else if (opt.wait.strategy == WaitStrategy::spin_yield || now < yield_end ||
+               yields < detail::kMinYields) {
+      // Time AND a number of yields, as in the consumer: with the readers
+      // sharing a CPU each yield may last a slice, and sleeping costs the
+      // readers a heavy barrier's interrupt and a wake-up system call.
+      ++yields;
       ::sched_yield();
     } else {
       // Sleep. Dekker with consumers: we arm producer_sleeping, then
       // heavy_barrier() and re-check cursors; they store their cursor, then
-      // load producer_sleeping (light barrier between), and the first to
-      // clear it makes the one wake.
+      // load producer_sleeping (light barrier between), and the first whose
+      // cursor crosses space_wanted clears it and makes the one wake. Asking
+      // for a whole chunk (not one record) means one sleep per chunk, and
+      // readers that are not holding us back never wake us.
       const std::uint32_t seen = h->space_futex.load(std::memory_order_acquire);
-      h->producer_sleeping.store(1, std::memory_order_relaxed);
+      h->space_wanted.store(needed_floor + std::min(chunk, cap / 2), std::memory_order_relaxed);
+      // Release: a reader that sees producer_sleeping == 1 sees space_wanted.
+      h->producer_sleeping.store(1, std::memory_order_release);
       const bool barrier_ok = detail::heavy_barrier();
       recompute_limit(last_seq);
       if (last_seq < limit) {

@@ -288,8 +288,8 @@ void check_owner(std::string_view name, const std::string& path, const struct st
   if (std::find(trust.groups.begin(), trust.groups.end(), st.st_gid) != trust.groups.end()) return;
   fail(Errc::foreign_owner, name,
        path + " belongs to " + user_label(st.st_uid) + ", " + group_label(st.st_gid) + ", mode " +
-           mode_label(st.st_mode) + ", not to you (" + user_label(me) +
-           "): not trusted (trust its owner or group to use it, e.g. --trust-owner or --trust-group)");
+           mode_label(st.st_mode) + ", not to you, " + user_label(me) +
+           ": not trusted (trust its owner or group to use it, e.g. --trust-owner or --trust-group)");
 }
 
 // Reads `n` bytes at `off` without mapping (a sparse file stays sparse).

@@ -14,6 +14,13 @@ namespace shmbus::detail {
 
 std::uint64_t realtime_ns() noexcept;
 std::uint64_t monotonic_ns() noexcept;
+// CLOCK_REALTIME_COARSE: the time at the kernel's last tick. Read from the
+// vDSO data page without touching the clock hardware.
+std::uint64_t coarse_realtime_ns() noexcept;
+
+// Fewest sched_yield() calls a waiter makes before it may sleep on a futex
+// (see WaitOptions::yield_time).
+inline constexpr std::uint32_t kMinYields = 32;
 
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)

@@ -128,10 +128,42 @@ TEST(RoundTrip, TimestampsCanBeTurnedOff) {
   Bus bus = Bus::create(name, opts(4));
   Consumer c(bus);
   ProducerOptions po;
-  po.timestamps = false;
+  po.timestamps = Timestamps::off;
   Producer p(bus, po);
   ASSERT_TRUE(p.publish(bytes("x")));
   EXPECT_EQ(expect_message(c, 0).message.timestamp_ns, 0u);
+}
+
+// Each timestamp mode stamps within its documented resolution of the
+// CLOCK_REALTIME bracket around the publish.
+TEST(RoundTrip, TimestampsHaveTheirDocumentedResolution) {
+  auto realtime = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return std::uint64_t(ts.tv_sec) * 1'000'000'000u + std::uint64_t(ts.tv_nsec);
+  };
+  timespec res{};
+  clock_getres(CLOCK_REALTIME_COARSE, &res);
+  const std::uint64_t coarse_res = std::uint64_t(res.tv_sec) * 1'000'000'000u + std::uint64_t(res.tv_nsec);
+  ASSERT_LE(coarse_res, 10'000'000u) << "CLOCK_REALTIME_COARSE resolution";
+  for (Timestamps mode : {Timestamps::coarse, Timestamps::precise}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    ScopedName name("ts-res");
+    Bus bus = Bus::create(name, opts(16));
+    Consumer c(bus);
+    ProducerOptions po;
+    po.timestamps = mode;
+    Producer p(bus, po);
+    const std::uint64_t before = realtime();
+    ASSERT_TRUE(p.publish(bytes("t")));
+    const std::uint64_t after = realtime();
+    const std::uint64_t ts = expect_message(c, 0).message.timestamp_ns;
+    // coarse: the last tick, which may itself be a tick late (a VM's timer jitter);
+    // precise: the TSC's scale error is far below a millisecond.
+    const std::uint64_t slack = mode == Timestamps::coarse ? 2 * coarse_res + 2'000'000 : 1'000'000;
+    EXPECT_GE(ts + slack, before);
+    EXPECT_LE(ts, after + 1'000'000);
+  }
 }
 
 TEST(RoundTrip, EveryConsumerReceivesEveryMessage) {
@@ -905,6 +937,44 @@ TEST(Counters, PublishingMakesNoWakeCallsWhenNobodySleeps) {
   EXPECT_TRUE(got);
   EXPECT_GE(ins.snapshot().counters.wakeups, 1u);
   EXPECT_EQ(ins.snapshot().counters.data_sleepers, 0u);
+}
+
+// A producer asleep for space is woken only by the reader holding it back,
+// and only once that reader has freed a chunk (capacity/16 records): one
+// wake-up per chunk, none from readers ahead of it.
+TEST(Counters, SleepingProducerIsWokenOnceByTheReaderThatFreesAChunk) {
+  constexpr std::uint64_t kCap = 64;  // chunk and cursor release step: 64 / 16 = 4
+  ScopedName name("space-wake");
+  Bus bus = Bus::create(name, opts(kCap));
+  Consumer slow(bus), fast(bus);
+  RawSegment raw(name.path());
+  Producer p(bus);
+  for (std::uint64_t i = 0; i < kCap; ++i) ASSERT_TRUE(p.publish(bytes("x"), 0ns));
+  for (std::uint64_t i = 0; i < kCap; ++i) ASSERT_EQ(fast.next(0ns).status, ReadStatus::message);
+  std::atomic<bool> published{false};
+  std::thread writer([&] { published = static_cast<bool>(p.publish(bytes("y"), 20s)); });
+  ASSERT_TRUE([&] {
+    const auto deadline = Clock::now() + 10s;
+    while (raw.header().producer_sleeping.load() == 0)
+      if (Clock::now() > deadline) return false;
+    return true;
+  }()) << "the producer never went to sleep on the full ring";
+  Inspector ins = Inspector::open(name);
+  const std::uint64_t wakes = ins.snapshot().counters.wakeups;
+  // The producer needs seq 0 freed and asks to be woken when 4 more are.
+  EXPECT_EQ(raw.header().space_wanted.load(), 1u + kCap / 16);
+  // The fast reader, ahead of it, waits without waking it.
+  EXPECT_EQ(fast.next(0ns).status, ReadStatus::timeout);
+  // Five reads publish cursor 4: below what the producer asked for.
+  for (std::uint64_t i = 0; i < 5; ++i) ASSERT_EQ(slow.next(0ns).status, ReadStatus::message);
+  EXPECT_EQ(ins.snapshot().counters.wakeups, wakes) << "woken before a chunk was free";
+  EXPECT_EQ(raw.header().producer_sleeping.load(), 1u);
+  EXPECT_FALSE(published);
+  // The read that publishes cursor 8 crosses 5: exactly one wake.
+  for (std::uint64_t i = 0; i < 4; ++i) ASSERT_EQ(slow.next(0ns).status, ReadStatus::message);
+  writer.join();
+  EXPECT_TRUE(published);
+  EXPECT_EQ(ins.snapshot().counters.wakeups, wakes + 1);
 }
 
 TEST(Counters, SegmentCountersTrackPublishingAndReading) {

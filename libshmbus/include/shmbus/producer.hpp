@@ -12,12 +12,28 @@
 
 namespace shmbus {
 
+// What a record's timestamp_ns holds (CLOCK_REALTIME nanoseconds, or 0).
+enum class Timestamps : std::uint8_t {
+  off,     // 0: nothing is read per publish
+  // The kernel's last tick (CLOCK_REALTIME_COARSE): resolution one tick
+  // (1/HZ, 1-4 ms), lagging real time by at most about two ticks; ~5 ns per
+  // publish on any CPU (a read of the kernel's clock page, no clock hardware). Enough for "when was this published", the inspector's
+  // last-publish age, and ordering against logs; not for latency statistics.
+  coarse,
+  // CLOCK_REALTIME to the nanosecond, read through the TSC where the kernel's
+  // clock uses it. For per-message latency statistics. Its cost depends on the
+  // CPU: 5 ns on some, 60 ns on others (a TSC read inside a store-heavy loop),
+  // which can cap publishing at ~15 M msgs/s. Applications that measure
+  // latency can instead carry their own send time in the payload (as
+  // shmbus-producer's synthetic messages do).
+  precise,
+};
+
 struct ProducerOptions {
   // How publish() and claim() wait for space in a `block` bus.
   WaitOptions wait{};
-  // Stamp each record with CLOCK_REALTIME (read through the TSC where the
-  // kernel's clock uses it: ~10 ns instead of ~25 ns). Off writes 0.
-  bool timestamps = true;
+  // What each record's timestamp holds. publish_batch() stamps a whole batch once.
+  Timestamps timestamps = Timestamps::coarse;
   // Wait in the constructor until this many live consumers are attached
   // (so a producer that must not start before its readers loses nothing).
   std::uint32_t wait_for_readers = 0;

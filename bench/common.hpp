@@ -191,7 +191,12 @@ struct RunConfig {
   std::int64_t spin_ns = -1;          // < 0: library default
   std::int64_t yield_ns = -1;
   std::uint64_t capacity = 0;         // records; 0: the library's default
-  std::uint32_t lib_timestamps = 0;   // ProducerOptions::timestamps
+  std::uint32_t lib_timestamps = 0;   // ProducerOptions::timestamps: 0 off, 1 coarse, 2 precise
+  // Full speed: every stamp_every-th message carries its send time (the
+  // others 0), and consumers read the clock only for those. A clock read per
+  // message costs 10-60 ns inside a store-heavy loop, depending on the CPU:
+  // more than the transports being compared.
+  std::uint32_t stamp_every = 64;
   // Messages a shmbus or ring consumer takes per receive call: 1 (shmbus:
   // Consumer::next()) or kBatchMax (Consumer::read_batch()).
   std::uint32_t recv_batch = 1;

@@ -2,7 +2,7 @@
 //
 //   BM_Publish/RECORD          publish() copying a full record's payload, no reader
 //   BM_Publish128/TS           publish() of a 128-byte message, ProducerOptions::timestamps
-//                              off (0) / coarse (1, the default) / precise (2)
+//                              off (0, the default) / coarse (1) / precise (2)
 //   BM_ClaimCommit/RECORD      claim(), fill the payload in place, commit()
 //   BM_ConsumerNext/RECORD     Consumer::next() of messages already published
 //   BM_ConsumerPoll/BATCH      Consumer::poll() with a batch size of BATCH
@@ -89,7 +89,7 @@ void BM_Publish128(benchmark::State& state) {
     benchmark::DoNotOptimize(r);
   }
   state.SetItemsProcessed(state.iterations());
-  static constexpr const char* kLabels[] = {"timestamps off", "timestamps coarse (default)",
+  static constexpr const char* kLabels[] = {"timestamps off (default)", "timestamps coarse",
                                             "timestamps precise"};
   state.SetLabel(kLabels[state.range(0)]);
 }

@@ -349,7 +349,8 @@ struct Options {
   double yield_us = -1;
   std::uint64_t capacity = 0;  // 0: the library's default
   std::uint32_t queue_depth = 1024;
-  bool lib_timestamps = false;
+  std::string lib_timestamps = "off";  // the library's default
+  std::uint32_t stamp_every = RunConfig{}.stamp_every;
   std::string shmbus_read = "next";  // next: Consumer::next() per message; batch: read_batch()
   std::string cpus_text;             // --cpus as given
   std::vector<int> cpus;             // parsed; empty: unpinned
@@ -416,9 +417,10 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
   cfg.spin_ns = o.spin_us < 0 ? -1 : static_cast<std::int64_t>(o.spin_us * 1000);
   cfg.yield_ns = o.yield_us < 0 ? -1 : static_cast<std::int64_t>(o.yield_us * 1000);
   cfg.capacity = o.capacity;
-  cfg.lib_timestamps = o.lib_timestamps;
+  cfg.lib_timestamps = o.lib_timestamps == "off" ? 0 : o.lib_timestamps == "precise" ? 2 : 1;
   cfg.queue_depth = o.queue_depth;
   cfg.recv_batch = o.shmbus_read == "batch" ? kBatchMax : 1;
+  cfg.stamp_every = o.stamp_every;
   cfg.ncpus = static_cast<std::uint32_t>(o.cpus.size());
   for (std::size_t i = 0; i < o.cpus.size(); ++i) cfg.cpus[i] = o.cpus[i];
   std::snprintf(cfg.name, sizeof cfg.name, "shmbus-bench-%d-%d", static_cast<int>(getpid()),
@@ -870,7 +872,16 @@ int main(int argc, char** argv) {
   app.add_option("--yield-us", o.yield_us, "shmbus yield phase in µs (default: the library's)");
   app.add_option("--capacity", o.capacity, "shmbus ring capacity in records (default: the library's, 65536)");
   app.add_option("--queue-depth", o.queue_depth, "message_queue depth in messages")->capture_default_str();
-  app.add_flag("--lib-timestamps", o.lib_timestamps, "also let shmbus stamp each record (messages carry their own stamp)");
+  app.add_option("--stamp-every", o.stamp_every,
+                 "full speed: every Nth message carries its send time, and its latency is the sample "
+                 "(1: every message; a clock read per message costs more than some transports)")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  app.add_option("--lib-timestamps", o.lib_timestamps,
+                 "ProducerOptions::timestamps for shmbus: off (the library's default), coarse or precise "
+                 "(latencies always come from the stamp each message carries)")
+      ->check(CLI::IsMember({"off", "coarse", "precise"}))
+      ->capture_default_str();
   app.add_option("--shmbus-read", o.shmbus_read,
                  "shmbus consumer: next (one Consumer::next() per message) or batch (read_batch(), up to 256 "
                  "per call); the ring takes as many per receive")
@@ -990,7 +1001,7 @@ int main(int argc, char** argv) {
     doc["options"] = {{"count", o.count}, {"rate", o.rate}, {"rate_count", o.rate_count},
                       {"pp_count", o.pp_count}, {"pp_warmup", o.pp_warmup}, {"idle_seconds", o.idle_seconds},
                       {"runs", o.runs}, {"policy", o.policy}, {"wait", o.wait}, {"capacity", o.capacity},
-                      {"queue_depth", o.queue_depth}, {"lib_timestamps", o.lib_timestamps},
+                      {"queue_depth", o.queue_depth}, {"lib_timestamps", o.lib_timestamps}, {"stamp_every", o.stamp_every},
                       {"shmbus_read", o.shmbus_read}, {"cpus", o.cpus}};
     doc["columns"] = {
         {"shmbus_times_better", "how many times better shmbus is than the row: msgs/s per consumer at full "

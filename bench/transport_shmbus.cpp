@@ -96,6 +96,9 @@ class ShmbusSender {
   static shmbus::ProducerOptions options(const RunConfig& cfg, std::uint32_t readers) {
     shmbus::ProducerOptions o;
     o.wait = wait_options(cfg);
+    static_assert(static_cast<int>(shmbus::Timestamps::off) == 0 &&
+                  static_cast<int>(shmbus::Timestamps::coarse) == 1 &&
+                  static_cast<int>(shmbus::Timestamps::precise) == 2, "RunConfig::lib_timestamps");
     o.timestamps = static_cast<shmbus::Timestamps>(cfg.lib_timestamps);
     o.wait_for_readers = readers;
     o.wait_for_readers_timeout = std::chrono::nanoseconds(cfg.timeout_ns);

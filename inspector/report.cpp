@@ -327,7 +327,9 @@ std::string render_show(const BusReport& r) {
   std::string publish =
       r.sample_s ? fmt::format("{} over {}", human_rate(r.publish_rate), human_duration(*r.sample_s))
                  : std::string("rate not sampled");
-  publish += fmt::format(", last {}", human_age(r.publish_age_s));
+  // Records carry a publish time only when the producer stamps them.
+  publish += s.head == 0 || r.publish_age_s ? fmt::format(", last {}", human_age(r.publish_age_s))
+                                            : std::string(", last: records not timestamped");
   row("publish", publish);
   row("producer", producer_text(r));
   const Counters& c = s.counters;
@@ -399,7 +401,7 @@ std::string render_list(const std::vector<ListEntry>& entries, std::uint64_t now
                     fmt::format("{} x {} B", r.snap.info.capacity, r.snap.info.record_size),
                     fmt::format("{}", r.snap.head),
                     fmt::format("{} live, {} dead", live, r.readers.size() - live), producer,
-                    human_age(r.publish_age_s)});
+                    r.snap.head == 0 || r.publish_age_s ? human_age(r.publish_age_s) : std::string("-")});
   }
   return render_table(rows, {false, true, false, true, true, false, false, false}, "");
 }

@@ -201,7 +201,7 @@ struct Consumer::Impl {
 
   // Reads one record, waiting up to `timeout`: spin, then yield, then sleep
   // on data_futex, as WaitOptions say.
-  Wait read_one(Message& out, std::byte* copy_to, std::chrono::nanoseconds timeout) noexcept {
+  [[gnu::noinline]] Wait read_one(Message& out, std::byte* copy_to, std::chrono::nanoseconds timeout) noexcept {
     auto from_step = [](Step s) {
       return s == Step::message ? Wait::message : s == Step::lost ? Wait::lost : Wait::corrupt;
     };
@@ -399,7 +399,16 @@ ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
   Impl& c = *impl_;
   c.release_if_due();
   ReadResult r;
-  switch (c.read_one(r.message, c.copy.get(), timeout)) {
+  // The common case inline: the record at the cursor is committed.
+  const Step s = c.try_read(r.message, c.copy.get());
+  if (s == Step::message) [[likely]] {
+    r.status = ReadStatus::message;
+    return r;
+  }
+  const Impl::Wait w = s == Step::lost      ? Impl::Wait::lost
+                       : s == Step::corrupt ? Impl::Wait::corrupt
+                                            : c.read_one(r.message, c.copy.get(), timeout);
+  switch (w) {
     case Impl::Wait::message: r.status = ReadStatus::message; break;
     case Impl::Wait::lost:
       r.status = ReadStatus::lost;

@@ -215,7 +215,9 @@ shmbus::BusOptions small_bus(std::uint64_t capacity = 16, std::uint32_t record_s
 
 // A bus holding "hello 0" .. "hello N-1", with no producer attached.
 void fill(const std::string& bus, int n) {
-  shmbus::Producer p(shmbus::Bus::open(bus));
+  shmbus::ProducerOptions po;
+  po.timestamps = shmbus::Timestamps::coarse;  // dump and show print publish times
+  shmbus::Producer p(shmbus::Bus::open(bus), po);
   for (int i = 0; i < n; ++i) {
     ASSERT_TRUE(p.publish(bytes("hello " + std::to_string(i))));
   }

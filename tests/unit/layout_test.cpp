@@ -135,7 +135,9 @@ TEST(Layout, PublishedRecordSitsAtItsSlotWithTagLengthAndPayload) {
   o.capacity = 8;
   o.record_size = 128;
   Bus bus = Bus::create(name, o);
-  Producer p(bus);
+  ProducerOptions po;
+  po.timestamps = Timestamps::coarse;
+  Producer p(bus, po);
   RawSegment raw(name.path());
   const std::string msgs[] = {"zero", "", "two two", std::string(104, 'x')};
   for (std::uint64_t i = 0; i < 12; ++i) {

@@ -47,7 +47,9 @@ TEST(RoundTrip, PublishedMessageArrivesByteExactWithSequenceAndTimestamp) {
   ScopedName name("rt");
   Bus bus = Bus::create(name, opts(16));
   Consumer c(bus);
-  Producer p(bus);
+  ProducerOptions po;
+  po.timestamps = Timestamps::precise;
+  Producer p(bus, po);
   const auto before = std::chrono::system_clock::now();
   PublishResult pr = p.publish(bytes("hello, bus"));
   ASSERT_EQ(pr.status, PublishStatus::ok);
@@ -123,13 +125,11 @@ TEST(RoundTrip, TooLargePayloadIsRefusedAndConsumesNoSequence) {
   EXPECT_EQ(expect_message(c, 0).message.payload.size(), 2u);
 }
 
-TEST(RoundTrip, TimestampsCanBeTurnedOff) {
+TEST(RoundTrip, TimestampsAreOffByDefault) {
   ScopedName name("no-ts");
   Bus bus = Bus::create(name, opts(4));
   Consumer c(bus);
-  ProducerOptions po;
-  po.timestamps = Timestamps::off;
-  Producer p(bus, po);
+  Producer p(bus);
   ASSERT_TRUE(p.publish(bytes("x")));
   EXPECT_EQ(expect_message(c, 0).message.timestamp_ns, 0u);
 }
@@ -236,7 +236,9 @@ TEST(Batches, PublishBatchPublishesInOrderWithOneTimestamp) {
   ScopedName name("batch");
   Bus bus = Bus::create(name, opts(16));
   Consumer c(bus);
-  Producer p(bus);
+  ProducerOptions po;
+  po.timestamps = Timestamps::coarse;
+  Producer p(bus, po);
   const std::string m[] = {"one", "two", "three", "", "five"};
   std::vector<std::span<const std::byte>> spans;
   for (const auto& s : m) spans.push_back(bytes(s));

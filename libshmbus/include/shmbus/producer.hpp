@@ -13,11 +13,14 @@
 namespace shmbus {
 
 // What a record's timestamp_ns holds (CLOCK_REALTIME nanoseconds, or 0).
+// Off by default: any clock read per publish, even the coarse one, costs
+// more than the rest of a publish inside a fast publishing loop (measured
+// end to end: 41 M msgs/s off, 24 M coarse, on the same machine and run).
 enum class Timestamps : std::uint8_t {
-  off,     // 0: nothing is read per publish
+  off,     // 0: nothing is read per publish (the default)
   // The kernel's last tick (CLOCK_REALTIME_COARSE): resolution one tick
   // (1/HZ, 1-4 ms), lagging real time by at most about two ticks; ~5 ns per
-  // publish on any CPU (a read of the kernel's clock page, no clock hardware). Enough for "when was this published", the inspector's
+  // publish alone (a read of the kernel's clock page, no clock hardware). Enough for "when was this published", the inspector's
   // last-publish age, and ordering against logs; not for latency statistics.
   coarse,
   // CLOCK_REALTIME to the nanosecond, read through the TSC where the kernel's
@@ -33,7 +36,7 @@ struct ProducerOptions {
   // How publish() and claim() wait for space in a `block` bus.
   WaitOptions wait{};
   // What each record's timestamp holds. publish_batch() stamps a whole batch once.
-  Timestamps timestamps = Timestamps::coarse;
+  Timestamps timestamps = Timestamps::off;
   // Wait in the constructor until this many live consumers are attached
   // (so a producer that must not start before its readers loses nothing).
   std::uint32_t wait_for_readers = 0;

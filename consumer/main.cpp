@@ -209,7 +209,7 @@ struct Run {
     if (!o.verify && !o.stats) return;
     SyntheticFields f;
     const SyntheticCheck check = synthetic_check(m.payload, f);
-    if (o.stats && check != SyntheticCheck::too_short) {
+    if (o.stats && check != SyntheticCheck::too_short && f.send_ns != 0) {  // 0: not stamped
       const std::uint64_t now = realtime_ns();
       if (now >= f.send_ns) {
         latency.record(now - f.send_ns);

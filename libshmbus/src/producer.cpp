@@ -262,6 +262,7 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
   if (last_seq < limit) return true;
 
   constexpr std::uint64_t kLivenessPeriodNs = 50'000'000;
+  constexpr std::uint64_t kChunkSleepNs = 10'000'000;
   const std::uint64_t needed_floor = last_seq + 1 - cap;  // every cursor must reach this
   const std::uint64_t start = detail::monotonic_ns();
   const std::uint64_t deadline =
@@ -318,7 +319,9 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
         ok = true;
         break;
       }
-      std::uint64_t slice = std::min(deadline - now, next_liveness - now);
+      // A reader that stops between what we need and the chunk we asked for
+      // never crosses it: look again after kChunkSleepNs at the latest.
+      std::uint64_t slice = std::min({deadline - now, next_liveness - now, kChunkSleepNs});
       if (!barrier_ok) slice = std::min<std::uint64_t>(slice, 1'000'000);
       detail::futex_wait(&h->space_futex, seen, slice);
       h->producer_sleeping.store(0, std::memory_order_relaxed);

@@ -326,9 +326,14 @@ std::shared_ptr<Segment> Segment::open(std::string_view name, Access access,
            path + " exists with mode " + mode_label(st.st_mode) + ", more permissive than the requested " +
                mode_label(*max_mode) + "; not joining it (remove it, or ask for that mode)");
     const std::uint64_t file_size = static_cast<std::uint64_t>(st.st_size);
-    // tmpfs counts allocated pages in st_blocks (512-byte units). A creator
-    // reserves every page (posix_fallocate) before writing the header.
-    const bool allocated = static_cast<std::uint64_t>(st.st_blocks) * 512u >= file_size;
+    // A creator reserves every page (posix_fallocate) before writing the
+    // header. tmpfs counts allocated pages in st_blocks (512-byte units).
+    // Pages allocated past the end (FALLOC_FL_KEEP_SIZE) count too and could
+    // hide a hole, so more than a huge page's worth of them is refused as well.
+    // (SEEK_HOLE cannot tell: tmpfs reports reserved, unwritten pages as holes.)
+    const std::uint64_t blocks_bytes = static_cast<std::uint64_t>(st.st_blocks) * 512u;
+    constexpr std::uint64_t kHugePage = 2u << 20;
+    const bool allocated = blocks_bytes >= file_size && blocks_bytes <= layout::align_up(file_size, kHugePage);
     std::optional<HeaderProblem> problem;
     std::unique_ptr<bip::mapped_region> region;
     std::uint64_t magic = 0;
@@ -349,9 +354,9 @@ std::shared_ptr<Segment> Segment::open(std::string_view name, Access access,
         fail(Errc::not_a_bus, name, "not a shmbus segment (bad magic number)");
       if (magic != 0 && version != 0)
         fail(Errc::not_allocated, name,
-             path + " claims " + num(file_size) + " bytes but only " +
-                 num(static_cast<std::uint64_t>(st.st_blocks) * 512u) +
-                 " are allocated (a sparse file): refusing to map it");
+             path + " claims " + num(file_size) + " bytes but has " + num(blocks_bytes) +
+                 " allocated " + (blocks_bytes < file_size ? "(a sparse file)" : "(pages past its end)") +
+                 ": refusing to map it");
       problem = HeaderProblem{Errc::not_ready, "segment was never fully initialised (not yet allocated)"};
     } else {
       try {

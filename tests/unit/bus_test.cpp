@@ -461,6 +461,14 @@ TEST(HostileSegments, SparseSegmentIsRefusedBeforeItIsMapped) {
   struct stat after {};
   ASSERT_EQ(::fstat(fd, &after), 0);
   EXPECT_EQ(after.st_blocks, before.st_blocks) << "opening allocated memory on the opener's behalf";
+
+  // Pages allocated past the end count in st_blocks too: the hole is still found.
+  ASSERT_EQ(::fallocate(fd, FALLOC_FL_KEEP_SIZE, before.st_size, 40 << 20), 0);
+  struct stat padded {};
+  ASSERT_EQ(::fstat(fd, &padded), 0);
+  ASSERT_GE(padded.st_blocks * 512, padded.st_size) << "the padding did not hide the hole from st_blocks";
+  expect_error(Errc::not_allocated, [&] { Bus::open(name, 100ms); });
+  expect_error(Errc::not_allocated, [&] { Inspector::open(name); });
   ::close(fd);
 }
 

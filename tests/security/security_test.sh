@@ -53,10 +53,17 @@ need_other_user() {
     echo "SKIP [$case_name]: needs root to create and become a second user ($OTHER)" >&2
     exit 77
   fi
-  if ! id -u "$OTHER" >/dev/null 2>&1; then
-    useradd --system --no-create-home --shell /usr/sbin/nologin "$OTHER" 2>/dev/null ||
-      id -u "$OTHER" >/dev/null 2>&1 || { echo "SKIP [$case_name]: useradd failed" >&2; exit 77; }
+  # Cases run in parallel: one creates the user while the others wait, so
+  # none sees it half-written (its passwd entry before its group).
+  exec 9>"${TMPDIR:-/tmp}/shmbus-sectest.lock"
+  flock 9
+  if ! id -u "$OTHER" >/dev/null 2>&1 &&
+     ! useradd --system --no-create-home --shell /usr/sbin/nologin "$OTHER"; then
+    echo "SKIP [$case_name]: could not create the user $OTHER (useradd failed)" >&2
+    exit 77
   fi
+  flock -u 9
+  exec 9>&-
 }
 # as_other CMD...: runs CMD as the second user, no supplementary groups.
 as_other() {

@@ -103,8 +103,8 @@ struct Consumer::Impl {
       // Dekker with a producer going to sleep for space: we stored the
       // cursor, now load producer_sleeping; it stores producer_sleeping, then
       // heavy_barrier() and rescans cursors. Only a cursor that crosses the
-      // producer's space_wanted wakes it: readers ahead of the one holding
-      // it back, and steps too small to matter, cost no system call.
+      // producer's space_wanted wakes it: readers already past the mark, and
+      // steps that stay below it, cost no system call.
       detail::light_barrier();
       // Acquire pairs with the producer's release store of producer_sleeping.
       if (h->producer_sleeping.load(std::memory_order_acquire) == 0) [[likely]] return;

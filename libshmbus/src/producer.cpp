@@ -306,8 +306,8 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
       // heavy_barrier() and re-check cursors; they store their cursor, then
       // load producer_sleeping (light barrier between), and the first whose
       // cursor crosses space_wanted clears it and makes the one wake. Asking
-      // for a whole chunk (not one record) means one sleep per chunk, and
-      // readers that are not holding us back never wake us.
+      // for a whole chunk (not one record) means one sleep per chunk, and a
+      // reader wakes us at most once per mark, not on every cursor update.
       const std::uint32_t seen = h->space_futex.load(std::memory_order_acquire);
       h->space_wanted.store(needed_floor + std::min(chunk, cap / 2), std::memory_order_relaxed);
       // Release: a reader that sees producer_sleeping == 1 sees space_wanted.

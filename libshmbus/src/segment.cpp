@@ -164,10 +164,11 @@ void Segment::attach(std::string_view name, const HeaderValues& v, bool writable
 #endif
     if (::madvise(base_, size_, MADV_POPULATE_WRITE) != 0) {
       const int err = errno;
-      // Kernels before 5.14 do not know it: touch each page instead. Safe,
-      // because open() refused a segment whose pages are not all allocated
-      // (create() allocated them), so no touch allocates or faults.
-      if (err != EINVAL) fail(err == EFAULT ? Errc::truncated : Errc::no_space, name,
+      // Kernels before 5.14 do not know it (EINVAL), or a signal cut it
+      // short: touch each page instead. Safe, because open() refused a
+      // segment whose pages are not all allocated (create() allocated them),
+      // so no touch allocates or faults.
+      if (err != EINVAL && err != EINTR && err != EAGAIN) fail(err == EFAULT ? Errc::truncated : Errc::no_space, name,
                               std::string("cannot map every page of the segment: ") + std::strerror(err));
       volatile const std::byte* p = base_;
       for (std::uint64_t off = 0; off < size_; off += layout::kPageSize) (void)p[off];

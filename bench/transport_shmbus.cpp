@@ -121,7 +121,7 @@ std::chrono::nanoseconds timeout_of(std::uint64_t timeout_ns) noexcept {
 }
 
 // One Consumer::next() per call, so one message per call: the consumer loop
-// stamps every message after next() has handed it over.
+// reads the clock for a stamped message after next() has handed it over.
 class ShmbusNextReceiver {
  public:
   ShmbusNextReceiver(const std::string& name, const RunConfig& cfg, int id)

@@ -309,7 +309,8 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
       // for a whole chunk (not one record) means one sleep per chunk, and a
       // reader wakes us at most once per mark, not on every cursor update.
       const std::uint32_t seen = h->space_futex.load(std::memory_order_acquire);
-      h->space_wanted.store(needed_floor + std::min(chunk, cap / 2), std::memory_order_relaxed);
+      // Reachable: chunk <= cap / 2, so the mark is never past head.
+      h->space_wanted.store(needed_floor + chunk, std::memory_order_relaxed);
       // Release: a reader that sees producer_sleeping == 1 sees space_wanted.
       h->producer_sleeping.store(1, std::memory_order_release);
       const bool barrier_ok = detail::heavy_barrier();

@@ -17,55 +17,10 @@ if [[ -n "${SHMBUS_SANITIZE:-}" ]]; then
   MID=50000
 fi
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/shmbus-cli.XXXXXX")
-buses=()
-pids=()
-
-# new_bus VAR: sets VAR to a bus name unique to this test process (removed at exit).
-new_bus() {
-  local b="cli-${case_name//_/-}-$$-${#buses[@]}"
-  buses+=("$b")
-  rm -f "/dev/shm/shmbus.$b"
-  printf -v "$1" '%s' "$b"
-}
-
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  for b in "${buses[@]}"; do rm -f "/dev/shm/shmbus.$b"; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL [$case_name]: $*" >&2
-  for f in "$work"/*; do
-    [[ -f "$f" ]] || continue
-    echo "---- $(basename "$f") (last 20 lines)" >&2
-    tail -n 20 "$f" | cut -c1-300 >&2
-  done
-  exit 1
-}
-
-note() { echo "[$case_name] $*" >&2; }
-
-# expect_failure NAME REGEX CMD...: CMD exits non-zero with exactly one line
-# on stderr, matching REGEX (extended, case-insensitive), and nothing on stdout.
-expect_failure() {
-  local name=$1 regex=$2
-  shift 2
-  local rc=0
-  "$@" >"$work/$name.out" 2>"$work/$name.err" </dev/null || rc=$?
-  [[ $rc -ne 0 ]] || fail "$name: expected a non-zero exit, got 0"
-  local lines
-  lines=$(wc -l <"$work/$name.err")
-  [[ $lines -eq 1 ]] || fail "$name: expected one line on stderr, got $lines"
-  grep -Eiq -- "$regex" "$work/$name.err" || fail "$name: stderr does not match /$regex/: $(cat "$work/$name.err")"
-  [[ ! -s "$work/$name.out" ]] || fail "$name: stdout not empty"
-  note "$name: rc=$rc: $(cat "$work/$name.err")"
-  LAST_RC=$rc
-}
+bus_prefix=cli
+work_prefix=shmbus-cli
+# shellcheck source=../lib/harness.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/harness.sh"
 
 # json_field FILE KEY: the number/bool/string value of "KEY" in a one-line JSON summary.
 json_field() {

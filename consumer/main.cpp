@@ -23,6 +23,7 @@
 
 #include "duration.hpp"
 #include "latency_histogram.hpp"
+#include "message_format.hpp"
 #include "program.hpp"
 #include "synthetic.hpp"
 #include "trust.hpp"
@@ -39,8 +40,10 @@ constexpr int kMaxProblemLines = 10;
 
 struct Options {
   std::string bus;
-  std::string from = "earliest";
+  std::string from;  // empty: resume with --name, else earliest
   std::string name = "shmbus-consumer";
+  bool named = false;  // --name was given: a durable reader
+  bool follow = false;
   std::uint64_t count = 0;  // 0: no limit
   std::string idle_timeout = "forever";
   std::string format = "text";
@@ -75,64 +78,7 @@ class Output {
   }
 };
 
-constexpr char kHex[] = "0123456789abcdef";
-
-void append_hex(fmt::memory_buffer& b, std::span<const std::byte> p) {
-  for (std::byte x : p) {
-    const auto v = static_cast<unsigned>(x);
-    b.push_back(kHex[v >> 4]);
-    b.push_back(kHex[v & 15]);
-  }
-}
-
-bool valid_utf8(std::span<const std::byte> p) {
-  const std::size_t n = p.size();
-  std::size_t i = 0;
-  while (i < n) {
-    const auto c = static_cast<unsigned char>(p[i]);
-    std::size_t extra = 0;
-    if (c < 0x80) {
-      extra = 0;
-    } else if ((c & 0xE0) == 0xC0 && c >= 0xC2) {
-      extra = 1;
-    } else if ((c & 0xF0) == 0xE0) {
-      extra = 2;
-    } else if ((c & 0xF8) == 0xF0 && c <= 0xF4) {
-      extra = 3;
-    } else {
-      return false;
-    }
-    if (extra > n - i - 1) return false;
-    for (std::size_t k = 1; k <= extra; ++k) {
-      if ((static_cast<unsigned char>(p[i + k]) & 0xC0) != 0x80) return false;
-    }
-    i += extra + 1;
-  }
-  return true;
-}
-
-void append_json_string(fmt::memory_buffer& b, std::span<const std::byte> p) {
-  b.push_back('"');
-  for (std::byte x : p) {
-    const auto c = static_cast<unsigned char>(x);
-    switch (c) {
-      case '"': b.append(std::string_view("\\\"")); break;
-      case '\\': b.append(std::string_view("\\\\")); break;
-      case '\n': b.append(std::string_view("\\n")); break;
-      case '\r': b.append(std::string_view("\\r")); break;
-      case '\t': b.append(std::string_view("\\t")); break;
-      default:
-        if (c < 0x20) {
-          fmt::format_to(std::back_inserter(b), "\\u{:04x}", c);
-        } else {
-          b.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  b.push_back('"');
-}
-
-enum class Format { text, hex, json, none };
+enum class Format { text, hex, json, binary, none };
 
 struct Verifier {
   std::optional<std::uint64_t> expected;  // next bus sequence
@@ -180,8 +126,7 @@ struct Run {
 
     switch (format) {
       case Format::text:
-        out.buf.append(reinterpret_cast<const char*>(m.payload.data()),
-                       reinterpret_cast<const char*>(m.payload.data()) + m.payload.size());
+        append_escaped_text(out.buf, m.payload);
         out.buf.push_back('\n');
         break;
       case Format::hex:
@@ -190,18 +135,19 @@ struct Run {
         out.buf.push_back('\n');
         break;
       case Format::json:
-        fmt::format_to(std::back_inserter(out.buf), "{{\"seq\":{},\"timestamp_ns\":{},\"length\":{},",
-                       m.seq, m.timestamp_ns, m.payload.size());
-        if (valid_utf8(m.payload)) {
-          out.buf.append(std::string_view("\"text\":"));
-          append_json_string(out.buf, m.payload);
-        } else {
-          out.buf.append(std::string_view("\"hex\":\""));
-          append_hex(out.buf, m.payload);
-          out.buf.push_back('"');
-        }
-        out.buf.append(std::string_view("}\n"));
+        append_message_json(out.buf, m.seq, m.timestamp_ns, m.payload);
+        out.buf.push_back('\n');
         break;
+      case Format::binary: {
+        // The frames shmbus-producer --binary reads: u32 little-endian length, bytes.
+        const auto n = static_cast<std::uint32_t>(m.payload.size());
+        const char len[4] = {static_cast<char>(n), static_cast<char>(n >> 8), static_cast<char>(n >> 16),
+                             static_cast<char>(n >> 24)};
+        out.buf.append(len, len + 4);
+        out.buf.append(reinterpret_cast<const char*>(m.payload.data()),
+                       reinterpret_cast<const char*>(m.payload.data()) + m.payload.size());
+        break;
+      }
       case Format::none:
         break;
     }
@@ -317,28 +263,49 @@ int run(const Options& o) {
 
   ConsumerOptions co;
   co.name = o.name;
+  co.durable = o.named;
   co.wait = wait_options(o.wait);
-  if (o.from == "earliest") {
+  const std::string from = !o.from.empty() ? o.from : o.named ? "resume" : "earliest";
+  if (from == "earliest") {
     co.start = Start::earliest;
-  } else if (o.from == "latest") {
+  } else if (from == "latest") {
     co.start = Start::latest;
+  } else if (from == "resume") {
+    if (!o.named) throw Reported{fmt::format("bus '{}': --from resume needs --name (the reader to resume)", o.bus)};
+    co.start = Start::resume;
   } else {
     co.start = Start::sequence;
-    std::from_chars(o.from.data(), o.from.data() + o.from.size(), co.start_seq);
+    std::from_chars(from.data(), from.data() + from.size(), co.start_seq);
   }
 
   Bus bus = open_bus(o);
   Consumer consumer(bus, co);
+  if (co.start == Start::resume && consumer.resume_gap() > 0) {
+    print_error(kProgram, fmt::format("bus '{}': reader '{}': {} message{} after where it stopped {} no "
+                                      "longer retained; resuming at seq {} (counted as lost)",
+                                      o.bus, o.name, consumer.resume_gap(),
+                                      consumer.resume_gap() == 1 ? "" : "s",
+                                      consumer.resume_gap() == 1 ? "is" : "are", consumer.cursor()));
+  }
 
   Run run(o);
-  run.format = o.format == "hex" ? Format::hex : o.format == "json" ? Format::json
-               : o.format == "none" ? Format::none : Format::text;
+  run.format = o.format == "hex"      ? Format::hex
+               : o.format == "json"   ? Format::json
+               : o.format == "binary" ? Format::binary
+               : o.format == "none"   ? Format::none
+                                      : Format::text;
   // Losses can come before the first message: count gaps from where the cursor started.
   if (o.verify) run.verify.expected = consumer.cursor();
+  // A resumed reader whose bookmark is no longer retained starts with a loss.
+  run.lost = consumer.resume_gap();
+  run.verify.gaps = run.verify.reported_lost = consumer.resume_gap();
 
+  const std::uint64_t start_seq = consumer.cursor();
   const auto started = Clock::now();
   auto last_activity = started;
-  const char* stopped_by = "end_of_stream";
+  const char* stopped_by = "closed";
+  std::uint64_t streams_ended = 0;  // --follow: ends seen and followed past
+  bool announced = false;           // --follow: this end was reported
   for (;;) {
     if (stop_requested()) {
       stopped_by = "signal";
@@ -371,7 +338,21 @@ int run(const Options& o) {
       stopped_by = "output_closed";
       break;
     }
-    if (r.end_of_stream) break;
+    if (r.count > 0) announced = false;
+    if (r.end_of_stream) {
+      stopped_by = to_string(r.end_reason);
+      if (!o.follow || r.end_reason == EndReason::removed) break;
+      if (announced) continue;  // still waiting for the next producer
+      // Like tail -F: say so once per end, then wait for the next producer.
+      announced = true;
+      ++streams_ended;
+      print_error(kProgram, fmt::format("bus '{}': {} after seq {}; following (waiting for a new producer)",
+                                        o.bus, r.end_reason == EndReason::closed ? "producer closed the bus"
+                                                                                 : "producer died",
+                                        consumer.cursor() == 0 ? std::string("(none)")
+                                                               : std::to_string(consumer.cursor() - 1)));
+      last_activity = Clock::now();  // --idle-timeout counts from here
+    }
   }
   run.out.flush();
   const std::uint64_t library_lost = consumer.lost();
@@ -412,7 +393,14 @@ int run(const Options& o) {
         {"last_seq", run.first_seq ? nlohmann::json(run.last_seq) : nlohmann::json()},
         {"stopped_by", stopped_by},
         {"library_lost", library_lost},
+        {"start_seq", start_seq},
     };
+    if (o.named) {
+      j["reader"] = {{"name", o.name},
+                     {"resumed", consumer.resumed()},
+                     {"resume_gap", consumer.resume_gap()}};
+    }
+    if (o.follow) j["streams_followed"] = streams_ended;
     if (o.verify) {
       j["verify"] = {{"ok", verify_ok},
                      {"problems", run.verify.problems},
@@ -431,6 +419,12 @@ int run(const Options& o) {
                                    kProgram, o.bus, run.messages, run.lost, seconds, rate, mbps,
                                    stopped_by);
     if (run.first_seq) line += fmt::format("; seq {}..{}", *run.first_seq, run.last_seq);
+    if (o.named && co.start == Start::resume) {
+      line += consumer.resumed() ? fmt::format("; reader '{}' resumed at seq {}", o.name, start_seq)
+                                 : fmt::format("; reader '{}' is new, started at seq {}", o.name, start_seq);
+    }
+    if (o.follow && streams_ended > 0)
+      line += fmt::format("; followed across {} end{} of stream", streams_ended, streams_ended == 1 ? "" : "s");
     if (run.corrupt > 0) line += fmt::format("; {} corrupt records skipped", run.corrupt);
     if (o.verify) {
       if (!verify_ok) {
@@ -449,7 +443,11 @@ int run(const Options& o) {
                                       : std::string());
     }
   }
-  return verify_ok ? exit_ok : exit_failure;
+  // A stream that ended without a close (the producer died, the bus was
+  // removed) is a failure for scripts, like a pipeline whose writer crashed.
+  const bool clean_end = std::string_view(stopped_by) != to_string(EndReason::producer_died) &&
+                         std::string_view(stopped_by) != to_string(EndReason::removed);
+  return verify_ok && clean_end ? exit_ok : exit_failure;
 }
 
 // --wait-for-bus takes an optional DURATION. CLI11 would swallow the bus name
@@ -484,26 +482,38 @@ int main(int argc, char** argv) {
       kProgram};
   Options o;
   app.add_option("bus", o.bus, "Bus name")->required();
-  app.add_option("--from", o.from, "Where to start: earliest (oldest retained), latest (only new), or a sequence number")
+  app.add_option("--from", o.from,
+                 "Where to start: earliest (oldest retained), latest (only new), a sequence number, "
+                 "or resume (where the reader --name stopped; earliest for a new name). Default: "
+                 "resume with --name, else earliest")
       ->check(CLI::Validator(
           [](std::string& s) -> std::string {
-            if (s == "earliest" || s == "latest") return {};
+            if (s == "earliest" || s == "latest" || s == "resume") return {};
             std::uint64_t v = 0;
             auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
             if (ec != std::errc() || p != s.data() + s.size()) {
-              return "must be earliest, latest or a sequence number";
+              return "must be earliest, latest, resume or a sequence number";
             }
             return {};
           },
-          "earliest|latest|SEQ"))
-      ->capture_default_str();
-  app.add_option("--name", o.name, "Reader name shown by shmbus-inspect (up to 31 bytes)")
-      ->capture_default_str();
+          "earliest|latest|resume|SEQ"));
+  auto* name = app.add_option("--name", o.name,
+                              "Make this a durable reader with this name (up to 31 bytes): its "
+                              "position is remembered in the bus when it stops, and the next "
+                              "consumer with the name resumes there (--from resume is then the "
+                              "default); one live reader per name. Without it the reader is "
+                              "anonymous and shown as shmbus-consumer");
+  app.add_flag("--follow", o.follow,
+               "Keep reading across producer close, crash and takeover (like tail -F), until "
+               "SIGINT, --count or --idle-timeout");
   app.add_option("--count", o.count, "Stop after N messages");
   app.add_option("--idle-timeout", o.idle_timeout, "Stop after this long with nothing new (e.g. 500ms, 2s)")
       ->check(duration_validator());
-  app.add_option("--format", o.format, "Output: text, hex, json or none")
-      ->check(CLI::IsMember({"text", "hex", "json", "none"}))
+  app.add_option("--format", o.format,
+                 "Output: text (one line per message, control bytes and backslash escaped), hex "
+                 "(\"SEQ HEX\"), json (one object per line, see docs/programs.md), binary (u32 "
+                 "little-endian length + bytes: what shmbus-producer --binary reads) or none")
+      ->check(CLI::IsMember({"text", "hex", "json", "binary", "none"}))
       ->capture_default_str();
   app.add_flag("--verify", o.verify,
                "Check synthetic messages: sequence, payload sequence, checksum; exit 1 on any gap "
@@ -526,6 +536,7 @@ int main(int argc, char** argv) {
     return cli_exit(app, e, kProgram);
   }
 
+  o.named = name->count() > 0;
   install_stop_handlers();
   signal(SIGPIPE, SIG_IGN);  // a closed stdout is seen as EPIPE and stops the consumer
   try {

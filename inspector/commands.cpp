@@ -1,5 +1,7 @@
 #include "commands.hpp"
 
+#include "message_format.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -55,6 +57,8 @@ const char* errc_name(Errc e) {
     case Errc::foreign_owner: return "foreign_owner";
     case Errc::insecure_mode: return "insecure_mode";
     case Errc::not_allocated: return "not_allocated";
+    case Errc::name_in_use: return "name_in_use";
+    case Errc::bookmarks_full: return "bookmarks_full";
   }
   return "unknown";
 }
@@ -126,16 +130,14 @@ std::string hexdump(std::span<const std::byte> bytes) {
   return out;
 }
 
+// The message shape shmbus-consumer --format json writes (message_format.hpp).
 json record_json(const RecordView& r) {
-  const std::span<const std::byte> payload(r.payload);
-  return json{{"seq", r.seq},
-              {"timestamp_ns", r.timestamp_ns},
-              {"length", r.length},
-              {"payload_hex", hex(payload)},
-              {"text", is_text(payload)
-                           ? json(std::string(reinterpret_cast<const char*>(r.payload.data()),
-                                              r.payload.size()))
-                           : json(nullptr)}};
+  fmt::memory_buffer b;
+  shmbus::tools::append_message_json(b, r.seq, r.timestamp_ns, std::span<const std::byte>(r.payload));
+  json j = json::parse(std::string_view(b.data(), b.size()));
+  // The length field as stored, when it does not match the payload copied.
+  if (r.length != r.payload.size()) j["length"] = r.length;
+  return j;
 }
 
 // What is wrong with a record's framing, or empty. Inspector::record() hands
@@ -341,10 +343,17 @@ int run_check(const std::string& bus, bool json_out) {
   return 1;
 }
 
-int run_gc(const std::string& bus, bool json_out) {
+int run_gc(const std::string& bus, const std::vector<std::string>& forget, bool json_out) {
   // What the producer was waiting for, to say whether it can move on now.
   const ProducerView before = Inspector::open(bus, g_trust).snapshot().producer;
   const std::vector<ReaderView> reclaimed = reclaim_dead_readers(bus, g_trust);
+  std::vector<std::string> forgotten;
+  for (const std::string& name : forget) {
+    if (!forget_reader_name(bus, name, g_trust))
+      throw ToolError(bus, fmt::format("no remembered reader named '{}'", name));
+    forgotten.push_back(name);
+    if (!json_out) print_out(fmt::format("bus '{}': forgot reader name '{}'\n", bus, name));
+  }
   bool unblocked = false;
   for (const ReaderView& r : reclaimed) {
     unblocked |= before.waiting_for_space && before.blocked_on_slot == r.slot;
@@ -354,9 +363,11 @@ int run_gc(const std::string& bus, bool json_out) {
     for (const ReaderView& r : reclaimed) list.push_back(to_json(r));
     print_json(json{{"bus", bus},
                     {"reclaimed", std::move(list)},
+                    {"forgotten", forgotten},
                     {"producer_unblocked", unblocked}});
     return 0;
   }
+  if (reclaimed.empty() && !forgotten.empty()) return 0;
   if (reclaimed.empty()) {
     print_out(fmt::format("bus '{}': no dead readers\n", bus));
     return 0;
@@ -402,6 +413,9 @@ int run_rm(const std::string& bus, bool force, bool json_out) {
   if (!users.empty() && !force) {
     throw ToolError(bus, fmt::format("not removed: in use by {} (use --force)", who));
   }
+  // Users still attached are told before the name goes: their streams end
+  // and the producer stops, instead of running on in an unlinked segment.
+  if (!users.empty()) mark_removed(bus, g_trust);
   if (!Bus::remove(bus)) throw ToolError(bus, "no such bus");
 
   if (json_out) {
@@ -415,7 +429,7 @@ int run_rm(const std::string& bus, bool force, bool json_out) {
   }
   std::string msg = fmt::format("bus '{}': removed {}", bus, segment_path(bus));
   if (!users.empty()) {
-    msg += fmt::format("; still mapped by {}, who keep using it until they detach", who);
+    msg += fmt::format("; {} told: their streams ended (reason removed)", who);
   }
   if (!invalid.empty()) msg += fmt::format(" (it did not validate: {})", invalid);
   print_out(msg + "\n");

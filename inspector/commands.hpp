@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "shmbus/bus.hpp"
 
@@ -40,7 +41,7 @@ int run_dump(const DumpArgs& args);
 int run_watch(const std::string& bus, std::chrono::nanoseconds interval,
               std::optional<std::uint64_t> count, bool json);
 int run_check(const std::string& bus, bool json);
-int run_gc(const std::string& bus, bool json);
+int run_gc(const std::string& bus, const std::vector<std::string>& forget, bool json);
 int run_rm(const std::string& bus, bool force, bool json);
 
 }  // namespace shmbus::inspect_tool

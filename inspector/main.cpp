@@ -93,14 +93,21 @@ int main(int argc, char** argv) {
   check->add_option("bus", bus, "bus name")->required();
   check->add_flag("--json", json, json_help);
 
-  auto* gc = app.add_subcommand("gc", "reclaim the reader slots of dead consumers");
+  auto* gc = app.add_subcommand(
+      "gc", "reclaim the reader slots of dead consumers; --forget NAME drops a remembered reader name");
   gc->add_option("bus", bus, "bus name")->required();
+  std::vector<std::string> forget;
+  gc->add_option("--forget", forget,
+                 "also drop the remembered position of this durable reader name (repeatable); "
+                 "refused while a live reader holds it");
   gc->add_flag("--json", json, json_help);
 
   auto* rm = app.add_subcommand(
       "rm", "remove a bus; refused while a live producer or reader is attached");
   rm->add_option("bus", bus, "bus name")->required();
-  rm->add_flag("--force", force, "remove even while in use (they keep their mapping)");
+  rm->add_flag("--force", force,
+               "remove even while in use: its consumers' streams end (reason removed) and its "
+               "producer's next publish fails");
   rm->add_flag("--json", json, json_help);
 
   try {
@@ -127,7 +134,7 @@ int main(int argc, char** argv) {
                        watch_count ? std::optional<std::uint64_t>(watch_count) : std::nullopt, json);
     }
     if (check->parsed()) return run_check(bus, json);
-    if (gc->parsed()) return run_gc(bus, json);
+    if (gc->parsed()) return run_gc(bus, forget, json);
     if (rm->parsed()) return run_rm(bus, force, json);
   } catch (const shmbus::Error& e) {
     // The library's messages already name the bus.

@@ -209,6 +209,21 @@ nlohmann::ordered_json to_json(const ReaderView& v) {
   };
 }
 
+// Remembered durable reader names: where each would resume, and how far behind.
+json bookmarks_json(const Snapshot& s) {
+  json out = json::array();
+  for (const BookmarkView& b : s.bookmarks) {
+    out.push_back({{"name", b.name},
+                   {"cursor", b.cursor},
+                   {"lag", s.head > b.cursor ? s.head - b.cursor : 0},
+                   {"gone", b.cursor < s.oldest ? s.oldest - b.cursor : 0},
+                   {"held", b.held},
+                   {"holder_pid", b.held ? json(b.holder_pid) : json(nullptr)},
+                   {"updated_ns", b.updated_ns}});
+  }
+  return out;
+}
+
 nlohmann::ordered_json to_json(const BusReport& r) {
   const Snapshot& s = r.snap;
   const ProducerView& p = s.producer;
@@ -266,6 +281,8 @@ nlohmann::ordered_json to_json(const BusReport& r) {
         {"readers_reclaimed", s.counters.readers_reclaimed},
         {"data_sleepers", s.counters.data_sleepers}}},
       {"readers", std::move(readers)},
+      {"bookmarks", bookmarks_json(s)},
+      {"removed", s.removed},
       {"warnings", std::move(warnings)},
   };
 }
@@ -358,6 +375,19 @@ std::string render_show(const BusReport& r) {
     out += render_table(rows, {true, false, true, false, true, true, true, true, true, true, false},
                         "  ");
   }
+  if (!s.bookmarks.empty()) {
+    out += '\n';
+    std::vector<std::vector<std::string>> rows{{"REMEMBERED", "CURSOR", "LAG", "HELD-BY", "UPDATED"}};
+    for (const BookmarkView& b : s.bookmarks) {
+      std::string lag = fmt::format("{}", s.head > b.cursor ? s.head - b.cursor : 0);
+      if (b.cursor < s.oldest) lag += fmt::format(" ({} gone)", s.oldest - b.cursor);
+      rows.push_back({display_name(b.name), fmt::format("{}", b.cursor), lag,
+                      b.held ? fmt::format("pid {}", b.holder_pid) : std::string("-"),
+                      human_age(age_seconds(b.updated_ns, r.now_ns))});
+    }
+    out += render_table(rows, {false, true, true, false, false}, "  ");
+  }
+  if (s.removed) out += "\nremoved by force: every stream has ended; the segment lives until its last user unmaps it\n";
   if (!r.warnings.empty()) out += '\n';
   for (const Warning& w : r.warnings) out += fmt::format("warning: {}\n", w.message);
   return out;

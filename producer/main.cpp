@@ -52,6 +52,7 @@ struct Options {
   std::uint32_t max_readers = BusOptions{}.max_readers;
   std::string file;
   bool binary = false;
+  std::string oversize = "error";
   std::uint64_t count = 0;
   bool synthetic = false;  // --count was given (even 0)
   std::uint32_t size = 64;
@@ -66,27 +67,55 @@ struct Options {
   TrustArgs trust;
 };
 
+// What to do with an input message longer than the record's payload.
+enum class Oversize { error, skip, truncate };
+
 // Reads messages from a file descriptor into one reusable buffer: lines
 // (without their '\n'), or frames of a u32 little-endian length followed by
 // that many bytes. Hands out views into the buffer; no allocation per message.
+// Oversized messages are refused (Status::too_long), skipped or truncated.
 class InputReader {
  public:
   enum class Status { message, end, too_long, truncated, io_error, interrupted };
 
-  InputReader(int fd, bool binary, std::size_t max_message)
-      : fd_(fd), binary_(binary), max_message_(max_message),
+  InputReader(int fd, bool binary, std::size_t max_message, Oversize oversize)
+      : fd_(fd), binary_(binary), oversize_(oversize), max_message_(max_message),
         buf_(std::max<std::size_t>(1 << 20, 2 * (max_message + 8))) {}
 
-  // On Status::message, `out` views the message; on too_long, `length` is its size.
+  // On Status::message, `out` views the message; on too_long, `length` is
+  // its size (for a line: at least that) and index() is its number.
   Status next(std::span<const std::byte>& out, std::uint64_t& length) {
     for (;;) {
-      if (binary_) {
+      if (!drop_pending()) {
+        // Still inside an oversized message: drop what has arrived, read on.
+      } else if (binary_) {
         if (end_ - begin_ >= 4) {
           std::uint32_t len;
           std::memcpy(&len, buf_.data() + begin_, 4);
           length = len;
-          if (len > max_message_) return Status::too_long;
-          if (end_ - begin_ >= 4 + std::size_t{len}) {
+          if (len > max_message_) {
+            if (oversize_ == Oversize::error) {
+              ++index_;
+              length_known_ = true;
+              return Status::too_long;
+            }
+            if (oversize_ == Oversize::skip) {
+              ++index_;
+              ++skipped_;
+              begin_ += 4;
+              drop_bytes_ = len;
+              continue;
+            }
+            if (end_ - begin_ >= 4 + max_message_) {  // truncate: the first max bytes
+              ++index_;
+              ++truncated_;
+              out = {buf_.data() + begin_ + 4, max_message_};
+              begin_ += 4 + max_message_;
+              drop_bytes_ = len - max_message_;
+              return Status::message;
+            }
+          } else if (end_ - begin_ >= 4 + std::size_t{len}) {
+            ++index_;
             out = {buf_.data() + begin_ + 4, len};
             begin_ += 4 + std::size_t{len};
             return Status::message;
@@ -95,19 +124,34 @@ class InputReader {
       } else {
         const std::size_t avail = end_ - begin_;
         const void* nl = std::memchr(buf_.data() + begin_, '\n', avail);
-        if (nl != nullptr) {
-          const std::size_t len = static_cast<const std::byte*>(nl) - (buf_.data() + begin_);
+        const std::size_t len =
+            nl != nullptr ? static_cast<std::size_t>(static_cast<const std::byte*>(nl) - (buf_.data() + begin_)) : avail;
+        if (len > max_message_) {
           length = len;
-          if (len > max_message_) return Status::too_long;
+          ++index_;
+          if (oversize_ == Oversize::error) {
+            length_known_ = nl != nullptr || eof_;
+            return Status::too_long;
+          }
+          drop_line_ = true;
+          if (oversize_ == Oversize::skip) {
+            ++skipped_;
+            continue;
+          }
+          ++truncated_;
+          out = {buf_.data() + begin_, max_message_};
+          begin_ += max_message_;
+          return Status::message;
+        }
+        if (nl != nullptr) {
+          ++index_;
+          length = len;
           out = {buf_.data() + begin_, len};
           begin_ += len + 1;
           return Status::message;
         }
-        if (avail > max_message_) {
-          length = avail;
-          return Status::too_long;
-        }
         if (eof_ && avail > 0) {  // a last line without '\n'
+          ++index_;
           length = avail;
           out = {buf_.data() + begin_, avail};
           begin_ = end_;
@@ -121,8 +165,38 @@ class InputReader {
   }
 
   int error() const noexcept { return errno_; }
+  // 1-based number of the last line or frame taken from the input (the
+  // oversized one, after Status::too_long).
+  std::uint64_t index() const noexcept { return index_; }
+  // After Status::too_long: false if `length` is only what has arrived so far.
+  bool length_known() const noexcept { return length_known_; }
+  std::uint64_t skipped() const noexcept { return skipped_; }
+  std::uint64_t truncated() const noexcept { return truncated_; }
 
  private:
+  // Drops the rest of an oversized message from the buffer. True when
+  // nothing is left to drop.
+  bool drop_pending() {
+    if (drop_bytes_ > 0) {
+      const std::size_t n = std::min<std::uint64_t>(drop_bytes_, end_ - begin_);
+      begin_ += n;
+      drop_bytes_ -= n;
+      return drop_bytes_ == 0;
+    }
+    if (drop_line_) {
+      const std::size_t avail = end_ - begin_;
+      const void* nl = std::memchr(buf_.data() + begin_, '\n', avail);
+      if (nl == nullptr) {
+        begin_ = end_;
+        if (eof_) drop_line_ = false;
+        return !drop_line_;
+      }
+      begin_ = static_cast<std::size_t>(static_cast<const std::byte*>(nl) - buf_.data()) + 1;
+      drop_line_ = false;
+    }
+    return true;
+  }
+
   Status fill() {
     if (begin_ > 0) {
       std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
@@ -142,7 +216,14 @@ class InputReader {
 
   int fd_;
   bool binary_;
+  Oversize oversize_;
   std::size_t max_message_;
+  std::uint64_t index_ = 0;
+  std::uint64_t skipped_ = 0;
+  std::uint64_t truncated_ = 0;
+  std::uint64_t drop_bytes_ = 0;  // binary: bytes of an oversized frame still to drop
+  bool drop_line_ = false;        // text: dropping the rest of an oversized line
+  bool length_known_ = true;
   std::vector<std::byte> buf_;
   std::size_t begin_ = 0;
   std::size_t end_ = 0;
@@ -153,6 +234,8 @@ class InputReader {
 struct Totals {
   std::uint64_t messages = 0;
   std::uint64_t bytes = 0;
+  std::uint64_t skipped = 0;    // oversized input messages left out (--oversize skip)
+  std::uint64_t truncated = 0;  // oversized input messages cut (--oversize truncate)
   std::optional<std::uint64_t> first_seq;
   std::uint64_t last_seq = 0;
 };
@@ -211,20 +294,36 @@ std::string publish_failure(PublishStatus st, std::chrono::nanoseconds timeout,
   return "publish failed";
 }
 
-std::string too_long_message(const Options& o, std::uint64_t index, std::uint64_t length,
+std::string too_long_message(const Options& o, const InputReader& reader, std::uint64_t length,
                              const BusInfo& info) {
-  return fmt::format("{} {} is {} bytes, longer than the record's max payload of {} bytes "
-                     "(record size {}; create the bus with a larger --record-size)",
-                     o.binary ? "frame" : "line", index + 1, length, info.max_payload,
-                     info.record_size);
+  return fmt::format("{} {} of {} is {}{} bytes, longer than the record's max payload of {} bytes "
+                     "(record size {}); nothing from it on was published (--oversize skip or "
+                     "truncate goes on past such {}s)",
+                     o.binary ? "frame" : "line", reader.index(), o.file.empty() ? "stdin" : o.file,
+                     reader.length_known() ? "" : "at least ", length, info.max_payload,
+                     info.record_size, o.binary ? "frame" : "line");
 }
 
 void publish_input(Producer& producer, const Options& o, int fd, std::chrono::nanoseconds timeout,
                    Totals& t) {
   const BusInfo& info = producer.bus().info();
-  InputReader reader(fd, o.binary, info.max_payload);
+  const Oversize oversize = o.oversize == "skip"       ? Oversize::skip
+                            : o.oversize == "truncate" ? Oversize::truncate
+                                                       : Oversize::error;
+  InputReader reader(fd, o.binary, info.max_payload, oversize);
+  struct Count {  // skipped/truncated into the totals however we leave
+    Totals& t;
+    const InputReader& r;
+    ~Count() {
+      t.skipped = r.skipped();
+      t.truncated = r.truncated();
+    }
+  } count{t, reader};
   std::span<const std::byte> msg;
   std::uint64_t length = 0;
+  timespec start{};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  const double interval_ns = o.rate > 0 ? 1e9 / o.rate : 0;
   for (;;) {
     const InputReader::Status s = reader.next(msg, length);
     switch (s) {
@@ -234,13 +333,18 @@ void publish_input(Producer& producer, const Options& o, int fd, std::chrono::na
       case InputReader::Status::interrupted:
         return;
       case InputReader::Status::too_long:
-        throw Failure{too_long_message(o, t.messages, length, info)};
+        throw Failure{too_long_message(o, reader, length, info)};
       case InputReader::Status::truncated:
         throw Failure{fmt::format("input ends inside frame {} (a u32 length, then the bytes)",
                                   t.messages + 1)};
       case InputReader::Status::io_error:
         throw Failure{fmt::format("reading {}: {}", o.file.empty() ? "stdin" : o.file,
                                   std::strerror(reader.error()))};
+    }
+    if (interval_ns > 0) {
+      // The same absolute schedule as synthetic messages: message i at start + i / rate.
+      wait_until(add_ns(start, static_cast<std::uint64_t>(static_cast<double>(t.messages) * interval_ns)));
+      if (stop_requested()) return;
     }
     const PublishResult r = producer.publish(msg, timeout);
     if (!r) throw Failure{publish_failure(r.status, timeout, producer, t)};
@@ -392,7 +496,9 @@ int run(const Options& o, const CLI::App& app) {
   }
   const auto t1 = Clock::now();
   if (fd != STDIN_FILENO) ::close(fd);
-  const bool mark_end = !o.keep_open;
+  // A failed run leaves the bus open: its consumers are not told the stream
+  // ended, and a rerun (a new producer) continues the sequence.
+  const bool mark_end = !o.keep_open && !failure;
   if (mark_end) {
     producer.close();
   } else {
@@ -423,16 +529,24 @@ int run(const Options& o, const CLI::App& app) {
         {"wait_for_space_seconds", after.known ? nlohmann::json(wait_s) : nlohmann::json()},
         {"end_of_stream", mark_end},
         {"stopped_by", stopped},
+        {"oversize_skipped", totals.skipped},
+        {"oversize_truncated", totals.truncated},
     };
     if (failure) j["error"] = *failure;
     fmt::print(stderr, "{}\n", j.dump());
   } else {
     std::string waited = after.known ? fmt::format("waited for space {:.3f} s ({} times)", wait_s, waits)
                                      : std::string("wait time unknown");
+    std::string oversized;
+    const char* unit = o.binary ? "frame" : "line";
+    if (totals.skipped > 0) oversized += fmt::format("; {} oversized {}{} skipped", totals.skipped, unit, totals.skipped == 1 ? "" : "s");
+    if (totals.truncated > 0) oversized += fmt::format("; {} oversized {}{} truncated", totals.truncated, unit, totals.truncated == 1 ? "" : "s");
     fmt::print(stderr,
-               "{}: bus '{}': {} messages, {} bytes in {:.3f} s: {:.0f} msgs/s, {:.1f} MB/s; {}; {}\n",
-               kProgram, o.bus, totals.messages, totals.bytes, seconds, rate, mbps, waited,
-               mark_end ? "end-of-stream marked" : "left open (--keep-open)");
+               "{}: bus '{}': {} messages, {} bytes in {:.3f} s: {:.0f} msgs/s, {:.1f} MB/s; {}{}; {}\n",
+               kProgram, o.bus, totals.messages, totals.bytes, seconds, rate, mbps, waited, oversized,
+               mark_end ? "end-of-stream marked"
+               : failure ? "left open after the error (a new producer continues the bus)"
+                         : "left open (--keep-open)");
   }
   return failure ? exit_failure : exit_ok;
 }
@@ -487,9 +601,15 @@ int main(int argc, char** argv) {
   app.add_option("--size", o.size, "Bytes per synthetic message (>= 24)")
       ->needs(count)
       ->capture_default_str();
-  app.add_option("--rate", o.rate, "Synthetic messages per second (default: as fast as possible)")
-      ->needs(count)
+  app.add_option("--rate", o.rate,
+                 "Messages per second, synthetic or from the input (replays a log at a fixed "
+                 "rate; default: as fast as possible)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--oversize", o.oversize,
+                 "An input line or frame longer than the record's payload: error (stop there, "
+                 "exit 1, leave the bus open), skip it, or truncate it; counted in the summary")
+      ->check(CLI::IsMember({"error", "skip", "truncate"}))
+      ->capture_default_str();
   count->excludes(file)->excludes(binary);
   app.add_flag("--keep-open", o.keep_open,
                "Do not mark end-of-stream at the end (another producer may continue the bus)");

@@ -36,6 +36,16 @@ const char* to_string(ReadStatus s) noexcept {
   return "?";
 }
 
+const char* to_string(EndReason r) noexcept {
+  switch (r) {
+    case EndReason::none: return "none";
+    case EndReason::closed: return "closed";
+    case EndReason::producer_died: return "producer_died";
+    case EndReason::removed: return "removed";
+  }
+  return "?";
+}
+
 namespace {
 constexpr std::uint64_t kLivenessPeriodNs = 50'000'000;  // producer death noticed within this
 constexpr std::size_t kCopyBudget = 4u << 20;             // overwrite copy buffer, bytes
@@ -61,6 +71,12 @@ struct Consumer::Impl {
   std::uint64_t last_lost = 0;  // size of the last lap, for ReadStatus::lost
   std::uint64_t next_liveness = 0;
   bool eos_reported = false;    // end_of_stream returned, nothing read since
+  EndReason end = EndReason::none;
+  layout::Bookmark* bookmark = nullptr;  // durable: the bookmark we hold
+  std::uint32_t bookmark_index = 0;
+  bool resumed = false;
+  bool started = false;          // cursor holds the start position
+  std::uint64_t resume_gap = 0;
   pid_t owner_pid = 0;          // the process holding the slot (not a forked child)
   std::size_t batch_cap = 64;
   std::uint64_t release_every;  // publish the cursor after this many reads (1 for tiny rings)
@@ -85,6 +101,17 @@ struct Consumer::Impl {
 
   void attach();
   void detach() noexcept;
+  void drop_bookmark() noexcept {
+    if (!bookmark) return;
+    if (started) {
+      bookmark->cursor.store(cursor, std::memory_order_relaxed);
+    } else if (!resumed) {
+      // Refused before it started: a name it created is not remembered.
+      bookmark->state.store(layout::kBookmarkEmpty, std::memory_order_release);
+    }
+    detail::release_bookmark(seg, bookmark_index, identity);
+    bookmark = nullptr;
+  }
 
   void release_if_due() noexcept {
     if (cursor - published >= release_every) release();
@@ -92,6 +119,9 @@ struct Consumer::Impl {
 
   void release() noexcept {
     if (cursor == published) return;
+    // Only we write it while we hold the name; the next holder reads it after
+    // its acquire CAS of holder, which pairs with release_bookmark().
+    if (bookmark) bookmark->cursor.store(cursor, std::memory_order_relaxed);
     slot->delivered.store(delivered, std::memory_order_relaxed);
     slot->lost.store(lost, std::memory_order_relaxed);
     // Frees every record before `cursor`: pairs with the producer's acquire
@@ -185,7 +215,10 @@ struct Consumer::Impl {
   // `probe`: allowed to read /proc (a few system calls) if 50 ms have passed.
   bool end_of_stream(std::uint64_t now, bool probe) noexcept {
     // Pairs with the producer's release store of `closed` after its last commit.
-    if (h->closed.load(std::memory_order_acquire) != 0) return true;
+    if (h->closed.load(std::memory_order_acquire) != 0) {
+      end = h->removed.load(std::memory_order_relaxed) != 0 ? EndReason::removed : EndReason::closed;
+      return true;
+    }
     if (!probe || now < next_liveness) return false;
     next_liveness = now + kLivenessPeriodNs;
     const std::uint64_t owner = h->producer_owner.load(std::memory_order_acquire);
@@ -194,6 +227,7 @@ struct Consumer::Impl {
     // A producer that died asleep left this set; clear it so our cursor
     // updates stop issuing futex wakes.
     h->producer_sleeping.store(0, std::memory_order_relaxed);
+    end = EndReason::producer_died;
     return true;
   }
 
@@ -287,6 +321,20 @@ struct Consumer::Impl {
 void Consumer::Impl::attach() {
   detail::register_barrier();
   identity = detail::self_identity();
+  if (opt.name.size() >= sizeof(layout::ReaderSlot::name))
+    detail::fail(Errc::invalid_options, seg.info().name,
+                 "reader name '" + opt.name + "' is " + std::to_string(opt.name.size()) + " bytes, more than " +
+                     std::to_string(sizeof(layout::ReaderSlot::name) - 1));
+  if (opt.start == Start::resume) opt.durable = true;
+  if (opt.durable) {
+    if (opt.name.empty()) detail::fail(Errc::invalid_options, seg.info().name, "a durable reader needs a name");
+    bool created = false;
+    // Before a reader slot, so a refusal leaves nothing to undo. The cursor
+    // of a new bookmark is set below, once the start is known.
+    bookmark_index = detail::hold_bookmark(seg, opt.name, identity, 0, created);
+    bookmark = seg.bookmark(bookmark_index);
+    resumed = !created;
+  }
   const std::uint32_t n = seg.max_readers();
   for (int pass = 0; pass < 2 && !slot; ++pass) {
     for (std::uint32_t i = 0; i < n && !slot; ++i) {
@@ -300,9 +348,12 @@ void Consumer::Impl::attach() {
       for (std::uint32_t i = 0; i < n; ++i) detail::reclaim_if_dead(seg, i);
     }
   }
-  if (!slot)
+  if (!slot) {
+    if (bookmark) detail::release_bookmark(seg, bookmark_index, identity);
+    bookmark = nullptr;
     detail::fail(Errc::reader_table_full, seg.info().name,
                  "all " + std::to_string(n) + " reader slots hold live readers");
+  }
 
   owner_pid = ::getpid();
   slot->pid.store(static_cast<std::uint32_t>(owner_pid), std::memory_order_relaxed);
@@ -331,6 +382,18 @@ void Consumer::Impl::attach() {
       if (opt.start_seq < oldest || opt.start_seq > hd) not_retained(opt.start_seq, oldest, hd);
       c = opt.start_seq;
       break;
+    case Start::resume:
+      c = oldest;
+      if (resumed) {
+        // Untrusted: clamped to what can exist.
+        const std::uint64_t b = std::min(bookmark->cursor.load(std::memory_order_relaxed), hd);
+        if (b >= oldest) {
+          c = b;
+        } else {
+          resume_gap = oldest - b;
+        }
+      }
+      break;
   }
   slot->cursor.store(c, std::memory_order_relaxed);
   // From here the producer counts our cursor (pairs with its acquire load).
@@ -342,11 +405,15 @@ void Consumer::Impl::attach() {
     const std::uint64_t floor = bus.oldest();
     if (c < floor) {
       if (opt.start == Start::sequence) not_retained(opt.start_seq, floor, bus.head());
+      if (opt.start == Start::resume && resumed) resume_gap += floor - c;
       c = floor;
       slot->cursor.store(c, std::memory_order_release);
     }
   }
   cursor = published = c;
+  started = true;
+  lost = resume_gap;
+  if (bookmark) bookmark->cursor.store(c, std::memory_order_relaxed);
   // A producer waiting for readers sleeps on space_futex.
   h->space_futex.fetch_add(1, std::memory_order_release);
   detail::futex_wake(&h->space_futex, INT_MAX);
@@ -357,8 +424,10 @@ void Consumer::Impl::detach() noexcept {
   // A forked child destroying its copy must not free its parent's slot.
   if (::getpid() != owner_pid) {
     slot = nullptr;
+    bookmark = nullptr;
     return;
   }
+  drop_bookmark();
   // Only if the slot is still ours (it is not, if it was reclaimed).
   if (slot->owner.load(std::memory_order_acquire) == identity) {
     slot->delivered.store(delivered, std::memory_order_relaxed);
@@ -420,7 +489,10 @@ ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
       r.message.payload = {};
       break;
     case Impl::Wait::timeout: r.status = ReadStatus::timeout; break;
-    case Impl::Wait::eos: r.status = ReadStatus::end_of_stream; break;
+    case Impl::Wait::eos:
+      r.status = ReadStatus::end_of_stream;
+      r.end_reason = c.end;
+      break;
   }
   return r;
 }
@@ -451,7 +523,10 @@ std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult
     } else if (w == Impl::Wait::corrupt) {
       ++result.corrupt;
     } else {
-      if (w == Impl::Wait::eos) result.end_of_stream = true;
+      if (w == Impl::Wait::eos) {
+        result.end_of_stream = true;
+        result.end_reason = c.end;
+      }
       break;
     }
   }
@@ -464,5 +539,8 @@ std::uint64_t Consumer::delivered() const noexcept { return impl_->delivered; }
 std::uint64_t Consumer::lost() const noexcept { return impl_->lost; }
 std::uint32_t Consumer::slot() const noexcept { return impl_->index; }
 const Bus& Consumer::bus() const noexcept { return impl_->bus; }
+EndReason Consumer::end_reason() const noexcept { return impl_->end; }
+bool Consumer::resumed() const noexcept { return impl_->resumed; }
+std::uint64_t Consumer::resume_gap() const noexcept { return impl_->resume_gap; }
 
 }  // namespace shmbus

@@ -26,6 +26,8 @@ class Category final : public std::error_category {
       case Errc::foreign_owner: return "segment belongs to an untrusted user";
       case Errc::insecure_mode: return "segment mode is more permissive than requested";
       case Errc::not_allocated: return "segment is not fully allocated";
+      case Errc::name_in_use: return "reader name is held by a live reader";
+      case Errc::bookmarks_full: return "every bookmark is in use";
       case Errc::system: return "system call failed";
     }
     return "unknown shmbus error";

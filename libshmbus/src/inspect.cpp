@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "segment.hpp"
@@ -32,14 +33,14 @@ const BusInfo& Inspector::info() const noexcept { return impl_->seg->info(); }
 
 namespace {
 
-std::string slot_name(const layout::ReaderSlot& r) {
-  std::string s;
-  for (std::size_t i = 0; i < sizeof r.name && r.name[i] != '\0'; ++i) {
-    const char c = r.name[i];
-    s += (c >= 0x20 && c < 0x7f) ? c : '?';  // untrusted bytes
+std::string printable(std::string s) {
+  for (char& c : s) {
+    if (c < 0x20 || c >= 0x7f) c = '?';  // untrusted bytes
   }
   return s;
 }
+
+std::string slot_name(const layout::ReaderSlot& r) { return printable(detail::stored_name(r.name)); }
 
 ReaderView reader_view(const detail::Segment& seg, std::uint32_t i, std::uint64_t owner) {
   const layout::ReaderSlot& r = *seg.reader(i);
@@ -106,6 +107,20 @@ Snapshot Inspector::snapshot() const {
     const std::uint64_t ro = seg.reader(i)->owner.load(std::memory_order_acquire);
     if (in_use(ro)) s.readers.push_back(reader_view(seg, i, ro));
   }
+  for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
+    const layout::Bookmark& b = *seg.bookmark(i);
+    if (b.state.load(std::memory_order_acquire) != layout::kBookmarkValid) continue;
+    BookmarkView v;
+    v.index = i;
+    v.name = printable(detail::stored_name(b.name));
+    v.cursor = b.cursor.load(std::memory_order_relaxed);
+    v.updated_ns = b.updated_ns.load(std::memory_order_relaxed);
+    const std::uint64_t holder = b.holder.load(std::memory_order_acquire);
+    v.held = layout::is_identity(holder) && detail::identity_liveness(holder) == Liveness::alive;
+    if (v.held) v.holder_pid = static_cast<pid_t>(layout::identity_pid(holder));
+    s.bookmarks.push_back(std::move(v));
+  }
+  s.removed = h.removed.load(std::memory_order_relaxed) != 0;
   // Cursors were read after head; a busy bus may have moved on meanwhile.
   // Report the later head so that no cursor appears ahead of it.
   const std::uint64_t later = h.head.load(std::memory_order_acquire);
@@ -147,6 +162,13 @@ std::vector<Problem> Inspector::check() const {
   }
   if (const std::uint32_t c = h.closed.load(std::memory_order_relaxed); c > 1)
     add("header.closed", "value " + std::to_string(c) + " is neither 0 nor 1");
+  if (const std::uint32_t c = h.removed.load(std::memory_order_relaxed); c > 1)
+    add("header.removed", "value " + std::to_string(c) + " is neither 0 nor 1");
+  for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
+    const std::uint32_t st = seg.bookmark(i)->state.load(std::memory_order_relaxed);
+    if (st > layout::kBookmarkValid)
+      add("bookmark[" + std::to_string(i) + "]", "state " + std::to_string(st) + " is unknown");
+  }
   if (const std::uint32_t b = h.blocked_on_slot.load(std::memory_order_relaxed); b > seg.max_readers())
     add("header.blocked_on_slot", "slot " + std::to_string(b) + " is beyond the reader table");
 
@@ -213,6 +235,24 @@ std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust&
     if (detail::reclaim_if_dead(*seg, i)) out.push_back(std::move(before));
   }
   return out;
+}
+
+bool forget_reader_name(std::string_view name, std::string_view reader, const Trust& trust) {
+  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, std::chrono::milliseconds(200), trust);
+  return detail::forget_bookmark(*seg, reader);
+}
+
+void mark_removed(std::string_view name, const Trust& trust) {
+  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, std::chrono::milliseconds(200), trust);
+  layout::SegmentHeader& h = *seg->header();
+  h.removed.store(1, std::memory_order_relaxed);
+  // Consumers read `removed` after their acquire load of `closed`.
+  h.closed.store(1, std::memory_order_release);
+  h.data_futex.fetch_add(1, std::memory_order_release);
+  detail::futex_wake(&h.data_futex, INT32_MAX);
+  // A producer asleep waiting for space sees the flag when it wakes.
+  h.space_futex.fetch_add(1, std::memory_order_release);
+  detail::futex_wake(&h.space_futex, INT32_MAX);
 }
 
 std::vector<ListEntry> list_buses(const Trust& trust) {

@@ -3,14 +3,13 @@
 //
 // A bus is one POSIX shared-memory segment, /dev/shm/shmbus.NAME:
 //
-//   offset 0                 header_size                log_offset (4 KiB aligned)
-//   +------------------------+--------------------------+------------------------------+
-//   | SegmentHeader (512 B)  | ReaderSlot[max_readers]  | Record[capacity]             |
-//   | identity, head, owner, | 128 B each: owner, name, | record_size bytes each,      |
-//   | futex words, counters  | cursor, counters         | slot = seq & (capacity - 1)  |
-//   +------------------------+--------------------------+------------------------------+
-//                                                        segment_size = log_offset +
-//                                                          capacity * record_size
+//   offset 0                header_size              bookmark_table_offset_for()  log_offset (4 KiB aligned)
+//   +-----------------------+------------------------+---------------------------+----------------------------+
+//   | SegmentHeader (512 B) | ReaderSlot[max_readers] | Bookmark[max_readers]    | Record[capacity]           |
+//   | identity, head, owner,| 128 B each: owner, name,| 64 B each: a durable     | record_size bytes each,    |
+//   | futex words, counters | cursor, counters        | reader's name and cursor | slot = seq & (capacity - 1)|
+//   +-----------------------+------------------------+---------------------------+----------------------------+
+//                                                      segment_size = log_offset + capacity * record_size
 //
 // SegmentHeader, one 64-byte cache line per row (byte offsets):
 //
@@ -23,8 +22,9 @@
 //   192  producer   owner u64 | start_ticks u64 | pid u32 | closed u32 | takeovers u32 |
 //                   flags u32 | producer_waits u64 | producer_wait_ns u64 |
 //                   wakeups u64 | readers_reclaimed u64
-//   256  data wake  data_futex u32 | data_sleepers u32 | data_armed u32 | reserved
-//                                                                 (consumers sleep here)
+//   256  data wake  data_futex u32 | data_sleepers u32 | data_armed u32 | removed u32 |
+//                   reserved                  (consumers sleep here; the producer reads
+//                                              data_armed and removed on every publish)
 //   320  space wake space_futex u32 | producer_sleeping u32 | blocked_on_slot u32 |
 //                   reserved u32 | wait_start_ns u64 | space_wanted u64 | reserved
 //                                                          (producer sleeps here)
@@ -36,6 +36,19 @@
 //        attach_time_ns u64 | reserved                       (set at attach/reclaim)
 //    64  cursor u64 | delivered u64 | lost u64 | last_active_ns u64 | sleeping u32 |
 //        reserved                                         (the consumer writes)
+//
+// Bookmark (64 bytes; one per durable reader name, ConsumerOptions::durable):
+//
+//     0  holder u64   identity of the live reader holding the name, or
+//                     kOwnerFree; a dead holder's name may be taken over
+//     8  state u32    kBookmarkEmpty / kBookmarkValid (name and cursor set)
+//    12  reserved u32
+//    16  cursor u64   next sequence the named reader will read; written by the
+//                     holder each time it publishes its slot's cursor
+//    24  updated_ns u64  CLOCK_REALTIME of the holder's last detach or update
+//    32  name char[32]   NUL-padded; untrusted when read
+//
+// A bookmark does not hold the producer back: only active reader slots do.
 //
 // Record (record_size bytes, a multiple of 64; 64-byte aligned):
 //
@@ -79,7 +92,9 @@ namespace shmbus::layout {
 inline constexpr std::uint64_t kMagic = 0x3130'5355'424d'4853ULL;  // "SHMBUS01" little-endian
 // 2: header.space_wanted; a reader wakes a sleeping producer only when its
 //    cursor crosses it (version 1 readers woke it on every cursor update).
-inline constexpr std::uint32_t kLayoutVersion = 2;
+// 3: the bookmark table after the reader table (durable reader names), and
+//    header.removed (a bus removed by force ends every stream, stops its producer).
+inline constexpr std::uint32_t kLayoutVersion = 3;
 inline constexpr std::uint32_t kCacheLine = 64;
 inline constexpr std::uint32_t kPageSize = 4096;
 inline constexpr std::uint32_t kRecordHeaderSize = 24;
@@ -98,6 +113,10 @@ inline constexpr std::uint64_t kReclaimBit = std::uint64_t{1} << 31;
 // ReaderSlot::state
 inline constexpr std::uint32_t kSlotFree = 0;
 inline constexpr std::uint32_t kSlotActive = 1;  // cursor is binding for the producer
+
+// Bookmark::state
+inline constexpr std::uint32_t kBookmarkEmpty = 0;
+inline constexpr std::uint32_t kBookmarkValid = 1;
 
 struct alignas(kCacheLine) SegmentHeader {
   // --- line 0: identity, immutable once layout_version is set ---
@@ -141,7 +160,8 @@ struct alignas(kCacheLine) SegmentHeader {
   alignas(kCacheLine) std::atomic<std::uint32_t> data_futex;
   std::atomic<std::uint32_t> data_sleepers;  // consumers asleep now (for the inspector)
   std::atomic<std::uint32_t> data_armed;     // 1: someone went to sleep since the last wake
-  std::uint32_t reserved4[13];
+  std::atomic<std::uint32_t> removed;        // 1: removed by force (shmbus-inspect rm --force)
+  std::uint32_t reserved4[12];
 
   // --- line 5: the producer waiting for space sleeps on space_futex ---
   alignas(kCacheLine) std::atomic<std::uint32_t> space_futex;
@@ -173,6 +193,15 @@ struct alignas(kCacheLine) ReaderSlot {
   std::atomic<std::uint64_t> last_active_ns;
   std::atomic<std::uint32_t> sleeping;
   std::uint32_t reserved1[7];
+};
+
+struct alignas(kCacheLine) Bookmark {
+  std::atomic<std::uint64_t> holder;  // packed identity or kOwnerFree
+  std::atomic<std::uint32_t> state;   // kBookmarkEmpty / kBookmarkValid
+  std::uint32_t reserved;
+  std::atomic<std::uint64_t> cursor;
+  std::atomic<std::uint64_t> updated_ns;
+  char name[kReaderNameSize];  // NUL-padded; untrusted when read
 };
 
 struct RecordHeader {
@@ -221,6 +250,7 @@ static_assert(offsetof(SegmentHeader, readers_reclaimed) == 248);
 static_assert(offsetof(SegmentHeader, data_futex) == 256);
 static_assert(offsetof(SegmentHeader, data_sleepers) == 260);
 static_assert(offsetof(SegmentHeader, data_armed) == 264);
+static_assert(offsetof(SegmentHeader, removed) == 268);
 static_assert(offsetof(SegmentHeader, space_futex) == 320);
 static_assert(offsetof(SegmentHeader, producer_sleeping) == 324);
 static_assert(offsetof(SegmentHeader, blocked_on_slot) == 328);
@@ -241,6 +271,13 @@ static_assert(offsetof(ReaderSlot, lost) == 80);
 static_assert(offsetof(ReaderSlot, last_active_ns) == 88);
 static_assert(offsetof(ReaderSlot, sleeping) == 96);
 
+static_assert(sizeof(Bookmark) == 64 && alignof(Bookmark) == kCacheLine && kSharedOk<Bookmark>);
+static_assert(offsetof(Bookmark, holder) == 0);
+static_assert(offsetof(Bookmark, state) == 8);
+static_assert(offsetof(Bookmark, cursor) == 16);
+static_assert(offsetof(Bookmark, updated_ns) == 24);
+static_assert(offsetof(Bookmark, name) == 32);
+
 static_assert(sizeof(RecordHeader) == kRecordHeaderSize);
 static_assert(offsetof(RecordHeader, tag) == 0);
 static_assert(offsetof(RecordHeader, timestamp_ns) == 8);
@@ -250,13 +287,17 @@ static_assert(kMinRecordSize % kCacheLine == 0 && kMinRecordSize > kRecordHeader
 
 constexpr std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
 
-// Where the log starts for a given reader count (the only layout rule that
-// depends on an option).
+// Where the bookmark table and the log start for a given reader count (the
+// only layout rules that depend on an option). There are as many bookmarks
+// as reader slots.
+constexpr std::uint64_t bookmark_table_offset_for(std::uint32_t max_readers) {
+  return sizeof(SegmentHeader) + std::uint64_t{max_readers} * sizeof(ReaderSlot);
+}
 constexpr std::uint64_t log_offset_for(std::uint32_t max_readers) {
-  return align_up(sizeof(SegmentHeader) + std::uint64_t{max_readers} * sizeof(ReaderSlot),
+  return align_up(bookmark_table_offset_for(max_readers) + std::uint64_t{max_readers} * sizeof(Bookmark),
                   kPageSize);
 }
-static_assert(log_offset_for(1) == 4096 && log_offset_for(28) == 4096 && log_offset_for(29) == 8192);
+static_assert(log_offset_for(1) == 4096 && log_offset_for(18) == 4096 && log_offset_for(19) == 8192);
 
 // Packed process identity stored in owner words: pid in the low 32 bits, the
 // low 32 bits of the process start time (clock ticks since boot) above. A real

@@ -129,6 +129,18 @@ struct Producer::Impl {
     }
   }
 
+  // A bus removed by force (shmbus-inspect rm --force) takes no more
+  // messages. The flag shares the line with data_armed, which every publish
+  // reads anyway.
+  bool refused() noexcept {
+    if (closed || claim_open) return true;
+    if (h->removed.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+      closed = true;
+      return true;
+    }
+    return false;
+  }
+
   std::uint64_t now_stamp() noexcept {
     switch (opt.timestamps) {
       case Timestamps::coarse: return detail::coarse_realtime_ns();
@@ -280,6 +292,10 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
       break;
     }
     if (closed) break;
+    if (h->removed.load(std::memory_order_relaxed) != 0) {  // removed by force while we waited
+      closed = true;
+      break;
+    }
     const std::uint64_t now = detail::monotonic_ns();
     if (now >= deadline) break;
     // After the spin phase (a short wait must stay free of system calls),
@@ -377,10 +393,11 @@ void Producer::detach() noexcept {
 
 PublishResult Producer::publish(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) noexcept {
   Impl& p = *impl_;
-  if (p.closed || p.claim_open) return {PublishStatus::closed, 0};
+  if (p.refused()) [[unlikely]] return {PublishStatus::closed, 0};
   if (payload.size() > p.max_payload) return {PublishStatus::too_large, 0};
   const std::uint64_t s = p.next;
-  if (!p.overwrite && s >= p.limit && !p.wait_for_space(s, timeout)) return {PublishStatus::timeout, 0};
+  if (!p.overwrite && s >= p.limit && !p.wait_for_space(s, timeout))
+    return {p.closed ? PublishStatus::closed : PublishStatus::timeout, 0};
   layout::RecordHeader* r = p.seg.record(s);
   Impl::begin_write(r, s);
   if (!payload.empty()) std::memcpy(detail::Segment::payload(r), payload.data(), payload.size());
@@ -392,14 +409,14 @@ PublishResult Producer::publish(std::span<const std::byte> payload, std::chrono:
 Claim Producer::claim(std::size_t size, std::chrono::nanoseconds timeout) noexcept {
   Impl& p = *impl_;
   Claim c;
-  if (p.closed || p.claim_open) return c;  // status closed
+  if (p.refused()) return c;  // status closed
   if (size > p.max_payload) {
     c.status = PublishStatus::too_large;
     return c;
   }
   const std::uint64_t s = p.next;
   if (!p.overwrite && s >= p.limit && !p.wait_for_space(s, timeout)) {
-    c.status = PublishStatus::timeout;
+    c.status = p.closed ? PublishStatus::closed : PublishStatus::timeout;
     return c;
   }
   layout::RecordHeader* r = p.seg.record(s);
@@ -427,7 +444,7 @@ void Producer::commit() noexcept { commit(impl_ ? impl_->claim_size : 0); }
 std::size_t Producer::publish_batch(std::span<const std::span<const std::byte>> payloads,
                                     std::chrono::nanoseconds timeout) noexcept {
   Impl& p = *impl_;
-  if (p.closed || p.claim_open) return 0;
+  if (p.refused()) return 0;
   std::size_t total = payloads.size();
   for (std::size_t i = 0; i < payloads.size(); ++i) {
     if (payloads[i].size() > p.max_payload) {

@@ -176,6 +176,7 @@ void Segment::attach(std::string_view name, const HeaderValues& v, bool writable
   }
   header_ = reinterpret_cast<layout::SegmentHeader*>(base_);
   readers_ = reinterpret_cast<layout::ReaderSlot*>(base_ + sizeof(layout::SegmentHeader));
+  bookmarks_ = reinterpret_cast<layout::Bookmark*>(base_ + layout::bookmark_table_offset_for(v.max_readers));
   log_ = base_ + v.log_offset;
   mask_ = v.capacity - 1;
   info_.name = std::string(name);
@@ -427,4 +428,126 @@ bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept {
   return true;
 }
 
+// ---- bookmarks ----
+//
+// Claiming an empty bookmark: CAS holder kOwnerFree (or a dead identity) ->
+// us while state is empty, write the name, then publish state = valid with
+// release. Two readers creating the same name at once both end up valid;
+// each then looks again, and the one whose bookmark has the higher index
+// withdraws, so a name is only ever held through its lowest bookmark.
+
+std::string stored_name(const char (&name)[layout::kReaderNameSize]) {
+  char copy[layout::kReaderNameSize + 1] = {};
+  std::memcpy(copy, name, layout::kReaderNameSize);
+  return std::string(copy, ::strnlen(copy, layout::kReaderNameSize));
+}
+
+namespace {
+
+bool holds_name(const layout::Bookmark& b, std::string_view name) {
+  // Pairs with the creator's release store of state after writing the name.
+  if (b.state.load(std::memory_order_acquire) != layout::kBookmarkValid) return false;
+  return stored_name(b.name) == name;
+}
+
+// True if `holder` is free or a process that no longer exists.
+bool holder_gone(std::uint64_t holder) {
+  return holder == layout::kOwnerFree || identity_liveness(holder) != Liveness::alive;
+}
+
+[[noreturn]] void name_held(const Segment& s, std::string_view name, std::uint64_t holder) {
+  fail(Errc::name_in_use, s.info().name,
+       "reader name '" + std::string(name) + "' is held by a live reader (pid " +
+           std::to_string(layout::identity_pid(holder)) + ")");
+}
+
+}  // namespace
+
+std::optional<std::uint32_t> find_bookmark(const Segment& s, std::string_view name) noexcept {
+  for (std::uint32_t i = 0; i < s.max_readers(); ++i) {
+    if (holds_name(*s.bookmark(i), name)) return i;
+  }
+  return std::nullopt;
+}
+
+std::uint32_t hold_bookmark(Segment& s, std::string_view name, std::uint64_t identity,
+                            std::uint64_t initial_cursor, bool& created) {
+  created = false;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    if (auto i = find_bookmark(s, name)) {
+      layout::Bookmark& b = *s.bookmark(*i);
+      std::uint64_t holder = b.holder.load(std::memory_order_acquire);
+      if (!holder_gone(holder)) name_held(s, name, holder);  // us too: one holder per name
+      // Acquire: we see the cursor its last holder stored.
+      if (b.holder.compare_exchange_strong(holder, identity, std::memory_order_acq_rel)) {
+        if (holds_name(b, name)) return *i;
+        b.holder.store(layout::kOwnerFree, std::memory_order_release);  // forgotten meanwhile
+      }
+      continue;
+    }
+    bool claimed = false;
+    for (std::uint32_t i = 0; i < s.max_readers() && !claimed; ++i) {
+      layout::Bookmark& b = *s.bookmark(i);
+      if (b.state.load(std::memory_order_acquire) != layout::kBookmarkEmpty) continue;
+      std::uint64_t holder = b.holder.load(std::memory_order_acquire);
+      if (!holder_gone(holder)) continue;  // being created by a live process
+      if (!b.holder.compare_exchange_strong(holder, identity, std::memory_order_acq_rel)) continue;
+      if (b.state.load(std::memory_order_acquire) != layout::kBookmarkEmpty) {
+        b.holder.store(layout::kOwnerFree, std::memory_order_release);
+        continue;
+      }
+      claimed = true;
+      std::memset(b.name, 0, sizeof b.name);
+      std::memcpy(b.name, name.data(), std::min(name.size(), sizeof b.name - 1));
+      b.cursor.store(initial_cursor, std::memory_order_relaxed);
+      b.updated_ns.store(realtime_ns(), std::memory_order_relaxed);
+      // Publishes name and cursor: pairs with holds_name()'s acquire load.
+      b.state.store(layout::kBookmarkValid, std::memory_order_release);
+      // Did another reader create the same name at the same time?
+      const auto first = find_bookmark(s, name);
+      if (first && *first < i) {
+        b.state.store(layout::kBookmarkEmpty, std::memory_order_release);
+        b.holder.store(layout::kOwnerFree, std::memory_order_release);
+        break;  // take the lower one from the top
+      }
+      created = true;
+      return i;
+    }
+    if (!claimed)
+      fail(Errc::bookmarks_full, s.info().name,
+           "all " + std::to_string(s.max_readers()) +
+               " bookmarks hold durable reader names (shmbus-inspect gc --forget NAME drops one)");
+  }
+  fail(Errc::name_in_use, s.info().name, "reader name '" + std::string(name) + "' keeps changing hands");
+}
+
+void release_bookmark(Segment& s, std::uint32_t i, std::uint64_t identity) noexcept {
+  layout::Bookmark& b = *s.bookmark(i);
+  b.updated_ns.store(realtime_ns(), std::memory_order_relaxed);
+  std::uint64_t me = identity;
+  // Release: the next holder (acquire CAS) sees our last cursor.
+  b.holder.compare_exchange_strong(me, layout::kOwnerFree, std::memory_order_acq_rel);
+}
+
+bool forget_bookmark(Segment& s, std::string_view name) {
+  const auto i = find_bookmark(s, name);
+  if (!i) return false;
+  layout::Bookmark& b = *s.bookmark(*i);
+  std::uint64_t holder = b.holder.load(std::memory_order_acquire);
+  if (!holder_gone(holder)) name_held(s, name, holder);
+  // Hold it ourselves while clearing, so no reader takes it half-cleared.
+  const std::uint64_t me = self_identity();
+  if (!b.holder.compare_exchange_strong(holder, me, std::memory_order_acq_rel)) {
+    holder = b.holder.load(std::memory_order_acquire);
+    if (!holder_gone(holder)) name_held(s, name, holder);
+    return forget_bookmark(s, name);
+  }
+  b.state.store(layout::kBookmarkEmpty, std::memory_order_release);
+  std::memset(b.name, 0, sizeof b.name);
+  b.cursor.store(0, std::memory_order_relaxed);
+  b.holder.store(layout::kOwnerFree, std::memory_order_release);
+  return true;
+}
+
 }  // namespace shmbus::detail
+

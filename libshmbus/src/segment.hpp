@@ -62,6 +62,8 @@ class Segment {
   const BusInfo& info() const noexcept { return info_; }
   layout::SegmentHeader* header() const noexcept { return header_; }
   layout::ReaderSlot* reader(std::uint32_t i) const noexcept { return readers_ + i; }
+  // There are max_readers() bookmarks.
+  layout::Bookmark* bookmark(std::uint32_t i) const noexcept { return bookmarks_ + i; }
   std::uint32_t max_readers() const noexcept { return info_.max_readers; }
   std::uint64_t capacity() const noexcept { return info_.capacity; }
   std::uint32_t record_size() const noexcept { return info_.record_size; }
@@ -87,6 +89,7 @@ class Segment {
   std::uint64_t size_ = 0;
   layout::SegmentHeader* header_ = nullptr;
   layout::ReaderSlot* readers_ = nullptr;
+  layout::Bookmark* bookmarks_ = nullptr;
   std::byte* log_ = nullptr;
   std::uint64_t mask_ = 0;
 };
@@ -98,5 +101,27 @@ std::uint64_t oldest_retained(const Segment& s, std::uint64_t head) noexcept;
 
 // Reclaims reader slot `i` if its owner is dead. Returns true if it did.
 bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept;
+
+// ---- bookmarks: durable reader names (layout.hpp, Bookmark) ----
+
+// The name stored in a bookmark or reader slot, read once (untrusted bytes).
+std::string stored_name(const char (&name)[layout::kReaderNameSize]);
+
+// The valid bookmark named `name`, if any.
+std::optional<std::uint32_t> find_bookmark(const Segment& s, std::string_view name) noexcept;
+
+// Takes the bookmark named `name` for the reader `identity`, creating it with
+// `initial_cursor` if it does not exist. A dead holder's bookmark is taken
+// over. Throws Errc::name_in_use (naming the live holder's pid) or
+// Errc::bookmarks_full. Sets `created` when the bookmark is new.
+std::uint32_t hold_bookmark(Segment& s, std::string_view name, std::uint64_t identity,
+                            std::uint64_t initial_cursor, bool& created);
+
+// Lets go of a held bookmark (its cursor stays remembered).
+void release_bookmark(Segment& s, std::uint32_t i, std::uint64_t identity) noexcept;
+
+// Drops the bookmark named `name`. Returns false if there is none; throws
+// Errc::name_in_use if a live reader holds it.
+bool forget_bookmark(Segment& s, std::string_view name);
 
 }  // namespace shmbus::detail

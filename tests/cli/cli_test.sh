@@ -67,7 +67,7 @@ lines)  # Done means #1
   # Without --count it stops at the end-of-stream the producer marked.
   timeout 10 "$CONSUMER" "$bus" >"$work/c2.out" 2>"$work/c2.err" || fail "consumer to end-of-stream failed"
   [[ "$(cat "$work/c2.out")" == $'a\nb\nc' ]] || fail "second consumer printed: $(cat "$work/c2.out")"
-  grep -q "stopped by end_of_stream" "$work/c2.err" || fail "not stopped by end-of-stream"
+  grep -q "stopped by closed" "$work/c2.err" || fail "not stopped by the producer's close"
   ;;
 
 formats)
@@ -78,9 +78,10 @@ formats)
   "$CONSUMER" "$bus" --format hex >"$work/hex.out" 2>/dev/null
   [[ "$(cat "$work/hex.out")" == $'0 6869\n1 \n2 2271220978\n3 ff01' ]] || fail "hex: $(cat "$work/hex.out")"
   "$CONSUMER" "$bus" --format json --json >"$work/json.out" 2>"$work/c.json"
-  grep -q '^{"seq":0,"timestamp_ns":[0-9]*,"length":2,"text":"hi"}$' "$work/json.out" || fail "json line 0: $(cat "$work/json.out")"
-  grep -q '^{"seq":2,.*"text":"\\"q\\"\\tx"}$' "$work/json.out" || fail "json escaping: $(cat "$work/json.out")"
-  grep -q '^{"seq":3,.*"hex":"ff01"}$' "$work/json.out" || fail "json binary: $(cat "$work/json.out")"
+  # One shape for every message: seq, timestamp_ns, length, encoding, payload.
+  grep -q '^{"seq":0,"timestamp_ns":[0-9]*,"length":2,"encoding":"utf8","payload":"hi"}$' "$work/json.out" || fail "json line 0: $(cat "$work/json.out")"
+  grep -q '^{"seq":2,.*"encoding":"utf8","payload":"\\"q\\"\\tx"}$' "$work/json.out" || fail "json escaping: $(cat "$work/json.out")"
+  grep -q '^{"seq":3,"timestamp_ns":[0-9]*,"length":2,"encoding":"hex","payload":"ff01"}$' "$work/json.out" || fail "json binary: $(cat "$work/json.out")"
   [[ "$(json_field "$work/c.json" messages)" == 4 ]] || fail "consumer json: $(cat "$work/c.json")"
   [[ "$(wc -l <"$work/c.json")" == 1 ]] || fail "consumer json summary is not one line"
   "$CONSUMER" "$bus" --format none >"$work/none.out" 2>/dev/null
@@ -313,7 +314,7 @@ signals)  # SIGINT/SIGTERM stop the consumer cleanly and free its reader slot
   grep -q "end-of-stream marked" "$work/p.err" || fail "$(cat "$work/p.err")"
   timeout 5 tail --pid="$cpid" -f /dev/null || fail "consumer did not see end-of-stream"
   wait "$cpid" || fail "consumer of the interrupted producer failed: $(cat "$work/c.json")"
-  grep -q '"stopped_by":"end_of_stream"' "$work/c.json" || fail "$(cat "$work/c.json")"
+  grep -q '"stopped_by":"closed"' "$work/c.json" || fail "$(cat "$work/c.json")"
   ;;
 
 idle_timeout)
@@ -380,14 +381,179 @@ errors_too_long)
   rc=0
   printf 'ok\n%s\n' "$long" | "$PRODUCER" "$bus" >"$work/long.out" 2>"$work/long.err" || rc=$?
   [[ $rc -ne 0 ]] || fail "a 41-byte line on a 40-byte bus was accepted"
-  grep -q "^shmbus-producer: bus '$bus': line 2 is 41 bytes, longer than the record's max payload of 40 bytes" \
+  grep -q "^shmbus-producer: bus '$bus': line 2 of stdin is 41 bytes, longer than the record's max payload of 40 bytes" \
     "$work/long.err" || fail "$(cat "$work/long.err")"
   note "$(head -n1 "$work/long.err")"
-  [[ "$("$CONSUMER" "$bus" 2>/dev/null)" == ok ]] || fail "the line before the long one was not published"
+  # The failed run leaves the bus open (no end-of-stream for its consumers).
+  [[ "$("$CONSUMER" "$bus" --idle-timeout 300ms 2>"$work/c.err")" == ok ]] || fail "the line before the long one was not published"
+  grep -q "stopped by idle_timeout" "$work/c.err" || fail "the failed producer ended the stream: $(cat "$work/c.err")"
   expect_failure size_too_long "^shmbus-producer: bus '$bus': --size 41 is longer than the record's max payload of 40 bytes" \
     "$PRODUCER" "$bus" --count 1 --size 41
   expect_failure size_too_short "^shmbus-producer: bus '$bus': --size 23 is below .* 24 bytes" \
     "$PRODUCER" "$bus" --count 1 --size 23
+  ;;
+
+oversize)  # issue: --oversize error|skip|truncate
+  new_bus bus
+  "$PRODUCER" "$bus" --create --record-size 64 --keep-open </dev/null 2>/dev/null
+  long=$(printf 'y%.0s' {1..100})
+  printf 'a\n%s\nb\n%s\nc\n' "$long" "$long" | "$PRODUCER" "$bus" --oversize skip --keep-open 2>"$work/skip.err" \
+    || fail "--oversize skip failed: $(cat "$work/skip.err")"
+  grep -q "3 messages.*2 oversized lines skipped" "$work/skip.err" || fail "skip summary: $(cat "$work/skip.err")"
+  printf '%s\nd\n' "$long" | "$PRODUCER" "$bus" --oversize truncate --json 2>"$work/trunc.json" \
+    || fail "--oversize truncate failed"
+  [[ "$(json_field "$work/trunc.json" oversize_truncated)" == 1 ]] || fail "truncate json: $(cat "$work/trunc.json")"
+  "$CONSUMER" "$bus" >"$work/out" 2>/dev/null
+  [[ "$(cat "$work/out")" == "$(printf 'a\nb\nc\n%s\nd' "${long:0:40}")" ]] || fail "skip/truncate delivered: $(cat "$work/out")"
+  # Frames too: a 100-byte frame between two small ones.
+  new_bus bus2
+  { printf '\x01\x00\x00\x00A'; printf '\x64\x00\x00\x00'; printf 'z%.0s' {1..100}; printf '\x01\x00\x00\x00B'; } >"$work/f.bin"
+  "$PRODUCER" "$bus2" --create --record-size 64 --binary --oversize skip --file "$work/f.bin" 2>"$work/fs.err" \
+    || fail "frames skip: $(cat "$work/fs.err")"
+  [[ "$("$CONSUMER" "$bus2" 2>/dev/null)" == $'A\nB' ]] || fail "frames skip delivered the wrong messages"
+  grep -q "1 oversized frame skipped" "$work/fs.err" || fail "$(cat "$work/fs.err")"
+  ;;
+
+binary_out)  # issue: --format binary round-trips --binary; text escapes control bytes
+  new_bus bus
+  head -c 100000 /dev/urandom >"$work/rand"
+  # Frames of 0..200 random bytes each.
+  python3 - "$work/rand" "$work/f" <<'PY'
+import struct, sys
+data = open(sys.argv[1], 'rb').read()
+out = open(sys.argv[2], 'wb')
+i = n = 0
+while i < len(data) and n < 2000:
+    k = (n * 37) % 201
+    out.write(struct.pack('<I', len(data[i:i + k])) + data[i:i + k])
+    i += k
+    n += 1
+PY
+  "$PRODUCER" "$bus" --create --binary --file "$work/f" 2>/dev/null
+  "$CONSUMER" "$bus" --format binary >"$work/g" 2>"$work/c.err"
+  cmp "$work/f" "$work/g" || fail "binary frames in != binary frames out"
+  new_bus bus2
+  printf 'bell\x07 esc\x1b[31m cr\r bs\\ tab\tend\n' | "$PRODUCER" "$bus2" --create 2>/dev/null
+  "$CONSUMER" "$bus2" >"$work/t" 2>/dev/null
+  [[ "$(cat "$work/t")" == 'bell\x07 esc\e[31m cr\r bs\\ tab'$'\t''end' ]] || fail "text escaping: $(cat -A "$work/t")"
+  ;;
+
+rate_input)  # issue: --rate paces stdin/--file input too
+  new_bus bus
+  seq 1 20 >"$work/in"
+  start=$(date +%s%N)
+  "$PRODUCER" "$bus" --create --file "$work/in" --rate 100 2>"$work/p.err" || fail "$(cat "$work/p.err")"
+  elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+  # 20 messages on a 100/s schedule: the last is due 190 ms after the first.
+  ((elapsed_ms >= 180)) || fail "20 lines at --rate 100 took only $elapsed_ms ms"
+  grep -q "20 messages" "$work/p.err" || fail "$(cat "$work/p.err")"
+  note "20 lines at --rate 100: $elapsed_ms ms"
+  ;;
+
+resume)  # issue: named readers resume where they stopped
+  new_bus bus
+  seq 0 1999 | "$PRODUCER" "$bus" --create --keep-open 2>/dev/null
+  "$CONSUMER" "$bus" --name archiver --count 1001 --json >"$work/a1" 2>"$work/a1.json"
+  [[ "$(tail -n1 "$work/a1")" == 1000 ]] || fail "first run ended at $(tail -n1 "$work/a1")"
+  "$CONSUMER" "$bus" --name archiver --count 999 --json >"$work/a2" 2>"$work/a2.json"
+  [[ "$(json_field "$work/a2.json" first_seq)" == 1001 ]] || fail "resumed at: $(cat "$work/a2.json")"
+  grep -q '"resumed":true' "$work/a2.json" || fail "$(cat "$work/a2.json")"
+  [[ "$(head -n1 "$work/a2")" == 1001 ]] || fail "resume delivered $(head -n1 "$work/a2") first"
+  # Stopped by SIGINT: the next run carries on exactly after the last message printed.
+  "$CONSUMER" "$bus" --name tailer --from 1500 >"$work/t1" 2>"$work/t1.err" &
+  tpid=$!
+  pids+=($tpid)
+  for ((i = 0; i < 500; i++)); do [[ $(wc -l <"$work/t1") -ge 500 ]] && break; sleep 0.01; done
+  kill -INT "$tpid"
+  wait "$tpid" || fail "tailer exit after SIGINT: $(cat "$work/t1.err")"
+  seq 2000 2009 | "$PRODUCER" "$bus" --keep-open 2>/dev/null
+  "$CONSUMER" "$bus" --name tailer --count 10 >"$work/t2" 2>/dev/null
+  [[ "$(head -n1 "$work/t2")" == 2000 ]] || fail "after SIGINT, resumed at $(head -n1 "$work/t2")"
+  # A live holder: the second attach fails naming its pid.
+  "$CONSUMER" "$bus" --name archiver --format none >/dev/null 2>&1 &
+  hpid=$!
+  pids+=($hpid)
+  for ((i = 0; i < 300; i++)); do
+    grep -q 'archiver' <("$INSPECT" show "$bus" --json 2>/dev/null) && break
+    sleep 0.01
+  done
+  expect_failure held "reader name 'archiver' is held by a live reader \(pid $hpid\)" \
+    "$CONSUMER" "$bus" --name archiver
+  kill -INT "$hpid"
+  wait "$hpid" || true
+  # The inspector lists remembered names; gc --forget drops one.
+  "$INSPECT" show "$bus" >"$work/show" 2>&1
+  grep -Eq '^ +archiver +2010 +0 +-' "$work/show" || fail "show: $(cat "$work/show")"
+  grep -Eq '^ +tailer +2010 ' "$work/show" || fail "show: $(cat "$work/show")"
+  "$INSPECT" gc "$bus" --forget tailer >"$work/gc" 2>&1 || fail "gc --forget: $(cat "$work/gc")"
+  grep -q "forgot reader name 'tailer'" "$work/gc" || fail "$(cat "$work/gc")"
+  "$INSPECT" show "$bus" --json >"$work/show.json"
+  grep -q '"tailer"' "$work/show.json" && fail "tailer still remembered"
+  "$CONSUMER" "$bus" --name tailer --count 1 >"$work/t3" 2>"$work/t3.err"
+  [[ "$(cat "$work/t3")" == 0 ]] || fail "a forgotten name started at $(cat "$work/t3")"
+  grep -q "reader 'tailer' is new" "$work/t3.err" || fail "$(cat "$work/t3.err")"
+  ;;
+
+resume_gone)  # issue: a bookmark no longer retained reports exactly how much is gone
+  new_bus bus
+  seq 0 9 | "$PRODUCER" "$bus" --create --capacity 16 --policy overwrite --keep-open 2>/dev/null
+  "$CONSUMER" "$bus" --name slow --count 5 >/dev/null 2>&1
+  seq 10 39 | "$PRODUCER" "$bus" --keep-open 2>/dev/null
+  # Its bookmark is at 5; the ring now holds 24..39: 19 messages are gone.
+  "$CONSUMER" "$bus" --name slow --count 16 --json >"$work/out" 2>"$work/c.err"
+  grep -q "reader 'slow': 19 messages after where it stopped are no longer retained; resuming at seq 24" \
+    "$work/c.err" || fail "$(cat "$work/c.err")"
+  grep -q '"lost":19' "$work/c.err" || fail "lost not 19: $(cat "$work/c.err")"
+  [[ "$(head -n1 "$work/out")" == 24 ]] || fail "resumed at $(head -n1 "$work/out")"
+  ;;
+
+follow)  # issue: closed vs producer_died, and --follow across close, crash and takeover
+  new_bus bus
+  "$PRODUCER" "$bus" --create --keep-open </dev/null 2>/dev/null
+  "$CONSUMER" "$bus" --follow --count 9 --json >"$work/f.out" 2>"$work/f.err" &
+  fpid=$!
+  pids+=($fpid)
+  printf '1\n2\n3\n' | "$PRODUCER" "$bus" 2>/dev/null           # closes the bus
+  # A producer killed mid-stream: the follower goes on with the next one.
+  mkfifo "$work/in2"
+  exec 4<>"$work/in2"
+  "$PRODUCER" "$bus" <"$work/in2" 2>/dev/null &
+  kpid=$!
+  pids+=($kpid)
+  printf '4\n5\n6\n' >&4
+  for ((i = 0; i < 500; i++)); do [[ $(wc -l <"$work/f.out") -ge 6 ]] && break; sleep 0.01; done
+  [[ $(wc -l <"$work/f.out") -ge 6 ]] || fail "follower did not get the second producer's messages"
+  kill -9 "$kpid"
+  wait "$kpid" 2>/dev/null || true
+  exec 4>&-
+  for ((i = 0; i < 300; i++)); do grep -q "producer died" "$work/f.err" && break; sleep 0.01; done
+  printf '7\n8\n9\n' | "$PRODUCER" "$bus" 2>/dev/null
+  timeout 10 tail --pid="$fpid" -f /dev/null || fail "follower did not stop at --count"
+  wait "$fpid" || fail "follower exit: $(cat "$work/f.err")"
+  [[ "$(tr '\n' ' ' <"$work/f.out")" == "1 2 3 4 5 6 7 8 9 " ]] || fail "followed: $(cat "$work/f.out")"
+  grep -q "producer closed the bus after seq 2; following" "$work/f.err" || fail "$(cat "$work/f.err")"
+  grep -q "producer died after seq 5; following" "$work/f.err" || fail "$(cat "$work/f.err")"
+  grep -q '"streams_followed":2' "$work/f.err" || fail "$(cat "$work/f.err")"
+  # Without --follow: a crash is told apart from a close, and is a failure.
+  new_bus bus2
+  mkfifo "$work/in3"
+  exec 5<>"$work/in3"
+  "$PRODUCER" "$bus2" --create <"$work/in3" 2>/dev/null &
+  kpid=$!
+  pids+=($kpid)
+  printf 'x\n' >&5
+  "$CONSUMER" "$bus2" --wait-for-bus 10s --json >"$work/d.out" 2>"$work/d.json" &
+  dpid=$!
+  pids+=($dpid)
+  for ((i = 0; i < 500; i++)); do [[ -s "$work/d.out" ]] && break; sleep 0.01; done
+  [[ "$(cat "$work/d.out")" == x ]] || fail "consumer did not read the first message"
+  kill -9 "$kpid"
+  exec 5>&-
+  rc=0
+  timeout 10 bash -c "while kill -0 $dpid 2>/dev/null; do sleep 0.01; done" || fail "consumer did not notice the dead producer"
+  wait "$dpid" || rc=$?
+  [[ $rc -eq 1 ]] || fail "after a producer crash the consumer exited $rc, not 1"
+  grep -q '"stopped_by":"producer_died"' "$work/d.json" || fail "$(cat "$work/d.json")"
   ;;
 
 errors_bad_name)

@@ -470,7 +470,8 @@ TEST_F(InspectTest, CheckNamesACorruptedRecord) {
   const json dj = inspect_json({"dump", bus, "--from", "10", "--count", "3"}, 1);
   ASSERT_EQ(dj["records"].size(), 2u);
   EXPECT_FALSE(dj["records"][0]["corrupt"].is_null());
-  EXPECT_LE(dj["records"][0]["payload_hex"].get<std::string>().size(), 3u * 104);
+  EXPECT_LE(dj["records"][0]["payload"].get<std::string>().size(), 2u * 104);
+  EXPECT_EQ(dj["records"][0]["length"], 4000u);  // the field as stored
   EXPECT_TRUE(dj["records"][1]["corrupt"].is_null());
   EXPECT_EQ(dj["missing"], json::array({12}));
   for (const json& p : j["problems"]) {
@@ -584,9 +585,11 @@ TEST_F(InspectTest, DumpShowsRecordsWithSequenceTimestampLengthAndPayload) {
   const json j = inspect_json({"dump", bus, "--last", "2"});
   ASSERT_EQ(j["records"].size(), 2u) << j.dump(2);
   EXPECT_EQ(j["records"][0]["seq"], 18u);
-  EXPECT_EQ(j["records"][0]["text"], "hello 18");
+  // The message shape shmbus-consumer --format json writes.
+  EXPECT_EQ(j["records"][0]["encoding"], "utf8");
+  EXPECT_EQ(j["records"][0]["payload"], "hello 18");
   EXPECT_EQ(j["records"][1]["length"], 8u);
-  EXPECT_EQ(j["records"][1]["payload_hex"], "68 65 6c 6c 6f 20 31 39");
+  EXPECT_EQ(j["records"][1]["payload"], "hello 19");
   EXPECT_GT(j["records"][1]["timestamp_ns"].get<std::uint64_t>(), 0u);
   EXPECT_EQ(j["oldest"], 4u);
   EXPECT_EQ(j["head"], 20u);
@@ -618,11 +621,19 @@ TEST_F(InspectTest, RmRefusesWhileInUseUnlessForced) {
     EXPECT_THAT(refused.err, HasSubstr("'holder'"));
     EXPECT_TRUE(shmbus::Bus::exists(busy));
 
+    EXPECT_TRUE(p.publish(bytes("before")));
     const Result forced = inspect({"rm", busy, "--force"});
     EXPECT_EQ(forced.status, 0) << forced.err;
+    EXPECT_THAT(forced.out, HasSubstr("their streams ended (reason removed)"));
     EXPECT_FALSE(shmbus::Bus::exists(busy));
-    // The attached processes keep their mapping.
-    EXPECT_TRUE(p.publish(bytes("still here")));
+    // Nobody runs on in the unlinked segment: the producer is refused, and
+    // the consumer reads what was committed, then the end, reason removed.
+    EXPECT_EQ(p.publish(bytes("too late")).status, shmbus::PublishStatus::closed);
+    const shmbus::ReadResult first = consumer.next(std::chrono::seconds(1));
+    ASSERT_EQ(first.status, shmbus::ReadStatus::message);
+    const shmbus::ReadResult end = consumer.next(std::chrono::seconds(1));
+    EXPECT_EQ(end.status, shmbus::ReadStatus::end_of_stream);
+    EXPECT_EQ(end.end_reason, shmbus::EndReason::removed);
   }
 
   const Result r = inspect({"rm", idle});

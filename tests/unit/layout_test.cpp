@@ -51,28 +51,32 @@ static_assert(offsetof(SegmentHeader, data_futex) % 4 == 0 &&
               offsetof(SegmentHeader, space_futex) % 4 == 0);
 static_assert(offsetof(RecordHeader, tag) == 0 && offsetof(RecordHeader, length) == 16);
 
-// The log starts on a page boundary after the header and the reader table.
+// The log starts on a page boundary after the header, the reader table and
+// the bookmark table.
 static_assert(log_offset_for(1) % kPageSize == 0);
-static_assert(log_offset_for(max_readers_limit) == align_up(512 + 128 * 1024, 4096));
+static_assert(bookmark_table_offset_for(max_readers_limit) == 512 + 128 * 1024);
+static_assert(log_offset_for(max_readers_limit) == align_up(512 + (128 + 64) * 1024, 4096));
 
 // Identity packing leaves 0 and all-ones free for the sentinels.
 static_assert(identity_pid(pack_identity(1234, 0xabcdef)) == 1234);
 static_assert(identity_start32(pack_identity(1234, 0xabcdef)) == 0xabcdef);
 static_assert(pack_identity(1, 0) != kOwnerFree && !is_identity(reclaim_marker(pack_identity((1u << 22) - 1, ~0ull))));
 
-TEST(Layout, LogOffsetIsPageAlignedAndLeavesRoomForEveryReaderSlot) {
+TEST(Layout, LogOffsetIsPageAlignedAndLeavesRoomForEveryReaderSlotAndBookmark) {
   for (std::uint32_t readers = 1; readers <= max_readers_limit; ++readers) {
     const std::uint64_t off = log_offset_for(readers);
     ASSERT_EQ(off % kPageSize, 0u) << readers;
-    ASSERT_GE(off, sizeof(SegmentHeader) + std::uint64_t{readers} * sizeof(ReaderSlot)) << readers;
-    ASSERT_LT(off - (sizeof(SegmentHeader) + std::uint64_t{readers} * sizeof(ReaderSlot)),
+    const std::uint64_t tables = sizeof(SegmentHeader) + std::uint64_t{readers} * (sizeof(ReaderSlot) + sizeof(Bookmark));
+    ASSERT_EQ(bookmark_table_offset_for(readers), sizeof(SegmentHeader) + std::uint64_t{readers} * sizeof(ReaderSlot));
+    ASSERT_GE(off, tables) << readers;
+    ASSERT_LT(off - tables,
               kPageSize)
         << "more than one page of padding for " << readers << " readers";
   }
   EXPECT_EQ(log_offset_for(1), 4096u);
-  EXPECT_EQ(log_offset_for(28), 4096u);
-  EXPECT_EQ(log_offset_for(29), 8192u);
-  EXPECT_EQ(log_offset_for(1024), 135168u);
+  EXPECT_EQ(log_offset_for(18), 4096u);
+  EXPECT_EQ(log_offset_for(19), 8192u);
+  EXPECT_EQ(log_offset_for(1024), 200704u);
 }
 
 TEST(Layout, MaxPayloadIsRecordSizeMinusRecordHeader) {

@@ -19,14 +19,37 @@ enum class Start : std::uint8_t {
   earliest,  // the oldest record still retained
   latest,    // only messages published after attaching
   sequence,  // ConsumerOptions::start_seq; Errc::not_retained if it is gone
+  resume,    // where the durable reader `name` stopped (implies durable); the
+             // oldest retained record if the name has no bookmark yet. If
+             // records after its bookmark are gone it starts at the oldest
+             // retained one and counts them in lost() and resume_gap().
 };
 
+// Durable readers. A durable consumer holds its name exclusively while
+// attached (a second one fails with Errc::name_in_use, naming the holder's
+// pid) and leaves its cursor in the bus's bookmark table under that name
+// when it detaches. The bookmark does not hold the producer back: in a
+// `block` bus only attached readers do. After a crash the bookmark is where
+// the reader last published its cursor: up to 32 messages before the last
+// one it read (redelivered, never skipped). Bookmarks live as long as the
+// bus; `shmbus-inspect gc --forget NAME` drops one.
 struct ConsumerOptions {
-  std::string name = "consumer";  // shown by shmbus-inspect; truncated to 31 bytes
+  std::string name = "consumer";  // shown by shmbus-inspect; up to 31 bytes (longer: invalid_options)
   Start start = Start::earliest;
   std::uint64_t start_seq = 0;
+  bool durable = false;           // remember the cursor under `name` (see above)
   WaitOptions wait{};
 };
+
+// Why a stream ended (ReadStatus::end_of_stream).
+enum class EndReason : std::uint8_t {
+  none,           // it has not ended
+  closed,         // the producer closed the bus
+  producer_died,  // the producer died without closing it
+  removed,        // the bus was removed by force (shmbus-inspect rm --force)
+};
+
+const char* to_string(EndReason r) noexcept;
 
 // One message. In a `block` bus `payload` points into shared memory; in an
 // `overwrite` bus it points into the consumer's own buffer. Either way it is
@@ -56,6 +79,7 @@ struct ReadResult {
   ReadStatus status = ReadStatus::timeout;
   Message message;
   std::uint64_t lost = 0;  // with ReadStatus::lost
+  EndReason end_reason = EndReason::none;  // with ReadStatus::end_of_stream
 };
 
 struct PollResult {
@@ -63,6 +87,7 @@ struct PollResult {
   std::uint64_t lost = 0;    // messages lost (overwrite) before or between them
   std::uint64_t corrupt = 0; // records skipped as corrupt
   bool end_of_stream = false;
+  EndReason end_reason = EndReason::none;  // with end_of_stream
 };
 
 // A consumer holds one reader slot of the bus for its lifetime; the slot is
@@ -106,6 +131,7 @@ class Consumer {
       total.count += got.size();
       if (r.end_of_stream) {
         total.end_of_stream = true;
+        total.end_reason = r.end_reason;
         break;
       }
       if (got.size() < want) break;
@@ -119,6 +145,13 @@ class Consumer {
   std::uint64_t lost() const noexcept;
   // Index of this consumer's slot in the reader table.
   std::uint32_t slot() const noexcept;
+  // Why the stream last ended, or EndReason::none.
+  EndReason end_reason() const noexcept;
+  // Start::resume: true if the name had a bookmark (false: a new name).
+  bool resumed() const noexcept;
+  // Start::resume: messages after the bookmark that were gone when it
+  // resumed (also counted in lost()).
+  std::uint64_t resume_gap() const noexcept;
   const Bus& bus() const noexcept;
 
   struct Impl;

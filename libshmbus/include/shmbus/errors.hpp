@@ -33,6 +33,8 @@ enum class Errc : int {
   foreign_owner,        // the segment belongs to a user (or group) this process does not trust
   insecure_mode,        // open_or_create found the bus with a more permissive mode than asked
   not_allocated,        // the segment is sparse: mapping it would fill /dev/shm, then SIGBUS
+  name_in_use,          // a live durable reader already holds this name (the message names its pid)
+  bookmarks_full,       // every bookmark holds a durable reader name (shmbus-inspect gc --forget)
 };
 
 // The std::error_category of shmbus::Errc ("shmbus").

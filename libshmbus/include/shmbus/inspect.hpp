@@ -56,6 +56,16 @@ struct ReaderView {
   bool sleeping = false;          // asleep on the data futex
 };
 
+// A durable reader name remembered in the bus (ConsumerOptions::durable).
+struct BookmarkView {
+  std::uint32_t index = 0;
+  std::string name;
+  std::uint64_t cursor = 0;       // where Start::resume continues
+  std::uint64_t updated_ns = 0;   // CLOCK_REALTIME of its holder's last attach or detach
+  bool held = false;              // a live reader holds the name now
+  pid_t holder_pid = 0;           // with held
+};
+
 struct Counters {
   std::uint64_t published = 0;        // messages published (== head)
   std::uint64_t producer_waits = 0;   // times the producer found the ring full
@@ -73,6 +83,8 @@ struct Snapshot {
   Counters counters;
   ProducerView producer;
   std::vector<ReaderView> readers;    // slots in use only
+  std::vector<BookmarkView> bookmarks;  // remembered reader names
+  bool removed = false;               // removed by force: every stream has ended
 };
 
 // A copy of one record, read with the same torn-read check a consumer uses.
@@ -117,6 +129,15 @@ class Inspector {
 // Reclaims the slots of dead readers of `name` (maps the bus read-write).
 // Returns the reclaimed readers as they were.
 std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust& trust = {});
+
+// Drops the remembered reader name `reader` of bus `name`. Returns false if
+// there is none; throws Errc::name_in_use if a live reader holds it.
+bool forget_reader_name(std::string_view name, std::string_view reader, const Trust& trust = {});
+
+// Before removing a bus that processes still use: ends every consumer's
+// stream (EndReason::removed) and makes its producer's next publish fail
+// with PublishStatus::closed, so nobody runs on in an unlinked segment.
+void mark_removed(std::string_view name, const Trust& trust = {});
 
 struct ListEntry {
   std::string name;            // bus name (segment name without "shmbus.")

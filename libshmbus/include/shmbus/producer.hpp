@@ -47,7 +47,7 @@ enum class PublishStatus : std::uint8_t {
   ok,
   too_large,  // payload longer than the bus's max payload
   timeout,    // `block` bus stayed full for the whole timeout
-  closed,     // close() was called on this producer
+  closed,     // close() was called on this producer, or the bus was removed by force
 };
 
 const char* to_string(PublishStatus s) noexcept;

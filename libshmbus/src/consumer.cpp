@@ -349,8 +349,7 @@ void Consumer::Impl::attach() {
     }
   }
   if (!slot) {
-    if (bookmark) detail::release_bookmark(seg, bookmark_index, identity);
-    bookmark = nullptr;
+    drop_bookmark();  // not started: a name created just now is not remembered
     detail::fail(Errc::reader_table_full, seg.info().name,
                  "all " + std::to_string(n) + " reader slots hold live readers");
   }

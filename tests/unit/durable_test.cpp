@@ -211,3 +211,18 @@ TEST(EndReasons, ABusRemovedByForceEndsStreamsAndStopsItsProducer) {
   EXPECT_EQ(r.end_reason, shmbus::EndReason::removed);
   EXPECT_TRUE(shmbus::Inspector::open(name).snapshot().removed);
 }
+
+TEST(Durable, ARefusedAttachLeavesNoNameBehind) {
+  ScopedName name("durable-refused");
+  shmbus::BusOptions o = small();
+  o.max_readers = 1;
+  const shmbus::Bus bus = shmbus::Bus::create(name, o);
+  shmbus::Consumer holder(bus);
+  try {
+    shmbus::Consumer c(bus, named("late"));
+    FAIL() << "attached to a full reader table";
+  } catch (const shmbus::Error& e) {
+    EXPECT_EQ(e.errc(), shmbus::Errc::reader_table_full);
+  }
+  EXPECT_TRUE(shmbus::Inspector::open(name).snapshot().bookmarks.empty());
+}

@@ -476,9 +476,12 @@ std::vector<std::string> normalise_args(int argc, char** argv) {
 int main(int argc, char** argv) {
   CLI::App app{
       "Reads a shmbus bus and writes its messages to stdout: text (one per line), hex "
-      "(\"SEQ HEX\"), json (one object per line) or none. --verify checks the synthetic messages "
-      "of shmbus-producer --count; --stats measures their one-way latency. Stops at "
-      "end-of-stream, --count, --idle-timeout, SIGINT or SIGTERM. The summary goes to stderr.",
+      "(\"SEQ HEX\"), json (one object per line), binary (length-prefixed frames) or none. "
+      "--verify checks the synthetic messages "
+      "of shmbus-producer --count; --stats measures their one-way latency. --name makes a durable "
+      "reader that resumes where it stopped. Stops at "
+      "end-of-stream (closed: exit 0; producer died or bus removed: exit 1) unless --follow, at "
+      "--count, --idle-timeout, SIGINT or SIGTERM. The summary goes to stderr.",
       kProgram};
   Options o;
   app.add_option("bus", o.bus, "Bus name")->required();

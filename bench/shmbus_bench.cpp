@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "program.hpp"
 #include "roles.hpp"
 
 namespace bench {
@@ -413,7 +414,7 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
   cfg.idle_ns = static_cast<std::uint64_t>(o.idle_seconds * 1e9);
   cfg.timeout_ns = static_cast<std::uint64_t>(o.timeout_s * 1e9);
   cfg.policy = o.policy == "overwrite" ? 2 : 1;
-  cfg.wait_strategy = o.wait == "busy_spin" ? 0 : o.wait == "spin_yield" ? 1 : 2;
+  cfg.wait_strategy = o.wait == "busy-spin" ? 0 : o.wait == "spin-yield" ? 1 : 2;
   cfg.spin_ns = o.spin_us < 0 ? -1 : static_cast<std::int64_t>(o.spin_us * 1000);
   cfg.yield_ns = o.yield_us < 0 ? -1 : static_cast<std::int64_t>(o.yield_us * 1000);
   cfg.capacity = o.capacity;
@@ -835,6 +836,13 @@ int child_main(const std::string& role, int id, int ctl_fd) {
 }  // namespace
 }  // namespace bench
 
+namespace bench {
+// A command line that cannot be run: exit 2, like every shmbus program.
+struct Usage : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+}  // namespace bench
+
 int main(int argc, char** argv) {
   using namespace bench;
   Options o;
@@ -856,7 +864,9 @@ int main(int argc, char** argv) {
   app.add_option("--consumers", o.consumers, "consumer counts (full speed)")->delimiter(',')->capture_default_str();
   app.add_option("--sizes", o.sizes, "message sizes in bytes (full speed), >= 16")->delimiter(',')->capture_default_str();
   app.add_option("--count", o.count, "messages per full-speed run")->capture_default_str();
-  app.add_option("--rate", o.rate, "offered msgs/s in rate mode")->capture_default_str();
+  app.add_option("--rate", o.rate, "offered msgs/s in rate mode")
+      ->check(shmbus::tools::positive_number())
+      ->capture_default_str();
   app.add_option("--rate-count", o.rate_count, "messages per rate run")->capture_default_str();
   app.add_option("--rate-consumers", o.rate_consumers, "consumer counts in rate mode")->delimiter(',')->capture_default_str();
   app.add_option("--rate-sizes", o.rate_sizes, "message sizes in rate mode")->delimiter(',')->capture_default_str();
@@ -867,7 +877,9 @@ int main(int argc, char** argv) {
   app.add_option("--idle-transports", o.idle_transports, "transports for the idle check")->delimiter(',')->capture_default_str();
   app.add_option("--runs", o.runs, "repeat each configuration; medians are reported")->capture_default_str();
   app.add_option("--policy", o.policy, "shmbus policy: block or overwrite")->capture_default_str();
-  app.add_option("--wait", o.wait, "shmbus wait: adaptive, spin_yield, busy_spin")->capture_default_str();
+  app.add_option("--wait", o.wait, "shmbus wait: adaptive, spin-yield, busy-spin")
+      ->check(shmbus::tools::wait_strategy_check())
+      ->capture_default_str();
   app.add_option("--spin-us", o.spin_us, "shmbus spin phase in µs (default: the library's)");
   app.add_option("--yield-us", o.yield_us, "shmbus yield phase in µs (default: the library's)");
   app.add_option("--capacity", o.capacity, "shmbus ring capacity in records (default: the library's, 65536)");
@@ -899,7 +911,12 @@ int main(int argc, char** argv) {
   app.add_option("--role", role)->group("");
   app.add_option("--id", id)->group("");
   app.add_option("--ctl-fd", ctl_fd)->group("");
-  CLI11_PARSE(app, argc, argv);
+  shmbus::tools::add_version_flag(app, "shmbus-bench");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return shmbus::tools::cli_exit(app, e, "shmbus-bench");
+  }
 
   if (!role.empty()) return child_main(role, id, ctl_fd);
 
@@ -911,27 +928,25 @@ int main(int argc, char** argv) {
       o.pp_warmup = std::min<std::uint64_t>(o.pp_warmup, 200);
       o.idle_seconds = std::min(o.idle_seconds, 1.0);
     }
-    if (o.runs < 1) throw std::runtime_error("--runs must be >= 1");
-    if (o.policy != "block" && o.policy != "overwrite") throw std::runtime_error("--policy: block or overwrite");
-    if (o.wait != "adaptive" && o.wait != "spin_yield" && o.wait != "busy_spin")
-      throw std::runtime_error("--wait: adaptive, spin_yield or busy_spin");
-    if (o.clock != "tsc" && o.clock != "monotonic") throw std::runtime_error("--clock: tsc or monotonic");
+    if (o.runs < 1) throw Usage("--runs must be >= 1");
+    if (o.policy != "block" && o.policy != "overwrite") throw Usage("--policy: block or overwrite");
+    if (o.clock != "tsc" && o.clock != "monotonic") throw Usage("--clock: tsc or monotonic");
     if (!o.cpus_text.empty()) {
       o.cpus = parse_cpu_list(o.cpus_text);
-      if (o.cpus.empty()) throw std::runtime_error("--cpus: no CPU given");
+      if (o.cpus.empty()) throw Usage("--cpus: no CPU given");
       if (o.cpus.size() > static_cast<std::size_t>(kMaxCpus))
-        throw std::runtime_error("--cpus: at most " + std::to_string(kMaxCpus) + " (one producer, 16 consumers)");
+        throw Usage("--cpus: at most " + std::to_string(kMaxCpus) + " (one producer, 16 consumers)");
       const auto allowed = allowed_cpus();
       for (int c : o.cpus)
         if (std::find(allowed.begin(), allowed.end(), c) == allowed.end())
-          throw std::runtime_error("--cpus: CPU " + std::to_string(c) + " is not available here (CPUs " +
+          throw Usage("--cpus: CPU " + std::to_string(c) + " is not available here (CPUs " +
                                    join(allowed) + ")");
     }
     auto transports = [](const std::vector<std::string>& names) {
       std::vector<Transport> v;
       for (const auto& n : names) {
         auto t = parse_transport(n);
-        if (!t) throw std::runtime_error("unknown transport '" + n + "'");
+        if (!t) throw Usage("unknown transport '" + n + "'");
         v.push_back(*t);
       }
       return v;
@@ -940,15 +955,15 @@ int main(int argc, char** argv) {
     const auto idle_ts = transports(o.idle_transports);
     auto check_sizes = [](const std::vector<std::uint32_t>& v) {
       for (auto s : v)
-        if (s < kMinMsgSize || s > 65536) throw std::runtime_error("message sizes must be 16..65536 bytes");
+        if (s < kMinMsgSize || s > 65536) throw Usage("message sizes must be 16..65536 bytes");
     };
     check_sizes(o.sizes);
     check_sizes(o.rate_sizes);
     check_sizes(o.pp_sizes);
     for (auto n : o.consumers)
-      if (n < 1 || n > static_cast<std::uint32_t>(kMaxConsumers)) throw std::runtime_error("consumers must be 1..16");
+      if (n < 1 || n > static_cast<std::uint32_t>(kMaxConsumers)) throw Usage("consumers must be 1..16");
     for (auto n : o.rate_consumers)
-      if (n < 1 || n > static_cast<std::uint32_t>(kMaxConsumers)) throw std::runtime_error("consumers must be 1..16");
+      if (n < 1 || n > static_cast<std::uint32_t>(kMaxConsumers)) throw Usage("consumers must be 1..16");
 
     // The matrix: groups of one (mode, consumers, size) across transports.
     std::vector<std::vector<Config>> groups;
@@ -974,7 +989,7 @@ int main(int argc, char** argv) {
         groups.emplace_back();
         for (auto t : idle_ts) groups.back().push_back({t, Mode::idle, 1, 128});
       } else {
-        throw std::runtime_error("unknown mode '" + ms + "'");
+        throw Usage("unknown mode '" + ms + "'");
       }
     }
 
@@ -1116,8 +1131,11 @@ int main(int argc, char** argv) {
       return 1;
     }
     return 0;
+  } catch (const Usage& e) {
+    shmbus::tools::print_error("shmbus-bench", std::string(e.what()) + " (see --help)");
+    return shmbus::tools::exit_usage;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "shmbus-bench: %s\n", e.what());
+    shmbus::tools::print_error("shmbus-bench", e.what());
     return 1;
   }
 }

@@ -201,20 +201,22 @@ struct Run {
     if (!o.verify) return;
     verify.reported_lost += r.lost;
     if (r.corrupt > 0) {
-      verify.problem(o.bus, "the library skipped {} corrupt record(s) before seq {}", r.corrupt,
-                     verify.expected.value_or(0));
+      verify.problem(o.bus, "the library skipped {} before seq {}",
+                     plural(r.corrupt, "corrupt record"), verify.expected.value_or(0));
     }
     if (verify.gaps > verify.reported_lost) {
-      verify.problem(o.bus, "{} message(s) missing before seq {} that the library did not report as lost",
-                     verify.gaps - verify.reported_lost, last_seq);
+      verify.problem(o.bus, "{} missing before seq {} that the library did not report as lost",
+                     plural(verify.gaps - verify.reported_lost, "message"), last_seq);
       verify.reported_lost = verify.gaps;  // report each unexplained gap once
     }
   }
 };
 
 // A failure whose message already names the bus: printed as "shmbus-consumer: line".
+// `code` is the "code" of the JSON error (docs/programs.md).
 struct Reported {
   std::string line;
+  std::string code = "error";
 };
 
 Bus open_bus(const Options& o) {
@@ -239,11 +241,13 @@ Bus open_bus(const Options& o) {
       }
     }
     if (stop_requested()) {
-      throw Reported{fmt::format("bus '{}': stopped while waiting for it to exist", o.bus)};
+      throw Reported{fmt::format("bus '{}': stopped while waiting for it to exist", o.bus),
+                     "interrupted"};
     }
     if (limit != std::chrono::nanoseconds::max() && Clock::now() - start >= limit) {
       throw Reported{
-          fmt::format("bus '{}': does not exist (waited {})", o.bus, format_duration(limit))};
+          fmt::format("bus '{}': does not exist (waited {})", o.bus, format_duration(limit)),
+          "not_found"};
     }
     // Setup path only: a short sleep between looks is fine here.
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -255,6 +259,13 @@ std::string latency_text(const LatencyHistogram& h) {
   return fmt::format("latency us: p50 {:.2f}  p90 {:.2f}  p99 {:.2f}  p99.9 {:.2f}  max {:.2f} ({} samples)",
                      us(h.percentile(0.50)), us(h.percentile(0.90)), us(h.percentile(0.99)),
                      us(h.percentile(0.999)), us(h.max()), h.count());
+}
+
+// Whether a stream ended the way a script can take as success: not by the
+// producer's death nor by the bus being removed under it.
+bool ended_cleanly(std::string_view stopped_by) {
+  return stopped_by != to_string(EndReason::producer_died) &&
+         stopped_by != to_string(EndReason::removed);
 }
 
 int run(const Options& o) {
@@ -279,7 +290,25 @@ int run(const Options& o) {
   }
 
   Bus bus = open_bus(o);
-  Consumer consumer(bus, co);
+  Consumer consumer = [&] {
+    try {
+      return Consumer(bus, co);
+    } catch (const Error& e) {
+      // The library says "not retained" either way; a start past the head
+      // has not been published yet.
+      const std::uint64_t head = bus.head();
+      if (e.errc() == Errc::not_retained && co.start == Start::sequence && co.start_seq > head) {
+        const std::string now =
+            head == 0 ? std::string("nothing is published yet")
+                      : fmt::format("the newest message is seq {}", head - 1);
+        throw Reported{fmt::format("bus '{}': --from {} is in the future: {} (the next one "
+                                   "published will be seq {})",
+                                   o.bus, co.start_seq, now, head),
+                       "not_retained"};
+      }
+      throw;
+    }
+  }();
   if (co.start == Start::resume && consumer.resume_gap() > 0) {
     print_error(kProgram, fmt::format("bus '{}': reader '{}': {} message{} after where it stopped {} no "
                                       "longer retained; resuming at seq {} (counted as lost)",
@@ -364,8 +393,8 @@ int run(const Options& o) {
                          run.lost, run.verify.gaps);
     }
     if (o.count > 0 && run.messages < o.count && std::string_view(stopped_by) != "signal") {
-      run.verify.problem(o.bus, "stream ended ({}) after {} of {} messages",
-                         stopped_by, run.messages, o.count);
+      run.verify.problem(o.bus, "stream ended ({}) after {} of {}", stopped_by, run.messages,
+                         plural(o.count, "message"));
     }
     if (run.messages == 0 && std::string_view(stopped_by) != "signal") {
       run.verify.problem(o.bus, "no messages to verify");
@@ -401,6 +430,16 @@ int run(const Options& o) {
                      {"resume_gap", consumer.resume_gap()}};
     }
     if (o.follow) j["streams_followed"] = streams_ended;
+    if (!verify_ok) {
+      j["error"] = fmt::format("bus '{}': verify failed", o.bus);
+      j["code"] = "verify_failed";
+    } else if (!ended_cleanly(stopped_by)) {
+      j["error"] = fmt::format("bus '{}': the stream ended without a close ({})", o.bus, stopped_by);
+      j["code"] = stopped_by;
+    } else if (run.corrupt > 0) {
+      j["error"] = fmt::format("bus '{}': {} skipped", o.bus, plural(run.corrupt, "corrupt record"));
+      j["code"] = "corrupt";
+    }
     if (o.verify) {
       j["verify"] = {{"ok", verify_ok},
                      {"problems", run.verify.problems},
@@ -415,9 +454,9 @@ int run(const Options& o) {
     }
     fmt::print(stderr, "{}\n", j.dump());
   } else {
-    std::string line = fmt::format("{}: bus '{}': {} messages, {} lost in {:.3f} s: {:.0f} msgs/s, {:.1f} MB/s; stopped by {}",
-                                   kProgram, o.bus, run.messages, run.lost, seconds, rate, mbps,
-                                   stopped_by);
+    std::string line = fmt::format("{}: bus '{}': {}, {} lost in {:.3f} s: {:.0f} msgs/s, {:.1f} MB/s; stopped by {}",
+                                   kProgram, o.bus, plural(run.messages, "message"), run.lost,
+                                   seconds, rate, mbps, stopped_by);
     if (run.first_seq) line += fmt::format("; seq {}..{}", *run.first_seq, run.last_seq);
     if (o.named && co.start == Start::resume) {
       line += consumer.resumed() ? fmt::format("; reader '{}' resumed at seq {}", o.name, start_seq)
@@ -425,10 +464,10 @@ int run(const Options& o) {
     }
     if (o.follow && streams_ended > 0)
       line += fmt::format("; followed across {} end{} of stream", streams_ended, streams_ended == 1 ? "" : "s");
-    if (run.corrupt > 0) line += fmt::format("; {} corrupt records skipped", run.corrupt);
+    if (run.corrupt > 0) line += fmt::format("; {} skipped", plural(run.corrupt, "corrupt record"));
     if (o.verify) {
       if (!verify_ok) {
-        line += fmt::format("; verify FAILED ({} problems)", run.verify.problems);
+        line += fmt::format("; verify FAILED ({})", plural(run.verify.problems, "problem"));
       } else if (run.verify.gaps == 0) {
         line += "; verified OK (no gaps, no duplicates, checksums match)";
       } else {
@@ -444,10 +483,9 @@ int run(const Options& o) {
     }
   }
   // A stream that ended without a close (the producer died, the bus was
-  // removed) is a failure for scripts, like a pipeline whose writer crashed.
-  const bool clean_end = std::string_view(stopped_by) != to_string(EndReason::producer_died) &&
-                         std::string_view(stopped_by) != to_string(EndReason::removed);
-  return verify_ok && clean_end ? exit_ok : exit_failure;
+  // removed) is a failure for scripts, like a pipeline whose writer crashed;
+  // so is a skipped corrupt record, even without --verify.
+  return verify_ok && ended_cleanly(stopped_by) && run.corrupt == 0 ? exit_ok : exit_failure;
 }
 
 // --wait-for-bus takes an optional DURATION. CLI11 would swallow the bus name
@@ -505,7 +543,8 @@ int main(int argc, char** argv) {
                               "position is remembered in the bus when it stops, and the next "
                               "consumer with the name resumes there (--from resume is then the "
                               "default); one live reader per name. Without it the reader is "
-                              "anonymous and shown as shmbus-consumer");
+                              "anonymous and shown as shmbus-consumer")
+      ->check(reader_name_validator());
   app.add_flag("--follow", o.follow,
                "Keep reading across producer close, crash and takeover (like tail -F), until "
                "SIGINT, --count or --idle-timeout");
@@ -528,15 +567,17 @@ int main(int argc, char** argv) {
       ->type_name("[DURATION]")
       ->check(duration_validator());
   app.add_option("--wait", o.wait, "How to wait for data: adaptive, spin-yield or busy-spin")
-      ->check(CLI::IsMember({"adaptive", "spin-yield", "busy-spin"}))
+      ->check(wait_strategy_check())
       ->capture_default_str();
   add_trust_options(app, o.trust);
+  add_version_flag(app, kProgram);
 
+  const ErrorSink sink{kProgram, wants_json(argc, argv)};
   try {
     std::vector<std::string> args = normalise_args(argc, argv);
     app.parse(args);
   } catch (const CLI::ParseError& e) {
-    return cli_exit(app, e, kProgram);
+    return cli_exit(app, e, sink);
   }
 
   o.named = name->count() > 0;
@@ -545,11 +586,20 @@ int main(int argc, char** argv) {
   try {
     return run(o);
   } catch (const Reported& r) {
-    print_error(kProgram, r.line);
+    sink.report(r.line, r.code);
   } catch (const Error& e) {
-    print_error(kProgram, e.what());
+    std::string what = e.what();
+    if (e.errc() == Errc::permission_denied) {
+      what += " (a consumer needs read and write access: it takes a reader slot and moves its "
+              "cursor in the segment; shmbus-inspect needs only read access)";
+    }
+    sink.report(what, errc_name(e.errc()));
+    return exit_code_for(e.errc());
+  } catch (const std::invalid_argument& e) {  // an unknown --trust-owner, say
+    sink.report(fmt::format("bus '{}': {}", o.bus, e.what()), "usage");
+    return exit_usage;
   } catch (const std::exception& e) {
-    print_error(kProgram, fmt::format("bus '{}': {}", o.bus, e.what()));
+    sink.report(fmt::format("bus '{}': {}", o.bus, e.what()), "error");
   }
   return exit_failure;
 }

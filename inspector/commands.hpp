@@ -19,10 +19,15 @@ namespace shmbus::inspect_tool {
 // Whose segments the commands open besides the caller's own and root's.
 void set_trust(Trust trust);
 
-// An error the program itself detects; what() names the bus and the problem.
+// An error the program itself detects; what() names the bus and the problem,
+// code() is the "code" of its JSON form (docs/inspector.md).
 class ToolError : public std::runtime_error {
  public:
-  ToolError(const std::string& bus, const std::string& problem);
+  ToolError(const std::string& bus, const std::string& problem, std::string code = "error");
+  const std::string& code() const noexcept { return code_; }
+
+ private:
+  std::string code_;
 };
 
 int run_list(bool json);

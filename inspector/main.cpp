@@ -3,16 +3,20 @@
 // Every view maps the bus read-only through shmbus::Inspector (no reader
 // slot, no effect on the producer or consumers); only `gc` and `rm` change
 // anything, and they say what they changed. Errors are one line on stderr
-// naming the bus; the exit status is 0 on success, 1 on an error, a refusal
-// or (check) a bus with problems, 2 on a usage error.
+// naming the bus (with --json, one JSON object on stdout instead); the exit
+// status is 0 on success, 1 on an error, a refusal or (check) a bus with
+// problems, 2 on a usage error.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "commands.hpp"
+#include "program.hpp"
 #include "shmbus/errors.hpp"
 #include "text.hpp"
 #include "trust.hpp"
@@ -20,12 +24,33 @@
 namespace {
 
 using namespace shmbus::inspect_tool;
+namespace tools = shmbus::tools;
 
-std::string one_line(std::string s) {
-  for (char& c : s) {
-    if (c == '\n' || c == '\r') c = ' ';
+constexpr const char* kProgram = "shmbus-inspect";
+
+// The subcommand the command line names, checked before CLI11 sees it, so
+// that "shmbus-inspect shw" is told which word it did not know. Empty when
+// the line is fine (or asks for --help/--version).
+std::string subcommand_problem(int argc, char** argv, const std::vector<std::string>& names) {
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "-h" || a == "--help" || a == "--version") return {};
+    if (a == "--trust-owner" || a == "--trust-group") {
+      ++i;  // its value
+      continue;
+    }
+    if (a.starts_with("-")) continue;
+    for (const std::string& n : names) {
+      if (a == n) return {};
+    }
+    std::string msg = fmt::format("unknown subcommand '{}'", a);
+    const std::string near = tools::nearest_name(a, names);
+    if (!near.empty()) msg += fmt::format(" (did you mean '{}'?)", near);
+    return msg + "; the subcommands are " + list + " (see --help)";
   }
-  return s;
+  return "a subcommand is required: " + list + " (see --help)";
 }
 
 CLI::Validator duration_validator() {
@@ -42,7 +67,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "shmbus-inspect: look inside shmbus buses (/dev/shm/shmbus.*) without disturbing them.\n"
       "Views map a bus read-only and take no reader slot; gc and rm say what they change."};
-  app.set_version_flag("--version", "shmbus-inspect 0.1.0");
+  tools::add_version_flag(app, kProgram);
   app.require_subcommand(1);
   app.fallthrough();  // --trust-owner/--trust-group may follow the subcommand
   shmbus::tools::TrustArgs trust_args;
@@ -110,11 +135,20 @@ int main(int argc, char** argv) {
                "producer's next publish fails");
   rm->add_flag("--json", json, json_help);
 
+  // With --json, errors are a JSON object on stdout, where the reports go.
+  tools::ErrorSink sink{kProgram, tools::wants_json(argc, argv), stdout};
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    names.push_back(sub->get_name());
+  }
+  if (const std::string problem = subcommand_problem(argc, argv, names); !problem.empty()) {
+    sink.report(problem, "usage");
+    return tools::exit_usage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    return tools::cli_exit(app, e, sink);
   }
 
   const std::string& target = dump_cmd->parsed() ? dump.bus : bus;
@@ -138,15 +172,17 @@ int main(int argc, char** argv) {
     if (rm->parsed()) return run_rm(bus, force, json);
   } catch (const shmbus::Error& e) {
     // The library's messages already name the bus.
-    std::fputs(fmt::format("shmbus-inspect: {}\n", one_line(e.what())).c_str(), stderr);
-    return 1;
+    sink.report(e.what(), tools::errc_name(e.errc()));
+    return tools::exit_code_for(e.errc());
   } catch (const ToolError& e) {
-    std::fputs(fmt::format("shmbus-inspect: {}\n", one_line(e.what())).c_str(), stderr);
+    sink.report(e.what(), e.code());
     return 1;
+  } catch (const std::invalid_argument& e) {  // an unknown --trust-owner, say
+    sink.report(e.what(), "usage");
+    return tools::exit_usage;
   } catch (const std::exception& e) {
-    std::fputs(fmt::format("shmbus-inspect: bus '{}': {}\n", target, one_line(e.what())).c_str(),
-               stderr);
+    sink.report(fmt::format("bus '{}': {}", target, e.what()), "error");
     return 1;
   }
-  return 2;
+  return tools::exit_usage;
 }

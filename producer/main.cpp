@@ -33,13 +33,16 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kProgram = "shmbus-producer";
 
 // A failure after the bus is known: printed as "shmbus-producer: bus 'NAME': what".
+// `code` is the "code" of the JSON error (docs/programs.md).
 struct Failure {
   std::string message;
+  std::string code = "error";
 };
 
 // A failure whose message already names the bus: printed as "shmbus-producer: line".
 struct Reported {
   std::string line;
+  std::string code = "error";
 };
 
 struct Options {
@@ -269,29 +272,60 @@ timespec add_ns(const timespec& t, std::uint64_t ns) {
   return r;
 }
 
-std::string publish_failure(PublishStatus st, std::chrono::nanoseconds timeout,
-                            const Producer& producer, const Totals& t) {
+// The live readers furthest behind: on a full `block` ring, the ones holding
+// the producer back. "reader 0 'archiver' (pid 123) is 64 messages behind".
+std::string readers_holding_back(const Producer& producer, const Trust& trust) {
+  try {
+    const Snapshot s = Inspector::open(producer.bus().name(), trust).snapshot();
+    std::optional<std::uint64_t> lowest;
+    for (const ReaderView& r : s.readers) {
+      if (r.liveness != Liveness::alive) continue;
+      if (!lowest || r.cursor < *lowest) lowest = r.cursor;
+    }
+    if (!lowest) return {};
+    std::string who;
+    std::size_t n = 0;
+    for (const ReaderView& r : s.readers) {
+      if (r.liveness != Liveness::alive || r.cursor != *lowest) continue;
+      std::string name;
+      for (char c : r.name) name.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+      who += fmt::format("{}reader {} '{}' (pid {})", n++ ? ", " : "", r.slot, name, r.pid);
+    }
+    const std::uint64_t behind = s.head > *lowest ? s.head - *lowest : 0;
+    return fmt::format("{} {} {} behind and not reading", who, n == 1 ? "is" : "are",
+                       plural(behind, "message"));
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+Failure publish_failure(PublishStatus st, std::chrono::nanoseconds timeout,
+                        const Producer& producer, const Options& o, const Totals& t) {
   switch (st) {
     case PublishStatus::timeout: {
-      std::uint32_t readers = 0;
-      try {
-        readers = producer.live_readers();
-      } catch (...) {
+      std::string who = readers_holding_back(producer, resolve_trust(o.trust));
+      if (who.empty()) {
+        std::uint32_t readers = 0;
+        try {
+          readers = producer.live_readers();
+        } catch (...) {
+        }
+        who = fmt::format("{} not reading", plural(readers, "live consumer"));
       }
-      return fmt::format(
-          "the ring stayed full for {} (--wait-timeout) with {} live consumer(s) not reading; "
-          "gave up after {} messages",
-          format_duration(timeout), readers, t.messages);
+      return {fmt::format("the ring stayed full for {} (--wait-timeout): {}; gave up after {}",
+                          format_duration(timeout), who, plural(t.messages, "message")),
+              "timeout"};
     }
     case PublishStatus::too_large:
-      return fmt::format("message {} is longer than the record's max payload of {} bytes",
-                         t.messages, producer.bus().info().max_payload);
+      return {fmt::format("message {} is longer than the record's max payload of {} bytes",
+                          t.messages, producer.bus().info().max_payload),
+              "too_large"};
     case PublishStatus::closed:
-      return "the producer role was closed";
+      return {"the producer role was closed", "closed"};
     case PublishStatus::ok:
       break;
   }
-  return "publish failed";
+  return {"publish failed"};
 }
 
 std::string too_long_message(const Options& o, const InputReader& reader, std::uint64_t length,
@@ -333,13 +367,15 @@ void publish_input(Producer& producer, const Options& o, int fd, std::chrono::na
       case InputReader::Status::interrupted:
         return;
       case InputReader::Status::too_long:
-        throw Failure{too_long_message(o, reader, length, info)};
+        throw Failure{too_long_message(o, reader, length, info), "too_large"};
       case InputReader::Status::truncated:
         throw Failure{fmt::format("input ends inside frame {} (a u32 length, then the bytes)",
-                                  t.messages + 1)};
+                                  t.messages + 1),
+                      "truncated_input"};
       case InputReader::Status::io_error:
         throw Failure{fmt::format("reading {}: {}", o.file.empty() ? "stdin" : o.file,
-                                  std::strerror(reader.error()))};
+                                  std::strerror(reader.error())),
+                      "io_error"};
     }
     if (interval_ns > 0) {
       // The same absolute schedule as synthetic messages: message i at start + i / rate.
@@ -347,7 +383,7 @@ void publish_input(Producer& producer, const Options& o, int fd, std::chrono::na
       if (stop_requested()) return;
     }
     const PublishResult r = producer.publish(msg, timeout);
-    if (!r) throw Failure{publish_failure(r.status, timeout, producer, t)};
+    if (!r) throw publish_failure(r.status, timeout, producer, o, t);
     if (!t.first_seq) t.first_seq = r.seq;
     t.last_seq = r.seq;
     ++t.messages;
@@ -373,7 +409,7 @@ void publish_synthetic(Producer& producer, const Options& o, std::chrono::nanose
     }
     if (stop_requested()) return;
     const Claim c = producer.claim(size, timeout);
-    if (!c) throw Failure{publish_failure(c.status, timeout, producer, t)};
+    if (!c) throw publish_failure(c.status, timeout, producer, o, t);
     const std::span<std::byte> out = c.data.first(size);
     const std::uint64_t state = synthetic_fill(out, c.seq);
     synthetic_stamp(out, c.seq, i % stamp_every == 0 ? realtime_ns() : 0, state);
@@ -445,7 +481,7 @@ int run(const Options& o, const CLI::App& app) {
       bus = Bus::open(o.bus, OpenOptions{.trust = resolve_trust(o.trust)});
     } catch (const Error& e) {
       if (e.errc() != Errc::not_found) throw;
-      throw Reported{std::string(e.what()) + " (use --create to create it)"};
+      throw Reported{std::string(e.what()) + " (use --create to create it)", errc_name(e.errc())};
     }
   }
   const BusInfo& info = bus->info();
@@ -454,19 +490,23 @@ int run(const Options& o, const CLI::App& app) {
     if (o.size < synthetic_header_size) {
       throw Failure{fmt::format("--size {} is below the synthetic message's fixed part of {} bytes "
                                 "(sequence, timestamp, checksum)",
-                                o.size, synthetic_header_size)};
+                                o.size, synthetic_header_size),
+                    "usage"};
     }
     if (o.size > info.max_payload) {
       throw Failure{fmt::format("--size {} is longer than the record's max payload of {} bytes "
                                 "(record size {})",
-                                o.size, info.max_payload, info.record_size)};
+                                o.size, info.max_payload, info.record_size),
+                    "too_large"};
     }
   }
 
   int fd = STDIN_FILENO;
   if (!o.synthetic && !o.file.empty()) {
     fd = ::open(o.file.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Failure{fmt::format("cannot open '{}': {}", o.file, std::strerror(errno))};
+    if (fd < 0) {
+      throw Failure{fmt::format("cannot open '{}': {}", o.file, std::strerror(errno)), "io_error"};
+    }
   }
 
   ProducerOptions po;
@@ -484,7 +524,7 @@ int run(const Options& o, const CLI::App& app) {
   const WaitCounters before = read_wait_counters(o.bus);
   const auto t0 = Clock::now();
   Totals totals;
-  std::optional<std::string> failure;
+  std::optional<Failure> failure;
   try {
     if (o.synthetic) {
       publish_synthetic(producer, o, timeout, totals);
@@ -492,7 +532,7 @@ int run(const Options& o, const CLI::App& app) {
       publish_input(producer, o, fd, timeout, totals);
     }
   } catch (const Failure& f) {
-    failure = f.message;
+    failure = f;
   }
   const auto t1 = Clock::now();
   if (fd != STDIN_FILENO) ::close(fd);
@@ -506,7 +546,8 @@ int run(const Options& o, const CLI::App& app) {
   }
   const WaitCounters after = read_wait_counters(o.bus);
 
-  if (failure) print_error(kProgram, fmt::format("bus '{}': {}", o.bus, *failure));
+  // With --json the summary below carries the error and its code.
+  if (failure && !o.json) print_error(kProgram, fmt::format("bus '{}': {}", o.bus, failure->message));
 
   const double seconds = std::chrono::duration<double>(t1 - t0).count();
   const double rate = seconds > 0 ? static_cast<double>(totals.messages) / seconds : 0;
@@ -532,18 +573,23 @@ int run(const Options& o, const CLI::App& app) {
         {"oversize_skipped", totals.skipped},
         {"oversize_truncated", totals.truncated},
     };
-    if (failure) j["error"] = *failure;
+    if (failure) {
+      j["error"] = fmt::format("bus '{}': {}", o.bus, failure->message);
+      j["code"] = failure->code;
+    }
     fmt::print(stderr, "{}\n", j.dump());
   } else {
-    std::string waited = after.known ? fmt::format("waited for space {:.3f} s ({} times)", wait_s, waits)
+    std::string waited = after.known ? fmt::format("waited for space {:.3f} s ({})", wait_s,
+                                                   plural(waits, "time"))
                                      : std::string("wait time unknown");
     std::string oversized;
     const char* unit = o.binary ? "frame" : "line";
     if (totals.skipped > 0) oversized += fmt::format("; {} oversized {}{} skipped", totals.skipped, unit, totals.skipped == 1 ? "" : "s");
     if (totals.truncated > 0) oversized += fmt::format("; {} oversized {}{} truncated", totals.truncated, unit, totals.truncated == 1 ? "" : "s");
     fmt::print(stderr,
-               "{}: bus '{}': {} messages, {} bytes in {:.3f} s: {:.0f} msgs/s, {:.1f} MB/s; {}{}; {}\n",
-               kProgram, o.bus, totals.messages, totals.bytes, seconds, rate, mbps, waited, oversized,
+               "{}: bus '{}': {}, {} in {:.3f} s: {:.0f} msgs/s, {:.1f} MB/s; {}{}; {}\n",
+               kProgram, o.bus, plural(totals.messages, "message"), plural(totals.bytes, "byte"),
+               seconds, rate, mbps, waited, oversized,
                mark_end ? "end-of-stream marked"
                : failure ? "left open after the error (a new producer continues the bus)"
                          : "left open (--keep-open)");
@@ -604,7 +650,7 @@ int main(int argc, char** argv) {
   app.add_option("--rate", o.rate,
                  "Messages per second, synthetic or from the input (replays a log at a fixed "
                  "rate; default: as fast as possible)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   app.add_option("--oversize", o.oversize,
                  "An input line or frame longer than the record's payload: error (stop there, "
                  "exit 1, leave the bus open), skip it, or truncate it; counted in the summary")
@@ -621,13 +667,13 @@ int main(int argc, char** argv) {
   app.add_option("--wait-for-readers", o.wait_for_readers,
                  "Wait until N consumers are attached before the first message");
   app.add_option("--wait", o.wait, "How to wait for space: adaptive, spin-yield or busy-spin")
-      ->check(CLI::IsMember({"adaptive", "spin-yield", "busy-spin"}))
+      ->check(wait_strategy_check())
       ->capture_default_str();
   app.add_option("--stamp-every", o.stamp_every,
                  "Synthetic messages: carry the send time (for shmbus-consumer --stats) in every "
                  "Nth message, 0 in the others. Default: every message with --rate, every 64th at "
                  "full speed, where a clock read per message would cost more than publishing it")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   app.add_option("--timestamps", o.timestamps,
                  "What each record's publish time holds: off (0), coarse (the kernel's last tick, "
                  "1-4 ms) or precise (ns; costs 10-60 ns per message depending on the CPU). "
@@ -636,11 +682,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--json", o.json, "Write the summary to stderr as one JSON object");
   add_trust_options(app, o.trust);
+  add_version_flag(app, kProgram);
 
+  const ErrorSink sink{kProgram, wants_json(argc, argv)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return cli_exit(app, e, kProgram);
+    return cli_exit(app, e, sink);
   }
   o.synthetic = count->count() > 0;
 
@@ -648,13 +696,18 @@ int main(int argc, char** argv) {
   try {
     return run(o, app);
   } catch (const Failure& f) {
-    print_error(kProgram, fmt::format("bus '{}': {}", o.bus, f.message));
+    sink.report(fmt::format("bus '{}': {}", o.bus, f.message), f.code);
+    return f.code == "usage" ? exit_usage : exit_failure;
   } catch (const Reported& r) {
-    print_error(kProgram, r.line);
+    sink.report(r.line, r.code);
   } catch (const Error& e) {
-    print_error(kProgram, e.what());
+    sink.report(e.what(), errc_name(e.errc()));
+    return exit_code_for(e.errc());
+  } catch (const std::invalid_argument& e) {  // an unknown --trust-owner, say
+    sink.report(fmt::format("bus '{}': {}", o.bus, e.what()), "usage");
+    return exit_usage;
   } catch (const std::exception& e) {
-    print_error(kProgram, fmt::format("bus '{}': {}", o.bus, e.what()));
+    sink.report(fmt::format("bus '{}': {}", o.bus, e.what()), "error");
   }
   return exit_failure;
 }

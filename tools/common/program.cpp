@@ -4,10 +4,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "duration.hpp"
 
@@ -24,7 +28,227 @@ extern "C" void on_stop_signal(int sig) {
   }
 }
 
+#ifndef SHMBUS_VERSION
+#define SHMBUS_VERSION "unknown"
+#endif
+
+void append_json_string(std::string& out, std::string_view s) {
+  out.push_back('"');
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out.push_back(ch);
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+// Optimal string alignment distance: insertions, deletions, substitutions
+// and swaps of two neighbours ("--fromat") each cost 1.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  const std::size_t n = a.size(), m = b.size();
+  std::vector<std::vector<std::size_t>> d(n + 1, std::vector<std::size_t>(m + 1));
+  for (std::size_t i = 0; i <= n; ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= m; ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= n; ++i) {
+    for (std::size_t j = 1; j <= m; ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[n][m];
+}
+
+// "unknown option '--fromat' (did you mean '--format'?)" for each unexpected
+// argument that looks like an option, from CLI11's "The following
+// argument(s) ... expected: A B"; empty when none does.
+std::string unknown_options(const CLI::App& app, const std::string& what) {
+  const std::size_t colon = what.rfind(": ");
+  if (colon == std::string::npos) return {};
+  const std::vector<std::string> known = option_names(app);
+  std::string out;
+  const std::string rest = what.substr(colon + 2);
+  std::size_t pos = 0;
+  while (pos < rest.size()) {
+    std::size_t end = rest.find(' ', pos);
+    if (end == std::string::npos) end = rest.size();
+    std::string arg = rest.substr(pos, end - pos);
+    pos = end + 1;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    if (const std::size_t eq = arg.find('='); eq != std::string::npos) arg.resize(eq);
+    out += (out.empty() ? "" : "; ") + ("unknown option '" + arg + "'");
+    const std::string near = nearest_name(arg, known);
+    if (!near.empty()) out += " (did you mean '" + near + "'?)";
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string version_line(std::string_view program) {
+  return std::string(program) + " " + SHMBUS_VERSION;
+}
+
+void add_version_flag(CLI::App& app, std::string_view program) {
+  app.set_version_flag("--version", version_line(program), "Print the version and exit");
+}
+
+std::string json_error(std::string_view program, std::string_view message, std::string_view code) {
+  std::string out = "{\"program\":";
+  append_json_string(out, program);
+  out += ",\"error\":";
+  std::string one_line(message);
+  for (char& c : one_line) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  append_json_string(out, one_line);
+  out += ",\"code\":";
+  append_json_string(out, code);
+  out += "}";
+  return out;
+}
+
+void ErrorSink::report(std::string_view message, std::string_view code) const {
+  if (!json) {
+    print_error(program, message);
+    return;
+  }
+  const std::string line = json_error(program, message, code) + "\n";
+  std::fflush(stdout);
+  std::fwrite(line.data(), 1, line.size(), json_stream);
+  std::fflush(json_stream);
+}
+
+bool wants_json(int argc, const char* const* argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--") return false;
+    if (a == "--json") return true;
+  }
+  return false;
+}
+
+const char* errc_name(Errc e) noexcept {
+  switch (e) {
+    case Errc::invalid_name: return "invalid_name";
+    case Errc::invalid_options: return "invalid_options";
+    case Errc::already_exists: return "already_exists";
+    case Errc::not_found: return "not_found";
+    case Errc::permission_denied: return "permission_denied";
+    case Errc::no_space: return "no_space";
+    case Errc::not_a_bus: return "not_a_bus";
+    case Errc::version_mismatch: return "version_mismatch";
+    case Errc::truncated: return "truncated";
+    case Errc::corrupt: return "corrupt";
+    case Errc::not_ready: return "not_ready";
+    case Errc::producer_active: return "producer_active";
+    case Errc::reader_table_full: return "reader_table_full";
+    case Errc::not_retained: return "not_retained";
+    case Errc::system: return "system";
+    case Errc::timeout: return "timeout";
+    case Errc::foreign_owner: return "foreign_owner";
+    case Errc::insecure_mode: return "insecure_mode";
+    case Errc::not_allocated: return "not_allocated";
+    default: break;  // a code newer than this list
+  }
+  return "error";
+}
+
+int exit_code_for(Errc e) noexcept {
+  return e == Errc::invalid_name || e == Errc::invalid_options ? exit_usage : exit_failure;
+}
+
+std::string nearest_name(std::string_view given, const std::vector<std::string>& known) {
+  std::string best;
+  std::size_t best_d = SIZE_MAX;
+  for (const std::string& k : known) {
+    const std::size_t d = edit_distance(given, k);
+    if (d < best_d) {
+      best_d = d;
+      best = k;
+    }
+  }
+  // "--fromat" -> "--format"; "--x" matches nothing.
+  const std::size_t core = given.size() > 2 ? given.size() - 2 : given.size();
+  const std::size_t limit = core <= 3 ? 1 : core <= 6 ? 2 : 3;
+  return best_d > 0 && best_d <= limit ? best : std::string();
+}
+
+std::vector<std::string> option_names(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
+    for (const std::string& s : o->get_snames()) names.push_back("-" + s);
+  }
+  for (const CLI::App* sub : const_cast<CLI::App&>(app).get_subcommands([](CLI::App*) { return true; })) {
+    for (std::string& n : option_names(*sub)) names.push_back(std::move(n));
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+std::string plural(std::uint64_t n, std::string_view singular, std::string_view plural_form) {
+  std::string out = std::to_string(n) + " ";
+  if (n == 1) {
+    out += singular;
+  } else if (!plural_form.empty()) {
+    out += plural_form;
+  } else {
+    out += singular;
+    out += 's';
+  }
+  return out;
+}
+
+CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        double v = 0;
+        const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v) || v <= 0) {
+          return "must be a positive number, not '" + s + "'";
+        }
+        return {};
+      },
+      "POSITIVE");
+}
+
+CLI::Validator reader_name_validator() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s.size() > max_reader_name) {
+          return "'" + s + "' is " + std::to_string(s.size()) + " bytes; reader names hold at most " +
+                 std::to_string(max_reader_name);
+        }
+        return {};
+      },
+      "NAME");
+}
+
+CLI::Validator wait_strategy_check() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s == "adaptive" || s == "spin-yield" || s == "busy-spin") return {};
+        return "'" + s + "' is not one of adaptive, spin-yield, busy-spin";
+      },
+      "adaptive|spin-yield|busy-spin");
+}
 
 void print_error(std::string_view program, std::string_view message) {
   std::string line;
@@ -39,10 +263,18 @@ void print_error(std::string_view program, std::string_view message) {
 }
 
 int cli_exit(const CLI::App& app, const CLI::ParseError& e, std::string_view program) {
+  return cli_exit(app, e, ErrorSink{program});
+}
+
+int cli_exit(const CLI::App& app, const CLI::ParseError& e, const ErrorSink& sink) {
   if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
-    return app.exit(e);  // --help
+    return app.exit(e);  // --help, --version
   }
-  print_error(program, std::string(e.what()) + " (see --help)");
+  std::string what = e.what();
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    if (std::string unknown = unknown_options(app, what); !unknown.empty()) what = std::move(unknown);
+  }
+  sink.report(what + " (see --help)", "usage");
   return exit_usage;
 }
 

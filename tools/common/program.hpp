@@ -4,33 +4,91 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <shmbus/errors.hpp>
 #include <shmbus/wait.hpp>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace shmbus::tools {
 
-// Exit codes shared by the programs.
+// Exit codes shared by the programs (docs/programs.md lists them). A second
+// SIGINT/SIGTERM ends a program at once with 128 + the signal's number.
 inline constexpr int exit_ok = 0;
 inline constexpr int exit_failure = 1;  // a bus error, a failed --verify, an I/O error
 inline constexpr int exit_usage = 2;    // bad command line
 
+// "shmbus-producer 0.1.0" (the project's version).
+std::string version_line(std::string_view program);
+// Adds --version, which prints version_line() on stdout and exits 0.
+void add_version_flag(CLI::App& app, std::string_view program);
+
 // Prints "PROGRAM: message" as one line on stderr (newlines become spaces).
 void print_error(std::string_view program, std::string_view message);
 
-// Handles a CLI11 parse error: --help prints the help on stdout and returns
-// exit_ok; anything else prints one line and returns exit_usage.
+// {"program": PROGRAM, "error": message, "code": code} as one line.
+std::string json_error(std::string_view program, std::string_view message, std::string_view code);
+
+// How a failure is reported: one line "PROGRAM: message" on stderr, or with
+// --json one JSON object (json_error) on `json_stream` (the stream where the
+// program writes its JSON: stderr for the producer's and consumer's
+// summaries, stdout for shmbus-inspect's reports).
+struct ErrorSink {
+  std::string_view program;
+  bool json = false;
+  std::FILE* json_stream = stderr;
+  void report(std::string_view message, std::string_view code) const;
+};
+
+// True when "--json" is among the arguments (before any "--"): a command line
+// that fails to parse is still reported as JSON.
+bool wants_json(int argc, const char* const* argv);
+
+// The stable name of a library error code ("not_found", ...), used as the
+// "code" of JSON errors.
+const char* errc_name(Errc e) noexcept;
+
+// The exit status for a library error: exit_usage when the command line asked
+// for something impossible (a bad bus name, a capacity that is not a power
+// of two), exit_failure otherwise.
+int exit_code_for(Errc e) noexcept;
+
+// Handles a CLI11 parse error: --help and --version print on stdout and
+// return exit_ok; anything else is reported as one line (JSON with --json,
+// code "usage") and returns exit_usage. An unknown option close to a known
+// one gets "did you mean '--format'?".
 int cli_exit(const CLI::App& app, const CLI::ParseError& e, std::string_view program);
+int cli_exit(const CLI::App& app, const CLI::ParseError& e, const ErrorSink& sink);
+
+// The known name nearest to `given` (a few typing mistakes away), or empty.
+std::string nearest_name(std::string_view given, const std::vector<std::string>& known);
+// "--format", "-n", ... every option of `app` and of its subcommands.
+std::vector<std::string> option_names(const CLI::App& app);
+
+// "1 message", "2 messages"; irregular plurals given explicitly.
+std::string plural(std::uint64_t n, std::string_view singular, std::string_view plural_form = {});
+
+// A check for options that must be a positive number ("--rate 0" is refused
+// with "must be a positive number", not a range of 300-digit limits).
+CLI::Validator positive_number();
+
+// Reader names are stored in 31 bytes (and a NUL) in the segment: a longer
+// --name is refused rather than cut silently.
+inline constexpr std::size_t max_reader_name = 31;
+CLI::Validator reader_name_validator();
 
 // A CLI11 check that accepts what parse_duration accepts.
 CLI::Validator duration_validator();
 
-// Parses --wait adaptive|spin-yield|busy-spin.
+// Parses --wait adaptive|spin-yield|busy-spin (the one spelling every
+// program uses; wait_strategy_check() refuses any other).
 WaitOptions wait_options(std::string_view strategy);
 inline constexpr const char* wait_strategy_names = "adaptive|spin-yield|busy-spin";
+CLI::Validator wait_strategy_check();
 
 // The first SIGINT or SIGTERM sets the stop flag (programs check it between
 // messages and at least every 100 ms); a second one exits at once with 128+N.

@@ -14,6 +14,7 @@
 #include <vector>
 #include <unistd.h>
 
+#include "program.hpp"
 #include "report.hpp"
 #include "shmbus/inspect.hpp"
 #include "text.hpp"
@@ -22,8 +23,8 @@ namespace shmbus::inspect_tool {
 
 using json = nlohmann::ordered_json;
 
-ToolError::ToolError(const std::string& bus, const std::string& problem)
-    : std::runtime_error(fmt::format("bus '{}': {}", bus, problem)) {}
+ToolError::ToolError(const std::string& bus, const std::string& problem, std::string code)
+    : std::runtime_error(fmt::format("bus '{}': {}", bus, problem)), code_(std::move(code)) {}
 
 namespace {
 
@@ -36,32 +37,7 @@ void print_json(const json& j, bool pretty = true) {
   print_out("\n");
 }
 
-const char* errc_name(Errc e) {
-  switch (e) {
-    case Errc::invalid_name: return "invalid_name";
-    case Errc::invalid_options: return "invalid_options";
-    case Errc::already_exists: return "already_exists";
-    case Errc::not_found: return "not_found";
-    case Errc::permission_denied: return "permission_denied";
-    case Errc::no_space: return "no_space";
-    case Errc::not_a_bus: return "not_a_bus";
-    case Errc::version_mismatch: return "version_mismatch";
-    case Errc::truncated: return "truncated";
-    case Errc::corrupt: return "corrupt";
-    case Errc::not_ready: return "not_ready";
-    case Errc::producer_active: return "producer_active";
-    case Errc::reader_table_full: return "reader_table_full";
-    case Errc::not_retained: return "not_retained";
-    case Errc::system: return "system";
-    case Errc::timeout: return "timeout";
-    case Errc::foreign_owner: return "foreign_owner";
-    case Errc::insecure_mode: return "insecure_mode";
-    case Errc::not_allocated: return "not_allocated";
-    case Errc::name_in_use: return "name_in_use";
-    case Errc::bookmarks_full: return "bookmarks_full";
-  }
-  return "unknown";
-}
+const char* errc_name(Errc e) { return tools::errc_name(e); }
 
 // Errors that say nothing about the segment's contents: the bus cannot be
 // looked at at all, so they are errors rather than findings.
@@ -74,11 +50,11 @@ Trust g_trust;
 
 // Stop flag for watch: set by SIGINT/SIGTERM.
 std::atomic<bool> g_stop{false};
-extern "C" void on_stop_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
+extern "C" void on_watch_stop_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
 
 void install_stop_handlers() {
   struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
+  sa.sa_handler = on_watch_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;  // no SA_RESTART: a sleeping nanosleep returns EINTR at once
   sigaction(SIGINT, &sa, nullptr);
@@ -201,12 +177,16 @@ int run_dump(const DumpArgs& a) {
     from = snap.head - std::min(*a.last, retained);
   }
   if (from < snap.oldest) {
-    throw ToolError(a.bus, fmt::format("sequence {} is no longer retained (oldest is {}, head {})",
-                                       from, snap.oldest, snap.head));
+    throw ToolError(a.bus,
+                    fmt::format("sequence {} is no longer retained (oldest is {}, head {})", from,
+                                snap.oldest, snap.head),
+                    "not_retained");
   }
   if (from > snap.head) {
-    throw ToolError(a.bus, fmt::format("sequence {} is not published yet (head is {})", from,
-                                       snap.head));
+    throw ToolError(a.bus,
+                    fmt::format("sequence {} is in the future: not published yet (head is {})",
+                                from, snap.head),
+                    "not_retained");
   }
   // --last N already chose the range; otherwise --count N from `from` (0: to head).
   std::uint64_t end = snap.head;
@@ -284,7 +264,7 @@ int run_watch(const std::string& bus, std::chrono::nanoseconds interval,
   Snapshot before = insp.snapshot();
   for (std::uint64_t n = 0; !count || n < *count; ++n) {
     if (!sleep_unless_stopped(interval)) break;
-    if (!Bus::exists(bus)) throw ToolError(bus, "the bus was removed while watching");
+    if (!Bus::exists(bus)) throw ToolError(bus, "the bus was removed while watching", "not_found");
     Snapshot after = insp.snapshot();
     const auto t1 = std::chrono::steady_clock::now();
     const BusReport r = make_report(before, after, seconds_between(t0, t1), realtime_now_ns());
@@ -350,14 +330,19 @@ int run_gc(const std::string& bus, const std::vector<std::string>& forget, bool 
   std::vector<std::string> forgotten;
   for (const std::string& name : forget) {
     if (!forget_reader_name(bus, name, g_trust))
-      throw ToolError(bus, fmt::format("no remembered reader named '{}'", name));
+      throw ToolError(bus, fmt::format("no remembered reader named '{}'", name), "not_found");
     forgotten.push_back(name);
     if (!json_out) print_out(fmt::format("bus '{}': forgot reader name '{}'\n", bus, name));
   }
-  bool unblocked = false;
+  bool held_back = false;  // the producer was waiting for a reader gc just freed
   for (const ReaderView& r : reclaimed) {
-    unblocked |= before.waiting_for_space && before.blocked_on_slot == r.slot;
+    held_back |= before.attached && before.waiting_for_space && before.blocked_on_slot == r.slot;
   }
+  // Only a live producer can continue; a stopped one does once resumed.
+  const Liveness producer_liveness = process_liveness(before.pid, before.start_ticks);
+  const bool producer_alive = is_alive(producer_liveness);
+  const bool producer_stopped = producer_alive && process_stopped(before.pid);
+  const bool unblocked = held_back && producer_alive;
   if (json_out) {
     json list = json::array();
     for (const ReaderView& r : reclaimed) list.push_back(to_json(r));
@@ -377,9 +362,17 @@ int run_gc(const std::string& bus, const std::vector<std::string>& forget, bool 
                           bus, r.slot, display_name(r.name), r.pid, to_string(r.liveness), r.cursor,
                           r.delivered));
   }
-  if (unblocked) {
+  if (unblocked && !producer_stopped) {
     print_out(fmt::format("bus '{}': producer pid {} was held back by it and can continue\n", bus,
                           before.pid));
+  } else if (unblocked) {
+    print_out(fmt::format("bus '{}': producer pid {} was held back by it; it is stopped and "
+                          "continues once resumed (SIGCONT)\n",
+                          bus, before.pid));
+  } else if (held_back) {
+    print_out(fmt::format("bus '{}': producer pid {} that it held back is {}; a new producer can "
+                          "take the bus over\n",
+                          bus, before.pid, to_string(producer_liveness)));
   }
   return 0;
 }
@@ -393,7 +386,8 @@ int run_rm(const std::string& bus, bool force, bool json_out) {
     // --force removes a foreign segment unseen (if we may: its owner or root).
     if (is_access_error(e.errc()) && !(force && e.errc() == Errc::foreign_owner)) throw;
     if (e.errc() == Errc::not_ready && !force) {
-      throw ToolError(bus, "not removed: its creator is still initialising it (use --force)");
+      throw ToolError(bus, "not removed: its creator is still initialising it (use --force)",
+                      "in_use");
     }
     invalid = strip_bus_prefix(bus, e.what());  // nobody can be using a segment that does not validate
   }
@@ -411,12 +405,12 @@ int run_rm(const std::string& bus, bool force, bool json_out) {
   std::string who;
   for (const std::string& u : users) who += (who.empty() ? "" : ", ") + u;
   if (!users.empty() && !force) {
-    throw ToolError(bus, fmt::format("not removed: in use by {} (use --force)", who));
+    throw ToolError(bus, fmt::format("not removed: in use by {} (use --force)", who), "in_use");
   }
   // Users still attached are told before the name goes: their streams end
   // and the producer stops, instead of running on in an unlinked segment.
   if (!users.empty()) mark_removed(bus, g_trust);
-  if (!Bus::remove(bus)) throw ToolError(bus, "no such bus");
+  if (!Bus::remove(bus)) throw ToolError(bus, "no such bus", "not_found");
 
   if (json_out) {
     json j{{"bus", bus},

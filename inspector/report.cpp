@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 #include <ctime>
 
 #include "text.hpp"
@@ -26,7 +30,7 @@ bool same_reader(const ReaderView& a, const ReaderView& b) {
 
 std::string reader_label(const ReaderReport& r) {
   return fmt::format("reader {} '{}' (pid {}, {})", r.view.slot, display_name(r.view.name),
-                     r.view.pid, to_string(r.view.liveness));
+                     r.view.pid, r.stopped ? "stopped" : to_string(r.view.liveness));
 }
 
 // Rows of cells; columns sized to fit. Cells in `right` columns are right
@@ -71,10 +75,11 @@ std::string producer_text(const BusReport& r) {
   const ProducerView& p = r.snap.producer;
   std::string s;
   if (p.attached) {
-    s = fmt::format("pid {} {}", p.pid, to_string(p.liveness));
-    if (p.waiting_for_space) {
+    s = fmt::format("pid {} {}", p.pid, r.producer_stopped ? "stopped" : to_string(p.liveness));
+    // A dead producer's last wait says nothing any more.
+    if (p.waiting_for_space && r.producer_alive) {
       s += ", waiting for space";
-      if (p.blocked_on_slot) s += fmt::format(" (held back by reader {})", *p.blocked_on_slot);
+      if (r.blocked_on_slot) s += fmt::format(" (held back by reader {})", *r.blocked_on_slot);
     }
   } else if (p.pid != 0) {
     s = fmt::format("none (last: pid {})", p.pid);
@@ -98,6 +103,28 @@ std::string hms(std::uint64_t realtime_ns) {
 }  // namespace
 
 bool is_alive(Liveness l) noexcept { return l == Liveness::alive; }
+
+bool process_stopped(pid_t pid) noexcept {
+  if (pid <= 0) return false;
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[512];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  // "PID (COMM) STATE ...": COMM may hold spaces and parentheses.
+  const char* close = std::strrchr(buf, ')');
+  if (close == nullptr || close[1] != ' ') return false;
+  return close[2] == 'T' || close[2] == 't';
+}
+
+std::string reader_state(const ReaderReport& r) {
+  if (r.stopped) return "stopped";
+  return std::string(to_string(r.view.liveness)) + (r.view.sleeping && r.alive ? ",asleep" : "");
+}
 
 std::string display_name(const std::string& name) {
   if (name.empty()) return "-";
@@ -129,6 +156,7 @@ BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
     ReaderReport rr;
     rr.view = v;
     rr.alive = is_alive(v.liveness);
+    rr.stopped = rr.alive && process_stopped(v.pid);
     rr.lag = snap.head > v.cursor ? snap.head - v.cursor : 0;
     rr.lag_percent = percent_of(rr.lag, cap);
     rr.idle_s = age_seconds(v.last_active_ns, now_ns);
@@ -136,6 +164,14 @@ BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
     r.readers.push_back(std::move(rr));
   }
   r.fill_percent = percent_of(r.unread, cap);
+  r.producer_stopped = r.producer_alive && process_stopped(snap.producer.pid);
+  if (r.producer_alive && snap.producer.waiting_for_space && snap.producer.blocked_on_slot) {
+    for (const ReaderReport& rr : r.readers) {
+      if (rr.view.slot == *snap.producer.blocked_on_slot && rr.lag >= cap) {
+        r.blocked_on_slot = rr.view.slot;
+      }
+    }
+  }
 
   // Warnings, most urgent first: dead readers, then what they cause.
   for (const ReaderReport& rr : r.readers) {
@@ -156,13 +192,12 @@ BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
   }
   if (r.producer_alive && p.waiting_for_space) {
     std::string who = "a reader";
-    if (p.blocked_on_slot) {
-      who = fmt::format("reader {}", *p.blocked_on_slot);
+    if (r.blocked_on_slot) {
       for (const ReaderReport& rr : r.readers) {
-        if (rr.view.slot == *p.blocked_on_slot) who = reader_label(rr);
+        if (rr.view.slot == *r.blocked_on_slot) who = reader_label(rr);
       }
     }
-    r.warnings.push_back({"producer_blocked", p.blocked_on_slot,
+    r.warnings.push_back({"producer_blocked", r.blocked_on_slot,
                           fmt::format("producer pid {} is blocked on a full ring, held back by {}",
                                       p.pid, who)});
   }
@@ -200,6 +235,7 @@ nlohmann::ordered_json to_json(const ReaderView& v) {
       {"start_ticks", v.start_ticks},
       {"liveness", to_string(v.liveness)},
       {"alive", is_alive(v.liveness)},
+      {"stopped", is_alive(v.liveness) && process_stopped(v.pid)},
       {"cursor", v.cursor},
       {"delivered", v.delivered},
       {"lost", v.lost},
@@ -269,9 +305,10 @@ nlohmann::ordered_json to_json(const BusReport& r) {
         {"start_ticks", p.start_ticks},
         {"liveness", to_string(p.liveness)},
         {"alive", r.producer_alive},
+        {"stopped", r.producer_stopped},
         {"closed", p.closed},
-        {"waiting_for_space", p.waiting_for_space},
-        {"blocked_on_slot", p.blocked_on_slot ? json(*p.blocked_on_slot) : json(nullptr)},
+        {"waiting_for_space", p.waiting_for_space && r.producer_alive},
+        {"blocked_on_slot", r.blocked_on_slot ? json(*r.blocked_on_slot) : json(nullptr)},
         {"takeovers", p.takeovers}}},
       {"counters",
        {{"published", s.counters.published},
@@ -367,7 +404,7 @@ std::string render_show(const BusReport& r) {
     for (const ReaderReport& rr : r.readers) {
       const ReaderView& v = rr.view;
       rows.push_back({fmt::format("{}", v.slot), display_name(v.name), fmt::format("{}", v.pid),
-                      std::string(to_string(v.liveness)) + (v.sleeping ? ",asleep" : ""),
+                      reader_state(rr),
                       fmt::format("{}", v.cursor), fmt::format("{}", rr.lag),
                       fmt::format("{:.1f}%", rr.lag_percent), fmt::format("{}", v.delivered),
                       fmt::format("{}", v.lost), human_rate(rr.rate), human_age(rr.idle_s)});
@@ -399,14 +436,15 @@ std::string render_watch_line(const BusReport& r) {
                                  s.info.name, s.head, human_rate(r.publish_rate), r.fill_percent);
   const ProducerView& p = s.producer;
   if (p.attached) {
-    line += fmt::format("{} {}{}", p.pid, to_string(p.liveness),
-                        p.waiting_for_space ? " blocked" : "");
+    line += fmt::format("{} {}{}", p.pid, r.producer_stopped ? "stopped" : to_string(p.liveness),
+                        p.waiting_for_space && r.producer_alive ? " blocked" : "");
   } else {
     line += "none";
   }
   for (const ReaderReport& rr : r.readers) {
     line += fmt::format(" | {} {} {} lag {} {}", rr.view.slot, display_name(rr.view.name),
-                        to_string(rr.view.liveness), rr.lag, human_rate(rr.rate));
+                        rr.stopped ? "stopped" : to_string(rr.view.liveness), rr.lag,
+                        human_rate(rr.rate));
   }
   return line;
 }

@@ -19,6 +19,7 @@ namespace shmbus::inspect_tool {
 struct ReaderReport {
   ReaderView view;
   bool alive = false;            // liveness == alive
+  bool stopped = false;          // alive but stopped (SIGSTOP, a debugger): reads nothing
   std::uint64_t lag = 0;         // head - cursor: messages not yet read
   double lag_percent = 0;        // lag as % of capacity
   std::optional<double> rate;    // messages/s delivered over the sample
@@ -41,6 +42,11 @@ struct BusReport {
   double fill_percent = 0;               // unread as % of capacity
   std::optional<double> publish_age_s;   // since the newest record was published
   bool producer_alive = false;           // attached and alive
+  bool producer_stopped = false;         // alive but stopped (SIGSTOP, a debugger)
+  // The reader holding the alive producer back on a full ring: the slot the
+  // producer last named, while a reader in that slot is still a full ring
+  // behind (not one that gc freed or that a newcomer took since).
+  std::optional<std::uint32_t> blocked_on_slot;
   std::vector<ReaderReport> readers;     // by slot
   std::vector<Warning> warnings;
 };
@@ -52,6 +58,13 @@ BusReport make_report(const Snapshot& before, const Snapshot& after, double seco
                       std::uint64_t now_ns);
 
 bool is_alive(Liveness l) noexcept;
+
+// True when process `pid` is stopped (state T or t in /proc/PID/stat).
+bool process_stopped(pid_t pid) noexcept;
+
+// What the STATE column shows: "alive", "alive,asleep", "stopped", "dead",
+// "zombie" or "pid reused".
+std::string reader_state(const ReaderReport& r);
 
 // JSON (schema in docs/inspector.md).
 nlohmann::ordered_json to_json(const BusReport& r);

@@ -351,7 +351,9 @@ TEST_F(InspectTest, DeadReaderIsShownHoldingBackTheProducerAndGcFreesIt) {
     ASSERT_GE(cells.size(), 9u);
     EXPECT_EQ(cells[1], r["name"]);
     EXPECT_EQ(cells[2], std::to_string(r["pid"].get<pid_t>()));
-    EXPECT_THAT(cells[3], HasSubstr(r["liveness"].get<std::string>()));
+    // The frozen fast reader shows as stopped; the others by their liveness.
+    EXPECT_THAT(cells[3], HasSubstr(r["stopped"].get<bool>() ? std::string("stopped")
+                                                             : r["liveness"].get<std::string>()));
     EXPECT_EQ(cells[4], std::to_string(r["cursor"].get<std::uint64_t>()));
     EXPECT_EQ(cells[5], std::to_string(r["lag"].get<std::uint64_t>()));
     EXPECT_EQ(cells[7], std::to_string(r["delivered"].get<std::uint64_t>()));
@@ -364,14 +366,27 @@ TEST_F(InspectTest, DeadReaderIsShownHoldingBackTheProducerAndGcFreesIt) {
   EXPECT_THAT(gc.out, HasSubstr("reclaimed reader " + std::to_string(stalled_slot) +
                                 " 'stalled' (pid " + std::to_string(stalled)))
       << gc.out;
+  // The producer is stopped: it continues once resumed, not now.
   EXPECT_THAT(gc.out, HasSubstr("producer pid " + std::to_string(producer) +
-                                " was held back by it and can continue"))
+                                " was held back by it; it is stopped and continues once resumed"))
       << gc.out;
   const auto after_gc = insp.snapshot();
   ASSERT_EQ(after_gc.readers.size(), 1u);
   EXPECT_EQ(after_gc.readers[0].slot, fast_slot);
   EXPECT_GE(after_gc.counters.readers_reclaimed, 1u);
   EXPECT_EQ(inspect_json({"gc", bus})["reclaimed"].size(), 0u);
+
+  // show no longer blames the slot gc freed, though the stopped producer
+  // has not looked again yet.
+  const Result shown = inspect({"show", bus, "--interval", "0"});
+  EXPECT_THAT(shown.out, Not(HasSubstr("held back by reader " + std::to_string(stalled_slot))))
+      << shown.out;
+  EXPECT_THAT(shown.out, HasSubstr("producer   pid " + std::to_string(producer) + " stopped"))
+      << shown.out;
+  const json after_j = inspect_json({"show", bus, "--interval", "0"});
+  EXPECT_TRUE(after_j["producer"]["blocked_on_slot"].is_null()) << after_j.dump(2);
+  EXPECT_EQ(after_j["producer"]["stopped"], true);
+  EXPECT_FALSE(has_warning(after_j, "producer_blocked", stalled_slot)) << after_j["warnings"].dump(2);
 
   // The producer continues past the full ring.
   ::kill(producer, SIGCONT);
@@ -381,6 +396,66 @@ TEST_F(InspectTest, DeadReaderIsShownHoldingBackTheProducerAndGcFreesIt) {
   const json later = inspect_json({"show", bus, "--interval", "0"});
   EXPECT_EQ(later["readers"].size(), 1u);
   EXPECT_FALSE(has_warning(later, "dead_reader", stalled_slot));
+}
+
+TEST_F(InspectTest, StoppedReaderIsShownAsStopped) {
+  const std::string bus = bus_name("stopped");
+  shmbus::Bus::create(bus, small_bus(64, 128));
+  const pid_t reader = actor({"consume", bus, "paused", stop_file(), tmp("ready")});
+  const std::uint32_t slot = wait_ready(tmp("ready"));
+  ::kill(reader, SIGSTOP);
+  ASSERT_TRUE(eventually([&] { return process_state(reader) == 'T'; }));
+
+  const Result text = inspect({"show", bus, "--interval", "0"});
+  ASSERT_EQ(text.status, 0) << text.err;
+  const ShownText t = parse_show_text(text.out);
+  const auto& cells = t.rows.at(slot);
+  ASSERT_GE(cells.size(), 4u) << text.out;
+  EXPECT_EQ(cells[3], "stopped") << text.out;
+  const json j = inspect_json({"show", bus, "--interval", "0"});
+  const json* r = reader_in(j, slot);
+  ASSERT_NE(r, nullptr) << j.dump(2);
+  EXPECT_EQ((*r)["stopped"], true);
+  EXPECT_EQ((*r)["alive"], true);  // stopped is not dead: gc leaves it alone
+
+  ::kill(reader, SIGCONT);
+  ASSERT_TRUE(eventually([&] { return process_state(reader) != 'T'; }));
+  const json resumed = inspect_json({"show", bus, "--interval", "0"});
+  EXPECT_EQ((*reader_in(resumed, slot))["stopped"], false);
+}
+
+TEST_F(InspectTest, GcDoesNotPromiseADeadProducerCanContinue) {
+  const std::string bus = bus_name("deadprod");
+  shmbus::BusOptions o = small_bus(64, 128);
+  o.policy = shmbus::Policy::block;
+  shmbus::Bus::create(bus, o);
+  const pid_t stalled = actor({"stall", bus, "stalled", tmp("ready-stalled")});
+  const std::uint32_t stalled_slot = wait_ready(tmp("ready-stalled"));
+  const pid_t producer = actor({"produce", bus, stop_file(), "0"});
+  const auto insp = shmbus::Inspector::open(bus);
+  ASSERT_TRUE(eventually([&] {
+    const auto s = insp.snapshot();
+    return s.producer.waiting_for_space && s.producer.blocked_on_slot == stalled_slot;
+  })) << inspect({"show", bus, "--interval", "0"}).out;
+
+  // The producer dies while held back, then so does the reader.
+  ::kill(producer, SIGKILL);
+  EXPECT_EQ(wait_exit(producer, 5s), 128 + SIGKILL);
+  forget_child(producer);
+  ::kill(stalled, SIGKILL);
+  EXPECT_EQ(wait_exit(stalled, 5s), 128 + SIGKILL);
+  forget_child(stalled);
+
+  const Result before = inspect({"show", bus, "--interval", "0"});
+  EXPECT_THAT(before.out, Not(HasSubstr("waiting for space"))) << before.out;
+
+  const Result gc = inspect({"gc", bus});
+  ASSERT_EQ(gc.status, 0) << gc.err;
+  EXPECT_THAT(gc.out, HasSubstr("reclaimed reader " + std::to_string(stalled_slot))) << gc.out;
+  EXPECT_THAT(gc.out, Not(HasSubstr("can continue"))) << gc.out;
+  EXPECT_THAT(gc.out, HasSubstr("producer pid " + std::to_string(producer) +
+                                " that it held back is dead; a new producer can take the bus over"))
+      << gc.out;
 }
 
 TEST_F(InspectTest, ShowMeasuresPublishAndReaderRates) {
@@ -689,7 +764,7 @@ TEST_F(InspectTest, ErrorsAreOneLineNamingTheBus) {
     EXPECT_EQ(r.out, "") << args[0];
   }
   const Result bad_name = inspect({"show", "../etc"});
-  EXPECT_EQ(bad_name.status, 1);
+  EXPECT_EQ(bad_name.status, 2);  // a bad name is a bad command line
   EXPECT_EQ(lines_of(bad_name.err).size(), 1u) << bad_name.err;
 
   const Result usage = inspect({"dump", "x", "--format", "yaml"});

@@ -103,6 +103,20 @@ wider_mode)
     fail "asking for the same mode must join"
   ;;
 
+read_only_mode)
+  # --mode 0644: another user may look (shmbus-inspect maps read-only) but
+  # not consume (a consumer writes its reader slot and cursor).
+  need_other_user
+  new_bus bus
+  printf 'r\n' | "$producer" "$bus" --create --mode 0644 --keep-open 2>/dev/null || fail "create"
+  as_other "$inspect" show "$bus" --interval 0 >"$work/show.out" 2>"$work/show.err" ||
+    fail "the other user could not inspect a 0644 bus: $(cat "$work/show.err")"
+  grep -q "^bus '$bus'" "$work/show.out" || fail "show: $(cat "$work/show.out")"
+  expect_failure consume_denied "^shmbus-consumer: bus '$bus':.*permission denied.*needs read and write access" \
+    as_other "$consumer" "$bus" --count 1
+  [[ $LAST_RC -eq 1 ]] || fail "denied consumer: exit $LAST_RC"
+  ;;
+
 sparse_segment)
   # A segment whose pages are not allocated is refused before it is mapped:
   # nothing allocates /dev/shm on the opener's behalf, nothing raises SIGBUS.

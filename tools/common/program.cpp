@@ -164,6 +164,8 @@ const char* errc_name(Errc e) noexcept {
     case Errc::foreign_owner: return "foreign_owner";
     case Errc::insecure_mode: return "insecure_mode";
     case Errc::not_allocated: return "not_allocated";
+    case Errc::name_in_use: return "name_in_use";
+    case Errc::bookmarks_full: return "bookmarks_full";
     default: break;  // a code newer than this list
   }
   return "error";

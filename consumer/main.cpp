@@ -282,7 +282,10 @@ int run(const Options& o) {
   } else if (from == "latest") {
     co.start = Start::latest;
   } else if (from == "resume") {
-    if (!o.named) throw Reported{fmt::format("bus '{}': --from resume needs --name (the reader to resume)", o.bus)};
+    if (!o.named) {
+      throw Reported{fmt::format("bus '{}': --from resume needs --name (the reader to resume)", o.bus),
+                     "usage"};
+    }
     co.start = Start::resume;
   } else {
     co.start = Start::sequence;
@@ -587,6 +590,7 @@ int main(int argc, char** argv) {
     return run(o);
   } catch (const Reported& r) {
     sink.report(r.line, r.code);
+    return r.code == "usage" ? exit_usage : exit_failure;
   } catch (const Error& e) {
     std::string what = e.what();
     if (e.errc() == Errc::permission_denied) {

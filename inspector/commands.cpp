@@ -239,9 +239,9 @@ int run_dump(const DumpArgs& a) {
   }
   std::fflush(stdout);
   if (!missing.empty() || corrupt) {
-    std::fputs(fmt::format("shmbus-inspect: bus '{}': of {} records, {} not readable and {} with "
+    std::fputs(fmt::format("shmbus-inspect: bus '{}': of {}, {} not readable and {} with "
                            "an impossible length (`shmbus-inspect check {}` explains)\n",
-                           a.bus, end - from, missing.size(), corrupt, a.bus)
+                           a.bus, tools::plural(end - from, "record"), missing.size(), corrupt, a.bus)
                    .c_str(),
                stderr);
   } else if (shown == 0) {

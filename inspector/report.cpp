@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "program.hpp"
 #include "text.hpp"
 
 namespace shmbus::inspect_tool {
@@ -367,8 +368,8 @@ std::string render_show(const BusReport& r) {
     out += fmt::format("  {:<10} {}\n", key, value);
   };
   row("policy", to_string(i.policy));
-  row("ring", fmt::format("{} records x {} B (max payload {} B), {} reader slots ({} in use)",
-                          i.capacity, i.record_size, i.max_payload, i.max_readers,
+  row("ring", fmt::format("{} records x {} B (max payload {} B), {} ({} in use)", i.capacity,
+                          i.record_size, i.max_payload, tools::plural(i.max_readers, "reader slot"),
                           s.readers.size()));
   row("created", fmt::format("{} ({})", utc_time(i.creation_time_ns),
                              human_age(age_seconds(i.creation_time_ns, r.now_ns))));

@@ -365,7 +365,8 @@ Producer::Producer(const Bus& bus, const ProducerOptions& options)
       const std::uint64_t elapsed = detail::monotonic_ns() - start;
       if (elapsed >= budget)
         detail::fail(Errc::timeout, bus.name(),
-                     "timed out waiting for " + std::to_string(options.wait_for_readers) + " readers (" +
+                     "timed out waiting for " + std::to_string(options.wait_for_readers) +
+                         (options.wait_for_readers == 1 ? " reader (" : " readers (") +
                          std::to_string(p.count_live_readers()) + " attached)");
       const std::uint32_t seen = p.h->space_futex.load(std::memory_order_acquire);
       detail::futex_wait(&p.h->space_futex, seen, std::min<std::uint64_t>(budget - elapsed, 10'000'000));

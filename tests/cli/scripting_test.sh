@@ -68,9 +68,10 @@ exit_codes)  # docs/programs.md "Exit codes": 0, 1, 2 and 128+N, in every progra
   [[ ! -e "/dev/shm/shmbus.$missing" ]] || fail "a refused --create left a segment"
   expect_rc 2 producer_bad_name "$PRODUCER" "a/b" --create
   expect_rc 2 consumer_bad_flag "$CONSUMER" "$bus" --bogus
+  expect_rc 2 consumer_resume_unnamed "$CONSUMER" "$bus" --from resume
   expect_rc 2 inspect_bad_flag "$INSPECT" show "$bus" --bogus
   expect_rc 2 inspect_no_subcommand "$INSPECT"
-  for f in producer_capacity producer_bad_name consumer_bad_flag inspect_bad_flag inspect_no_subcommand; do
+  for f in producer_capacity producer_bad_name consumer_bad_flag consumer_resume_unnamed inspect_bad_flag inspect_no_subcommand; do
     [[ "$(wc -l <"$work/$f.err")" -eq 1 ]] || fail "$f: not one line: $(cat "$work/$f.err")"
     grep -q '^shmbus-[a-z]*: ' "$work/$f.err" || fail "$f: not prefixed: $(cat "$work/$f.err")"
   done
@@ -124,7 +125,7 @@ json_errors)  # with --json, a failure is one JSON object with "error" and "code
   [[ $rc -eq 1 ]] || fail "too long: exit $rc"
   [[ "$(wc -l <"$work/long.err")" -eq 1 ]] || fail "too long: more than the JSON summary: $(cat "$work/long.err")"
   grep -q '"code":"too_large"' "$work/long.err" || fail "$(cat "$work/long.err")"
-  grep -q '"error":"bus '"'$bus'"': line 2 is 41 bytes' "$work/long.err" || fail "$(cat "$work/long.err")"
+  grep -q '"error":"bus '"'$bus'"': line 2 of stdin is 41 bytes' "$work/long.err" || fail "$(cat "$work/long.err")"
   grep -q '"messages":1' "$work/long.err" || fail "$(cat "$work/long.err")"
   ;;
 
@@ -171,6 +172,11 @@ consistency)  # one spelling per value, --version, unknown names named, plurals
   grep -Eq "\(0 times\)|\(1 time\)|\([2-9][0-9]* times\)" "$work/p1.err" || fail "$(cat "$work/p1.err")"
   "$CONSUMER" "$one" >/dev/null 2>"$work/c1.err"
   grep -q "bus '$one': 1 message, 0 lost" "$work/c1.err" || fail "$(cat "$work/c1.err")"
+  new_bus slot
+  "$PRODUCER" "$slot" --create --max-readers 1 --keep-open </dev/null 2>/dev/null
+  "$INSPECT" show "$slot" --interval 0 | grep -q ", 1 reader slot (0 in use)$" || fail "$("$INSPECT" show "$slot" --interval 0)"
+  expect_failure one_reader "^shmbus-producer: bus '$slot': timed out waiting for 1 reader \(0 attached\)$" \
+    "$PRODUCER" "$slot" --count 1 --wait-for-readers 1 --wait-timeout 100ms
   ;;
 
 truthful)  # messages that say what is true

@@ -5,6 +5,10 @@
 //                              off (0, the default) / coarse (1) / precise (2)
 //   BM_ClaimCommit/RECORD      claim(), fill the payload in place, commit()
 //   BM_ConsumerNext/RECORD     Consumer::next() of messages already published
+//   BM_PublishOverwrite/RECORD, BM_ConsumerNextOverwrite/RECORD
+//                              the same on an `overwrite` bus: the producer stores
+//                              and the consumer copies (then re-checks) the payload
+//                              word by word, the seqlock's cost
 //   BM_ConsumerPoll/BATCH      Consumer::poll() with a batch size of BATCH
 //   BM_PublishWake/SLEEPER     publish() of 128 bytes with no reader (0) or with a
 //                              reader thread asleep on the bus's futex (1): the
@@ -13,7 +17,8 @@
 //                              adaptive wait): time per message, and the futex
 //                              wake calls per burst (counter wakes/burst; 1 is ideal)
 //
-// Every bus is a real segment in /dev/shm (removed at exit), `block` policy.
+// Every bus is a real segment in /dev/shm (removed at exit), `block` policy
+// unless the name says `Overwrite`.
 // RECORD is the record size in bytes (64 .. 4096); the payload fills it.
 #include <benchmark/benchmark.h>
 #include <sched.h>
@@ -40,11 +45,13 @@ std::string bus_name(const char* what) {
 
 // A bus that removes its segment when the benchmark ends.
 struct TempBus {
-  TempBus(const char* what, std::uint32_t record_size, std::uint64_t capacity = 65536)
+  TempBus(const char* what, std::uint32_t record_size, std::uint64_t capacity = 65536,
+          shmbus::Policy policy = shmbus::Policy::block)
       : name(bus_name(what)) {
     shmbus::BusOptions o;
     o.record_size = record_size;
     o.capacity = capacity;
+    o.policy = policy;
     bus = shmbus::Bus::create(name, o);
   }
   ~TempBus() { shmbus::Bus::remove(name); }
@@ -64,9 +71,9 @@ void record_sizes(benchmark::internal::Benchmark* b) {
   for (int r = 64; r <= 4096; r *= 2) b->Arg(r);
 }
 
-void BM_Publish(benchmark::State& state) {
+void publish_full_records(benchmark::State& state, shmbus::Policy policy) {
   const auto record = static_cast<std::uint32_t>(state.range(0));
-  TempBus tb("publish", record);
+  TempBus tb("publish", record, 65536, policy);
   shmbus::Producer p(*tb.bus);
   std::vector<std::byte> msg(shmbus::max_payload_for(record), std::byte{0x5a});
   for (auto _ : state) {
@@ -76,7 +83,10 @@ void BM_Publish(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(msg.size()));
 }
+void BM_Publish(benchmark::State& state) { publish_full_records(state, shmbus::Policy::block); }
 BENCHMARK(BM_Publish)->Apply(record_sizes);
+void BM_PublishOverwrite(benchmark::State& state) { publish_full_records(state, shmbus::Policy::overwrite); }
+BENCHMARK(BM_PublishOverwrite)->Apply(record_sizes);
 
 void BM_Publish128(benchmark::State& state) {
   TempBus tb("publish128", record_for_payload(128));
@@ -115,9 +125,9 @@ BENCHMARK(BM_ClaimCommit)->Apply(record_sizes);
 // Consumer cost per message: publish a batch (untimed), read it (timed).
 constexpr int kBatch = 4096;
 
-void BM_ConsumerNext(benchmark::State& state) {
+void consumer_next(benchmark::State& state, shmbus::Policy policy) {
   const auto record = static_cast<std::uint32_t>(state.range(0));
-  TempBus tb("next", record, 2 * kBatch);
+  TempBus tb("next", record, 2 * kBatch, policy);
   shmbus::Consumer c(*tb.bus);
   shmbus::Producer p(*tb.bus);
   std::vector<std::byte> msg(shmbus::max_payload_for(record), std::byte{0x11});
@@ -137,7 +147,10 @@ void BM_ConsumerNext(benchmark::State& state) {
                                                 benchmark::Counter::kIsRate |
                                                     benchmark::Counter::kInvert);
 }
+void BM_ConsumerNext(benchmark::State& state) { consumer_next(state, shmbus::Policy::block); }
 BENCHMARK(BM_ConsumerNext)->Apply(record_sizes);
+void BM_ConsumerNextOverwrite(benchmark::State& state) { consumer_next(state, shmbus::Policy::overwrite); }
+BENCHMARK(BM_ConsumerNextOverwrite)->Apply(record_sizes);
 
 void BM_ConsumerPoll(benchmark::State& state) {
   const auto batch = static_cast<std::size_t>(state.range(0));

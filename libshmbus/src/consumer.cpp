@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "segment.hpp"
+#include "shared_copy.hpp"
 #include "sys.hpp"
 
 namespace shmbus {
@@ -157,13 +158,17 @@ struct Consumer::Impl {
     const std::uint64_t t = r->tag.load(std::memory_order_acquire);
     if (t == c + 1) [[likely]] {
       // One read of the (untrusted) length, checked below before any use.
+      // Relaxed atomic reads: in `overwrite` the producer may be rewriting
+      // the record now (see shared_copy.hpp); in `block` they cost the same
+      // as plain loads.
       const std::uint32_t len = std::atomic_ref<std::uint32_t>(r->length).load(std::memory_order_relaxed);
-      const std::uint64_t ts = r->timestamp_ns;
+      const std::uint64_t ts = std::atomic_ref<std::uint64_t>(r->timestamp_ns).load(std::memory_order_relaxed);
       const std::byte* src = detail::Segment::payload(r);
       if (overwrite) {
-        if (len <= max_payload) std::memcpy(copy_to, src, len);
+        if (len <= max_payload) detail::load_shared_words(copy_to, src, len);
         // Seqlock re-check: pairs with the producer's release fence after its
-        // BUSY store. A changed tag means the copy may be torn: discard it.
+        // BUSY store (begin_write). A changed tag means the copy may be torn:
+        // discard it.
         std::atomic_thread_fence(std::memory_order_acquire);
         if (r->tag.load(std::memory_order_relaxed) != t) return lapped(c);
         src = copy_to;

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "segment.hpp"
+#include "shared_copy.hpp"
 #include "sys.hpp"
 
 namespace shmbus {
@@ -76,7 +77,9 @@ Snapshot Inspector::snapshot() const {
   s.oldest = detail::oldest_retained(seg, s.head);
   if (s.head > 0) {
     const layout::RecordHeader* r = seg.record(s.head - 1);
-    if (r->tag.load(std::memory_order_acquire) == s.head) s.last_publish_ns = r->timestamp_ns;
+    if (r->tag.load(std::memory_order_acquire) == s.head)
+      s.last_publish_ns = std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(r->timestamp_ns))
+                              .load(std::memory_order_relaxed);
   }
   s.counters.published = s.head;
   s.counters.producer_waits = h.producer_waits.load(std::memory_order_relaxed);
@@ -136,12 +139,15 @@ std::optional<RecordView> Inspector::record(std::uint64_t seq) const {
   if (t != seq + 1) return std::nullopt;
   RecordView v;
   v.seq = seq;
-  v.timestamp_ns = r->timestamp_ns;
-  v.length = r->length;
+  // Copied as an overwrite consumer does (shared_copy.hpp): the producer may
+  // be rewriting the record meanwhile, in either policy once we are behind.
+  v.timestamp_ns = std::atomic_ref<std::uint64_t>(r->timestamp_ns).load(std::memory_order_relaxed);
+  v.length = std::atomic_ref<std::uint32_t>(r->length).load(std::memory_order_relaxed);
   const std::uint32_t n = std::min(v.length, seg.max_payload());
   v.payload.resize(n);
-  if (n) std::memcpy(v.payload.data(), detail::Segment::payload(r), n);
-  // Same torn-read check as an overwrite consumer.
+  if (n) detail::load_shared_words(v.payload.data(), detail::Segment::payload(r), n);
+  // Same torn-read check as an overwrite consumer: pairs with the producer's
+  // release fence after its BUSY store.
   std::atomic_thread_fence(std::memory_order_acquire);
   if (r->tag.load(std::memory_order_relaxed) != t) return std::nullopt;
   return v;
@@ -198,7 +204,8 @@ std::vector<Problem> Inspector::check() const {
   for (std::uint64_t i = 0; i < cap; ++i) {
     layout::RecordHeader* r = seg.record(i);
     const std::uint64_t t = r->tag.load(std::memory_order_acquire);
-    const std::uint32_t len = r->length;
+    const std::uint32_t len = std::atomic_ref<std::uint32_t>(r->length).load(std::memory_order_relaxed);
+    // Pairs with the producer's release fence after its BUSY store.
     std::atomic_thread_fence(std::memory_order_acquire);
     if (r->tag.load(std::memory_order_relaxed) != t) continue;  // being written right now
     const std::uint64_t h1 = h.head.load(std::memory_order_acquire);

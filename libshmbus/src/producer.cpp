@@ -31,6 +31,7 @@
 #include <optional>
 
 #include "segment.hpp"
+#include "shared_copy.hpp"
 #include "sys.hpp"
 
 namespace shmbus {
@@ -89,19 +90,33 @@ struct Producer::Impl {
     // Seqlock: anyone still copying the old occupant (an overwrite consumer,
     // the inspector) must see the tag change. The release fence orders this
     // store before the payload stores; it pairs with the reader's acquire
-    // fence before its re-check. (A block consumer is never on this record.)
+    // fence before its re-check (Consumer::Impl::try_read, Inspector). A
+    // block consumer is never on this record.
     r->tag.store(layout::kBusyBit | (s + 1), std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
   }
 
   static void finish_write(layout::RecordHeader* r, std::uint64_t s, std::uint32_t len,
                            std::uint64_t ts) noexcept {
-    r->timestamp_ns = ts;
-    r->length = len;
-    r->reserved = 0;
+    // Relaxed atomic stores: a seqlock reader may be copying them right now
+    // (shared_copy.hpp). The commit tag below orders them.
+    std::atomic_ref<std::uint64_t>(r->timestamp_ns).store(ts, std::memory_order_relaxed);
+    std::atomic_ref<std::uint32_t>(r->length).store(len, std::memory_order_relaxed);
+    std::atomic_ref<std::uint32_t>(r->reserved).store(0, std::memory_order_relaxed);
     // Commit mark, written last: publishes payload, length and timestamp.
     // Pairs with the consumer's acquire load of the tag.
     r->tag.store(s + 1, std::memory_order_release);
+  }
+
+  // The payload into record `r`. In `block` no reader is on a record being
+  // written, so a plain copy; in `overwrite` seqlock readers may be, so word
+  // by word with relaxed atomic stores (see shared_copy.hpp).
+  void write_payload(layout::RecordHeader* r, std::span<const std::byte> payload) const noexcept {
+    if (payload.empty()) return;
+    if (overwrite)
+      detail::store_shared_words(detail::Segment::payload(r), payload.data(), payload.size());
+    else
+      std::memcpy(detail::Segment::payload(r), payload.data(), payload.size());
   }
 
   void publish_head(std::uint64_t new_next) noexcept {
@@ -401,7 +416,7 @@ PublishResult Producer::publish(std::span<const std::byte> payload, std::chrono:
     return {p.closed ? PublishStatus::closed : PublishStatus::timeout, 0};
   layout::RecordHeader* r = p.seg.record(s);
   Impl::begin_write(r, s);
-  if (!payload.empty()) std::memcpy(detail::Segment::payload(r), payload.data(), payload.size());
+  p.write_payload(r, payload);
   Impl::finish_write(r, s, static_cast<std::uint32_t>(payload.size()), p.now_stamp());
   p.publish_head(s + 1);
   return {PublishStatus::ok, s};
@@ -466,7 +481,7 @@ std::size_t Producer::publish_batch(std::span<const std::span<const std::byte>> 
       const auto& m = payloads[done + k];
       layout::RecordHeader* r = p.seg.record(s);
       Impl::begin_write(r, s);
-      if (!m.empty()) std::memcpy(detail::Segment::payload(r), m.data(), m.size());
+      p.write_payload(r, m);
       Impl::finish_write(r, s, static_cast<std::uint32_t>(m.size()), ts);
     }
     p.publish_head(first + n);

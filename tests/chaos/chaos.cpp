@@ -1,0 +1,704 @@
+// shmbus-chaos — the crash-detection claims of the README, tried from outside.
+//
+// Each round creates a bus, starts three verifying consumers and one producer
+// as separate processes (this program, re-executed in another role), and at a
+// random moment does one of:
+//
+//   kill-consumer  SIGKILL a consumer. The survivors must miss nothing, and in
+//                  `block` the producer must not be held longer than the
+//                  documented bound by the dead reader.
+//   kill-producer  SIGKILL the producer, then start a new one, which takes the
+//                  bus over and continues the sequence.
+//   stop-consumer  SIGSTOP a consumer, then SIGCONT it. In `block` the
+//                  producer must wait for it (and `shmbus-inspect show` must
+//                  name it); in `overwrite` the producer must run on, and the
+//                  continued consumer must get exact loss counts.
+//
+// Policies alternate between rounds. After each round: every surviving
+// consumer received every sequence from 0 to the end exactly once (or, in
+// `overwrite`, was told exactly which it lost), byte for byte; the reader
+// table holds no slot once dead readers are reclaimed; `shmbus-inspect check`
+// is clean. The run ends with one summary line on stderr, and exits non-zero
+// if any round failed.
+//
+//   shmbus-chaos --inspect PATH [--rounds N] [--max-seconds S] [--seed N] [--run-ms MS]
+//
+// Messages are the multi-process tests' (tests/multiprocess/payload.hpp): a
+// pure function of the sequence, so a consumer checks every byte alone. The
+// producer's last message is an 8-byte end marker; consumers stop there.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "payload.hpp"
+#include "shmbus/shmbus.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using shmbus::test::check_payload;
+using shmbus::test::make_payload;
+
+constexpr std::uint64_t kEndMagic = 0x454e'4421'c4a0'5e11ULL;  // end marker: seq ^ this
+// The README's bound for a producer held back by a dead reader, as the
+// multi-process tests assert it: the liveness check runs every 50 ms, one
+// second leaves room for a loaded machine.
+constexpr auto kDeadReaderBound = 1000ms;
+// How long a round may take to settle before it counts as a hang.
+constexpr auto kHangBound = 60s;
+
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+}
+
+std::map<std::string, std::string> fields(const std::string& line) {
+  std::map<std::string, std::string> f;
+  std::istringstream in(line);
+  std::string w;
+  in >> w;
+  f["kind"] = w;
+  while (in >> w) {
+    const auto eq = w.find('=');
+    if (eq != std::string::npos) f[w.substr(0, eq)] = w.substr(eq + 1);
+  }
+  return f;
+}
+std::uint64_t u64(const std::map<std::string, std::string>& f, const char* key) {
+  const auto it = f.find(key);
+  return it == f.end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
+}
+
+// ---------------------------------------------------------------- roles ----
+
+// Reads until the end marker, checking every message. Prints
+//   ready slot=S pid=P
+//   done delivered=.. reported_lost=.. missed=.. duplicated=.. torn=.. corrupt=.. end=.. eos=..
+int run_consumer(const std::string& name) {
+  shmbus::Bus bus = shmbus::Bus::open(name);
+  shmbus::ConsumerOptions co;
+  co.name = "chaos";
+  co.start = shmbus::Start::earliest;
+  shmbus::Consumer c(bus, co);
+  const std::size_t max = bus.info().max_payload;
+  const bool block = bus.info().policy == shmbus::Policy::block;
+  std::printf("ready slot=%u pid=%d\n", c.slot(), static_cast<int>(::getpid()));
+  std::fflush(stdout);
+
+  std::uint64_t expected = 0, delivered = 0, reported_lost = 0, missed = 0, duplicated = 0, torn = 0,
+                corrupt = 0, eos = 0, end = UINT64_MAX;
+  auto idle_since = Clock::now();
+  while (end == UINT64_MAX) {
+    const shmbus::ReadResult r = c.next(200ms);
+    switch (r.status) {
+      case shmbus::ReadStatus::message: {
+        idle_since = Clock::now();
+        const std::uint64_t s = r.message.seq;
+        if (s < expected) {
+          ++duplicated;
+          break;
+        }
+        if (s > expected) missed += s - expected;
+        expected = s + 1;
+        const auto p = r.message.payload;
+        std::uint64_t word = 0;
+        if (p.size() == 8) {
+          std::memcpy(&word, p.data(), 8);
+          if ((word ^ kEndMagic) == s) {
+            end = s;
+            break;
+          }
+        }
+        ++delivered;
+        if (!check_payload(s, max, p)) ++torn;
+        break;
+      }
+      case shmbus::ReadStatus::lost:
+        // Exact counts: the next message must be exactly r.lost further on.
+        reported_lost += r.lost;
+        expected += r.lost;
+        break;
+      case shmbus::ReadStatus::corrupt: ++corrupt; break;
+      case shmbus::ReadStatus::end_of_stream:
+        ++eos;  // the producer died (or closed): wait for the one taking over
+        break;
+      case shmbus::ReadStatus::timeout: break;
+    }
+    if (Clock::now() - idle_since > kHangBound) {
+      std::fprintf(stderr, "chaos consumer: nothing for %lld s at seq %" PRIu64 "\n",
+                   static_cast<long long>(kHangBound.count()), expected);
+      return 3;
+    }
+  }
+  // A `block` consumer must never be told it lost anything.
+  if (block && reported_lost != 0) missed += reported_lost;
+  std::printf("done delivered=%" PRIu64 " reported_lost=%" PRIu64 " missed=%" PRIu64 " duplicated=%" PRIu64
+              " torn=%" PRIu64 " corrupt=%" PRIu64 " end=%" PRIu64 " eos=%" PRIu64 " library_lost=%" PRIu64 "\n",
+              delivered, reported_lost, missed, duplicated, torn, corrupt, end, eos, c.lost());
+  std::fflush(stdout);
+  return 0;
+}
+
+std::atomic<bool> g_finish{false};
+extern "C" void on_finish(int) { g_finish.store(true, std::memory_order_relaxed); }
+
+// Publishes until SIGUSR1, then the end marker, then closes. Prints
+//   ready first=SEQ pid=P
+//   done first=.. end=.. max_wait_ns=..
+int run_producer(const std::string& name, std::uint32_t wait_readers) {
+  struct sigaction sa{};
+  sa.sa_handler = on_finish;
+  ::sigaction(SIGUSR1, &sa, nullptr);
+  shmbus::Bus bus = shmbus::Bus::open(name);
+  shmbus::ProducerOptions po;
+  po.wait_for_readers = wait_readers;
+  po.wait_for_readers_timeout = 30s;
+  shmbus::Producer p(bus, po);
+  const std::size_t max = bus.info().max_payload;
+  const std::uint64_t first = p.next_seq();
+  std::printf("ready first=%" PRIu64 " pid=%d\n", first, static_cast<int>(::getpid()));
+  std::fflush(stdout);
+  std::vector<std::byte> buf(max);
+  std::uint64_t max_wait = 0;
+  while (!g_finish.load(std::memory_order_relaxed)) {
+    const std::uint64_t s = p.next_seq();
+    const std::size_t n = make_payload(s, max, buf.data());
+    const std::uint64_t t0 = now_ns();
+    const shmbus::PublishResult r = p.publish(std::span<const std::byte>(buf.data(), n), kHangBound);
+    max_wait = std::max(max_wait, now_ns() - t0);
+    if (r.status != shmbus::PublishStatus::ok || r.seq != s) {
+      std::fprintf(stderr, "chaos producer: publish of %" PRIu64 ": %s\n", s, shmbus::to_string(r.status));
+      return 3;
+    }
+  }
+  const std::uint64_t end = p.next_seq();
+  const std::uint64_t word = end ^ kEndMagic;
+  if (!p.publish(std::as_bytes(std::span(&word, 1)), kHangBound)) return 3;
+  p.close();
+  std::printf("done first=%" PRIu64 " end=%" PRIu64 " max_wait_ns=%" PRIu64 "\n", first, end, max_wait);
+  std::fflush(stdout);
+  return 0;
+}
+
+// --------------------------------------------------------------- driver ----
+
+// A child process running one role, its stdout on a pipe.
+class Child {
+ public:
+  Child(const std::vector<std::string>& args) {
+    std::vector<std::string> a = args;
+    std::vector<char*> argv;
+    static std::string self = "/proc/self/exe";
+    argv.push_back(self.data());
+    for (auto& s : a) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error("fork");
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the driver
+      if (::getppid() != parent) ::_exit(126);
+      ::dup2(fds[1], STDOUT_FILENO);
+      ::execv("/proc/self/exe", argv.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~Child() {
+    if (running()) {
+      ::kill(pid_, SIGKILL);
+      ::kill(pid_, SIGCONT);
+      wait_exit(Clock::now() + 10s);
+    }
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool running() {
+    if (exited_) return false;
+    int st = 0;
+    const pid_t r = ::waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) {
+      exited_ = true;
+      status_ = st;
+    }
+    return !exited_;
+  }
+  // The next line of output, or nullopt at EOF or the deadline.
+  std::optional<std::string> line(Clock::time_point deadline) {
+    for (;;) {
+      const auto nl = buf_.find('\n');
+      if (nl != std::string::npos) {
+        std::string l = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return l;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd p{fd_, POLLIN, 0};
+      const int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+      if (n < 0 && errno != EINTR) return std::nullopt;
+      if (n <= 0) continue;
+      char tmp[1024];
+      const ssize_t got = ::read(fd_, tmp, sizeof tmp);
+      if (got <= 0) return std::nullopt;
+      buf_.append(tmp, static_cast<std::size_t>(got));
+    }
+  }
+  // Waits for the exit; true if it exited (status in status()).
+  bool wait_exit(Clock::time_point deadline) {
+    while (running()) {
+      if (Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(1ms);
+    }
+    return true;
+  }
+  int status() const { return status_; }
+  bool exited_ok() const { return exited_ && WIFEXITED(status_) && WEXITSTATUS(status_) == 0; }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string buf_;
+  bool exited_ = false;
+  int status_ = 0;
+};
+
+// Runs PROGRAM ARGS..., returns its exit status and everything it printed.
+std::pair<int, std::string> run_capture(const std::vector<std::string>& args) {
+  std::vector<std::string> a = args;
+  std::vector<char*> argv;
+  for (auto& s : a) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return {-1, "pipe2 failed"};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char tmp[4096];
+  for (ssize_t n; (n = ::read(fds[0], tmp, sizeof tmp)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    out.append(tmp, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+}
+
+enum class Fault { kill_consumer, kill_producer, stop_consumer };
+const char* to_string(Fault f) {
+  switch (f) {
+    case Fault::kill_consumer: return "kill-consumer";
+    case Fault::kill_producer: return "kill-producer";
+    case Fault::stop_consumer: return "stop-consumer";
+  }
+  return "?";
+}
+
+struct Options {
+  std::string inspect;
+  int rounds = 200;
+  int max_seconds = 240;
+  std::uint64_t seed = 0;
+  int run_ms = 150;
+  std::uint64_t capacity = 1024;
+  std::uint32_t record_size = 128;
+  bool verbose = false;
+};
+
+struct Totals {
+  int rounds = 0, failed = 0;
+  int by_fault[3] = {0, 0, 0};
+  int block_rounds = 0, overwrite_rounds = 0;
+  int victim_not_running = 0;
+  int held_block = 0, lapped_overwrite = 0;  // stop rounds that behaved as the policy says
+  int takeovers = 0;
+  int reclaimed_by_producer = 0, reclaimed_by_gc = 0, slots_leaked = 0;
+  int checks_clean = 0;
+  std::uint64_t delivered = 0, reported_lost = 0, missed = 0, duplicated = 0, torn = 0, corrupt = 0;
+  std::uint64_t max_dead_reader_block_ns = 0;  // block, kill-consumer rounds
+  std::uint64_t max_publish_wait_ns = 0;       // every round but stop-consumer in block
+};
+
+class Round {
+ public:
+  Round(const Options& o, Totals& t, int index, std::mt19937_64& rng) : o_(o), t_(t), index_(index), rng_(rng) {}
+
+  // Runs the round; false if it failed (reasons printed).
+  bool run() {
+    policy_ = index_ % 2 ? shmbus::Policy::overwrite : shmbus::Policy::block;
+    const int pick = static_cast<int>(rng_() % 100);
+    fault_ = pick < 44 ? Fault::kill_consumer : pick < 84 ? Fault::kill_producer : Fault::stop_consumer;
+    ++t_.by_fault[static_cast<int>(fault_)];
+    name_ = "chaos-" + std::to_string(::getpid()) + "-" + std::to_string(index_);
+    shmbus::Bus::remove(name_);
+    shmbus::BusOptions bo;
+    bo.capacity = o_.capacity;
+    bo.record_size = o_.record_size;
+    bo.policy = policy_;
+    bo.max_readers = 8;
+    std::optional<shmbus::Bus> bus;
+    bus.emplace(shmbus::Bus::create(name_, bo));
+    inspector_.emplace(shmbus::Inspector::open(name_));
+
+    for (int k = 0; k < 3; ++k) {
+      consumers_.push_back(std::make_unique<Child>(std::vector<std::string>{"--role", "consumer", name_}));
+      const auto l = consumers_.back()->line(Clock::now() + 30s);
+      if (!l || fields(*l)["kind"] != "ready") return fail("consumer " + std::to_string(k) + " did not start");
+      slots_.push_back(static_cast<std::uint32_t>(u64(fields(*l), "slot")));
+    }
+    producers_.push_back(std::make_unique<Child>(std::vector<std::string>{"--role", "producer", name_, "3"}));
+    if (!producer_ready()) return fail("producer did not start");
+    const auto started = Clock::now();
+    const auto delay = std::chrono::microseconds(500 + rng_() % static_cast<std::uint64_t>(o_.run_ms * 700));
+    std::this_thread::sleep_for(delay);
+
+    bool ok = true;
+    switch (fault_) {
+      case Fault::kill_consumer: ok = kill_consumer(); break;
+      case Fault::kill_producer: ok = kill_producer(); break;
+      case Fault::stop_consumer: ok = stop_consumer(); break;
+    }
+    std::this_thread::sleep_until(started + std::chrono::milliseconds(o_.run_ms));
+    // End the stream: the current producer publishes the end marker.
+    Child& prod = *producers_.back();
+    ::kill(prod.pid(), SIGUSR1);
+    ok = settle() && ok;
+    ok = after_round() && ok;
+    inspector_.reset();
+    bus.reset();
+    shmbus::Bus::remove(name_);
+    return ok;
+  }
+
+ private:
+  bool fail(const std::string& why) {
+    std::fprintf(stderr, "chaos: round %d (%s, %s, bus %s): FAIL: %s\n", index_, shmbus::to_string(policy_),
+                 to_string(fault_), name_.c_str(), why.c_str());
+    failed_ = true;
+    return false;
+  }
+
+  bool producer_ready() {
+    const auto l = producers_.back()->line(Clock::now() + 30s);
+    if (!l || fields(*l)["kind"] != "ready") return false;
+    producer_first_.push_back(u64(fields(*l), "first"));
+    return true;
+  }
+
+  // The victim counts as running if its process has not exited and the
+  // stream has not ended (a consumer exits only after the end marker).
+  bool victim_running(Child& c) {
+    const bool r = c.running() && !inspector_->snapshot().producer.closed;
+    if (!r) ++t_.victim_not_running;
+    return r;
+  }
+
+  bool kill_consumer() {
+    victim_ = static_cast<int>(rng_() % consumers_.size());
+    Child& c = *consumers_[static_cast<std::size_t>(victim_)];
+    victim_running(c);
+    ::kill(c.pid(), SIGKILL);
+    if (!c.wait_exit(Clock::now() + 10s)) return fail("killed consumer did not exit");
+    return true;
+  }
+
+  bool kill_producer() {
+    Child& p = *producers_.back();
+    victim_running(p);
+    ::kill(p.pid(), SIGKILL);
+    if (!p.wait_exit(Clock::now() + 10s)) return fail("killed producer did not exit");
+    // A new producer takes the bus over and continues the sequence.
+    producers_.push_back(std::make_unique<Child>(std::vector<std::string>{"--role", "producer", name_, "0"}));
+    if (!producer_ready()) return fail("the new producer did not start (takeover failed?)");
+    const auto s = inspector_->snapshot();
+    if (s.producer.takeovers != 1) return fail("takeovers counter is " + std::to_string(s.producer.takeovers));
+    return true;
+  }
+
+  std::optional<shmbus::ReaderView> reader(std::uint32_t slot) {
+    for (const auto& r : inspector_->snapshot().readers)
+      if (r.slot == slot) return r;
+    return std::nullopt;
+  }
+
+  bool stop_consumer() {
+    victim_ = static_cast<int>(rng_() % consumers_.size());
+    Child& c = *consumers_[static_cast<std::size_t>(victim_)];
+    const std::uint32_t slot = slots_[static_cast<std::size_t>(victim_)];
+    victim_running(c);
+    ::kill(c.pid(), SIGSTOP);
+    stopped_ = true;
+    bool ok = true;
+    const auto deadline = Clock::now() + 10s;
+    if (policy_ == shmbus::Policy::block) {
+      // The producer fills the ring and waits, naming the stopped reader.
+      shmbus::Snapshot s;
+      for (;;) {
+        s = inspector_->snapshot();
+        if (s.producer.waiting_for_space && s.producer.blocked_on_slot == slot) break;
+        if (Clock::now() >= deadline) {
+          ok = fail("the producer is not held back by the stopped reader in slot " + std::to_string(slot));
+          break;
+        }
+        std::this_thread::sleep_for(1ms);
+      }
+      if (ok) {
+        const auto [rc, out] = run_capture({o_.inspect, "show", name_, "--interval", "0"});
+        const std::string want = "held back by reader " + std::to_string(slot);
+        const std::string pid = "pid " + std::to_string(c.pid());
+        bool named = false;
+        std::istringstream lines(out);
+        for (std::string l; std::getline(lines, l);)
+          if (l.find(want) != std::string::npos && l.find(pid) != std::string::npos) named = true;
+        if (rc != 0 || !named) ok = fail("shmbus-inspect show does not name the stopped reader:\n" + out);
+        // While it is stopped, nothing it has not read is overwritten.
+        const auto r = reader(slot);
+        const std::uint64_t h0 = inspector_->snapshot().head;
+        std::this_thread::sleep_for(20ms);
+        const std::uint64_t h1 = inspector_->snapshot().head;
+        if (!r || h1 != h0 || h1 > r->cursor + o_.capacity)
+          ok = fail("head moved past the stopped reader: " + std::to_string(h0) + " -> " + std::to_string(h1));
+        if (ok) ++t_.held_block;
+      }
+    } else {
+      // The producer does not wait: it laps the stopped reader twice.
+      const auto r = reader(slot);
+      for (;;) {
+        const auto s = inspector_->snapshot();
+        if (r && s.head >= r->cursor + 2 * o_.capacity) break;
+        if (Clock::now() >= deadline) {
+          ok = fail("the producer did not lap the stopped reader (head " + std::to_string(s.head) + ")");
+          break;
+        }
+        std::this_thread::sleep_for(1ms);
+      }
+      if (ok) ++t_.lapped_overwrite;
+    }
+    ::kill(c.pid(), SIGCONT);
+    return ok;
+  }
+
+  // Waits for every process to finish and checks what each consumer saw.
+  bool settle() {
+    bool ok = true;
+    const auto deadline = Clock::now() + kHangBound;
+    Child& prod = *producers_.back();
+    std::optional<std::string> done;
+    for (auto l = prod.line(deadline); l; l = prod.line(deadline))
+      if (fields(*l)["kind"] == "done") done = *l;
+    if (!prod.wait_exit(deadline) || !prod.exited_ok() || !done) return fail("producer did not finish cleanly");
+    const auto pf = fields(*done);
+    const std::uint64_t end = u64(pf, "end");
+    const std::uint64_t wait_ns = u64(pf, "max_wait_ns");
+    if (!(policy_ == shmbus::Policy::block && fault_ == Fault::stop_consumer)) {
+      t_.max_publish_wait_ns = std::max(t_.max_publish_wait_ns, wait_ns);
+      if (std::chrono::nanoseconds(wait_ns) > kDeadReaderBound)
+        ok = fail("a publish waited " + std::to_string(wait_ns / 1000000) + " ms (bound " +
+                  std::to_string(kDeadReaderBound.count()) + " ms)");
+      if (policy_ == shmbus::Policy::block && fault_ == Fault::kill_consumer)
+        t_.max_dead_reader_block_ns = std::max(t_.max_dead_reader_block_ns, wait_ns);
+    }
+    if (fault_ == Fault::kill_producer) {
+      // Continuous across the takeover: the new producer starts where the
+      // committed sequence ends, never below what the old one published first.
+      if (producer_first_.back() < producer_first_.front())
+        ok = fail("the new producer started at " + std::to_string(producer_first_.back()));
+      ++t_.takeovers;
+    }
+    for (std::size_t k = 0; k < consumers_.size(); ++k) {
+      if (fault_ == Fault::kill_consumer && static_cast<int>(k) == victim_) continue;
+      Child& c = *consumers_[k];
+      std::optional<std::string> cd;
+      for (auto l = c.line(deadline); l; l = c.line(deadline))
+        if (fields(*l)["kind"] == "done") cd = *l;
+      if (!c.wait_exit(deadline) || !c.exited_ok() || !cd) {
+        ok = fail("consumer " + std::to_string(k) + " did not finish cleanly");
+        continue;
+      }
+      const auto f = fields(*cd);
+      const std::uint64_t delivered = u64(f, "delivered"), lost = u64(f, "reported_lost");
+      t_.delivered += delivered;
+      t_.reported_lost += lost;
+      t_.missed += u64(f, "missed");
+      t_.duplicated += u64(f, "duplicated");
+      t_.torn += u64(f, "torn");
+      t_.corrupt += u64(f, "corrupt");
+      std::string problem;
+      if (u64(f, "missed") || u64(f, "duplicated") || u64(f, "torn") || u64(f, "corrupt"))
+        problem = "missed, duplicated, torn or corrupt messages";
+      else if (u64(f, "end") != end)
+        problem = "ended at " + std::to_string(u64(f, "end")) + ", the producer at " + std::to_string(end);
+      else if (delivered + lost != end)
+        problem = "delivered " + std::to_string(delivered) + " + lost " + std::to_string(lost) + " != " +
+                  std::to_string(end);
+      else if (u64(f, "library_lost") != lost)
+        problem = "the consumer's lost() says " + f.at("library_lost");
+      else if (policy_ == shmbus::Policy::overwrite && fault_ == Fault::stop_consumer &&
+               static_cast<int>(k) == victim_ && lost < o_.capacity / 2)
+        problem = "lapped while stopped, but told of only " + std::to_string(lost) + " lost";
+      if (!problem.empty()) ok = fail("consumer " + std::to_string(k) + ": " + problem + ": " + *cd);
+      if (o_.verbose) std::fprintf(stderr, "chaos: round %d consumer %zu: %s\n", index_, k, cd->c_str());
+    }
+    return ok;
+  }
+
+  // The reader table and the segment after everyone is gone.
+  bool after_round() {
+    bool ok = true;
+    const auto before = inspector_->snapshot();
+    const std::uint64_t by_producer = before.counters.readers_reclaimed;
+    const auto reclaimed = shmbus::reclaim_dead_readers(name_);
+    t_.reclaimed_by_producer += static_cast<int>(by_producer);
+    t_.reclaimed_by_gc += static_cast<int>(reclaimed.size());
+    const int dead = fault_ == Fault::kill_consumer ? 1 : 0;
+    if (static_cast<int>(by_producer + reclaimed.size()) != dead)
+      ok = fail(std::to_string(by_producer) + " slots reclaimed by the producer and " +
+                std::to_string(reclaimed.size()) + " by gc, expected " + std::to_string(dead));
+    const auto after = inspector_->snapshot();
+    if (!after.readers.empty()) {
+      t_.slots_leaked += static_cast<int>(after.readers.size());
+      ok = fail(std::to_string(after.readers.size()) + " reader slots still in use after every reader left");
+    }
+    const auto [rc, out] = run_capture({o_.inspect, "check", name_});
+    if (rc == 0)
+      ++t_.checks_clean;
+    else
+      ok = fail("shmbus-inspect check exited " + std::to_string(rc) + ":\n" + out);
+    return ok;
+  }
+
+  const Options& o_;
+  Totals& t_;
+  int index_;
+  std::mt19937_64& rng_;
+  shmbus::Policy policy_ = shmbus::Policy::block;
+  Fault fault_ = Fault::kill_consumer;
+  std::string name_;
+  std::optional<shmbus::Inspector> inspector_;
+  std::vector<std::unique_ptr<Child>> consumers_;
+  std::vector<std::uint32_t> slots_;
+  std::vector<std::unique_ptr<Child>> producers_;
+  std::vector<std::uint64_t> producer_first_;
+  int victim_ = -1;
+  bool stopped_ = false;
+  bool failed_ = false;
+};
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: shmbus-chaos --inspect PATH [--rounds N] [--max-seconds S] [--seed N] [--run-ms MS] "
+               "[--verbose]\n");
+  return 2;
+}
+
+int run_driver(const Options& o) {
+  std::mt19937_64 rng(o.seed);
+  Totals t;
+  const auto start = Clock::now();
+  const auto budget = start + std::chrono::seconds(o.max_seconds);
+  for (int i = 0; i < o.rounds && Clock::now() < budget; ++i) {
+    Round r(o, t, i, rng);
+    bool ok = false;
+    try {
+      ok = r.run();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "chaos: round %d: FAIL: %s\n", i, e.what());
+    }
+    ++t.rounds;
+    if (!ok) ++t.failed;
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  std::fprintf(stderr,
+               "shmbus-chaos: %d rounds in %.1f s (seed %" PRIu64 ", %d block, %d overwrite), %d failed; "
+               "kills: %d consumer, %d producer (%d takeovers); held: %d stopped consumers (%d held a block "
+               "producer, %d lapped in overwrite); victim not running: %d; messages: %" PRIu64
+               " delivered, %" PRIu64 " lost (reported exactly, overwrite), %" PRIu64 " missed, %" PRIu64
+               " duplicated, %" PRIu64 " torn, %" PRIu64 " corrupt; max block by a dead reader %.1f ms "
+               "(bound %lld ms), max publish wait %.1f ms; slots: %d reclaimed by the producer, %d by gc, "
+               "%d leaked; inspect check clean %d/%d\n",
+               t.rounds, secs, o.seed, (t.rounds + 1) / 2, t.rounds / 2, t.failed, t.by_fault[0], t.by_fault[1],
+               t.takeovers, t.by_fault[2], t.held_block, t.lapped_overwrite, t.victim_not_running, t.delivered,
+               t.reported_lost, t.missed, t.duplicated, t.torn, t.corrupt, t.max_dead_reader_block_ns / 1e6,
+               static_cast<long long>(kDeadReaderBound.count()), t.max_publish_wait_ns / 1e6,
+               t.reclaimed_by_producer, t.reclaimed_by_gc, t.slots_leaked, t.checks_clean, t.rounds);
+  if (t.rounds < o.rounds) {
+    std::fprintf(stderr, "shmbus-chaos: only %d of %d rounds within the %d s budget\n", t.rounds, o.rounds,
+                 o.max_seconds);
+    return 1;
+  }
+  return t.failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    if (args.size() >= 3 && args[0] == "--role") {
+      if (args[1] == "consumer") return run_consumer(args[2]);
+      if (args[1] == "producer")
+        return run_producer(args[2], args.size() > 3 ? static_cast<std::uint32_t>(std::stoul(args[3])) : 0);
+      return usage();
+    }
+    Options o;
+    o.seed = static_cast<std::uint64_t>(std::random_device{}());
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      const std::string& a = args[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
+        return args[++i];
+      };
+      if (a == "--inspect") o.inspect = value();
+      else if (a == "--rounds") o.rounds = std::stoi(value());
+      else if (a == "--max-seconds") o.max_seconds = std::stoi(value());
+      else if (a == "--seed") o.seed = std::stoull(value());
+      else if (a == "--run-ms") o.run_ms = std::stoi(value());
+      else if (a == "--verbose") o.verbose = true;
+      else if (a == "--help" || a == "-h") {
+        usage();
+        return 0;
+      } else return usage();
+    }
+    if (o.inspect.empty() || o.rounds <= 0 || o.run_ms <= 0) return usage();
+    return run_driver(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shmbus-chaos: %s\n", e.what());
+    return 1;
+  }
+}

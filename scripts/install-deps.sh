@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev                 # --json output
   libzmq3-dev cppzmq-dev             # ZeroMQ, the benchmark's comparison transport
   procps                             # ps/pgrep used by tests
+  clang-14 libclang-rt-14-dev        # libFuzzer for the fuzz stage of .ci/run (tests/fuzz)
 )
 # Optional, not installed here: python3-matplotlib (or gnuplot-nox) for the
 # benchmark charts of bench/plot.py; scripts/bench.sh installs it when missing.

@@ -1,0 +1,114 @@
+// Fuzz target: arbitrary bytes as the records of a valid bus. The header is
+// sound (the library created it); the input supplies the policy, head and
+// oldest, and every byte of the ring: commit tags (committed, BUSY, stale,
+// in the wrong slot), lengths, timestamps and payloads. A consumer reading
+// from the oldest record must return only messages it can vouch for, in
+// order, never longer than a record's payload; lost counts must move it
+// forward; the inspector's record() and check() must cope.
+//
+//   input: policy (1 byte) | head (u64) | oldest (u64) | ring bytes ...
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "fuzz_common.hpp"
+#include "layout.hpp"
+#include "shmbus/shmbus.hpp"
+
+namespace {
+
+constexpr std::uint64_t kCapacity = 8;
+constexpr std::uint32_t kRecordSize = 64;
+
+// One bus per policy, created once, and our own writable view of its file.
+struct Fixture {
+  std::string name;
+  std::optional<shmbus::Bus> bus;
+  std::optional<shmbus::Inspector> insp;
+  std::byte* base = nullptr;
+  std::size_t size = 0;
+
+  explicit Fixture(shmbus::Policy policy) {
+    name = shmbus::fuzz::own_name(policy == shmbus::Policy::block ? "record-block" : "record-overwrite");
+    shmbus::Bus::remove(name);
+    shmbus::BusOptions o;
+    o.capacity = kCapacity;
+    o.record_size = kRecordSize;
+    o.max_readers = 2;
+    o.policy = policy;
+    bus.emplace(shmbus::Bus::create(name, o));
+    insp.emplace(shmbus::Inspector::open(name));
+    const int fd = ::open(shmbus::fuzz::segment_path(name).c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) std::abort();
+    size = static_cast<std::size_t>(::lseek(fd, 0, SEEK_END));
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) std::abort();
+    base = static_cast<std::byte*>(p);
+    // Remove the name now: the mappings keep the segment alive.
+    shmbus::Bus::remove(name);
+  }
+  shmbus::layout::SegmentHeader* header() const { return reinterpret_cast<shmbus::layout::SegmentHeader*>(base); }
+  std::byte* log() const { return base + shmbus::layout::log_offset_for(2); }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace std::chrono_literals;
+  static Fixture block(shmbus::Policy::block), overwrite(shmbus::Policy::overwrite);
+  if (size < 17) return 0;
+  Fixture& f = (data[0] & 1) ? overwrite : block;
+  std::uint64_t head = 0, oldest = 0;
+  std::memcpy(&head, data + 1, 8);
+  std::memcpy(&oldest, data + 9, 8);
+  data += 17;
+  size -= 17;
+  // The ring: the input's bytes, zeros after them.
+  const std::size_t ring = kCapacity * kRecordSize;
+  std::memset(f.log(), 0, ring);
+  std::memcpy(f.log(), data, std::min(size, ring));
+  auto* h = f.header();
+  h->head.store(head, std::memory_order_release);
+  h->oldest.store(oldest, std::memory_order_release);
+  h->closed.store(1, std::memory_order_release);  // no producer: nothing to wait for
+  h->producer_owner.store(0, std::memory_order_release);
+
+  const std::size_t max = f.bus->info().max_payload;
+  {
+    shmbus::ConsumerOptions co;
+    co.start = shmbus::Start::earliest;
+    shmbus::Consumer c(*f.bus, co);
+    std::uint64_t cursor = c.cursor();
+    for (std::uint64_t i = 0; i < 2 * kCapacity; ++i) {
+      const shmbus::ReadResult r = c.next(0ns);
+      if (r.status == shmbus::ReadStatus::message) {
+        if (r.message.payload.size() > max) shmbus::fuzz::violated("a message longer than a record's payload");
+        if (r.message.seq != cursor) shmbus::fuzz::violated("a message out of order");
+        // Only a record whose commit tag names exactly this sequence counts.
+        const auto* rec = reinterpret_cast<const shmbus::layout::RecordHeader*>(
+            f.log() + (r.message.seq % kCapacity) * kRecordSize);
+        if (rec->tag.load(std::memory_order_relaxed) != r.message.seq + 1)
+          shmbus::fuzz::violated("a message whose commit tag does not match");
+      } else if (r.status == shmbus::ReadStatus::lost) {
+        if (r.lost == 0 || c.cursor() != cursor + r.lost) shmbus::fuzz::violated("a loss that does not move the cursor");
+      } else if (r.status != shmbus::ReadStatus::corrupt) {
+        break;
+      }
+      if (c.cursor() < cursor) shmbus::fuzz::violated("the cursor moved back");
+      cursor = c.cursor();
+    }
+  }
+  for (std::uint64_t k = 0; k < kCapacity; ++k) {
+    if (const auto r = f.insp->record(head - k); r && r->payload.size() > max)
+      shmbus::fuzz::violated("Inspector::record longer than a record's payload");
+  }
+  (void)f.insp->check();
+  return 0;
+}

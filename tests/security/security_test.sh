@@ -178,6 +178,76 @@ dash_name)
   expect_failure inspect "invalid name: starts with '-'" "$inspect" show -- -bus
   ;;
 
+foreign_0600)
+  # Another user's private (0600) bus cannot be opened by us at all: not to
+  # read, not to publish, not to inspect.
+  need_other_user
+  new_bus bus
+  printf 'private\n' | "$producer" "$bus" --create --keep-open 2>/dev/null || fail "create"
+  [[ $(stat -c %a "/dev/shm/shmbus.$bus") == 600 ]] || fail "bus is not 0600"
+  expect_failure consume 'permission denied' as_other "$consumer" "$bus" --count 1
+  expect_failure produce 'permission denied' as_other "$producer" "$bus" --count 1 --size 64
+  expect_failure inspect 'permission denied' as_other "$inspect" show "$bus"
+  expect_failure dump 'permission denied' as_other "$inspect" dump "$bus"
+  "$consumer" "$bus" --count 1 >"$work/own.out" 2>/dev/null || fail "the owner cannot read its bus"
+  grep -qx private "$work/own.out" || fail "owner read $(cat "$work/own.out")"
+  ;;
+
+symlink)
+  # A symlink planted at the segment's path (/dev/shm is world-writable) is
+  # never followed: creating does not write through it, opening refuses it.
+  new_bus bus
+  seg=/dev/shm/shmbus.$bus
+  printf 'precious\n' >"$work/target"
+  ln -s "$work/target" "$seg"
+  expect_failure create "$bus" "$producer" "$bus" --create --count 1 --size 64
+  expect_failure open "$bus" "$consumer" "$bus" --count 1
+  expect_failure inspect "$bus" "$inspect" check "$bus"
+  [[ $(cat "$work/target") == precious ]] || fail "the symlink's target was changed"
+  [[ -L $seg ]] || fail "the symlink was replaced"
+  # A symlink to a real bus is refused too, not used as that bus.
+  new_bus real
+  "$producer" "$real" --create --count 1 --size 64 --keep-open 2>/dev/null || fail "create the real bus"
+  rm -f "$seg"
+  ln -s "/dev/shm/shmbus.$real" "$seg"
+  expect_failure alias "$bus" "$consumer" "$bus" --count 1
+  ;;
+
+table_full)
+  # A full reader table is a clear one-line error naming the bus, and a slot
+  # comes free again when its reader leaves.
+  new_bus bus
+  "$producer" "$bus" --create --max-readers 1 --count 0 --keep-open 2>/dev/null || fail "create"
+  "$consumer" "$bus" --format none --count 1 >/dev/null 2>"$work/first.err" &
+  pids+=($!)
+  attached() { [[ $("$inspect" show "$bus" --interval 0 2>/dev/null) == *'(1 in use)'* ]]; }
+  for _ in $(seq 200); do
+    attached && break
+    sleep 0.05
+  done
+  attached || fail "the first consumer did not attach"
+  expect_failure second "bus '$bus'.*all 1 reader slots hold live readers" "$consumer" "$bus" --count 1
+  printf 'x\n' | "$producer" "$bus" --keep-open 2>/dev/null || fail "publish"
+  wait "${pids[-1]}" || fail "the first consumer failed: $(cat "$work/first.err")"
+  "$consumer" "$bus" --count 1 >"$work/again.out" 2>/dev/null || fail "the freed slot is not reusable"
+  grep -qx x "$work/again.out" || fail "the second consumer read $(cat "$work/again.out")"
+  ;;
+
+bad_names)
+  # Every program refuses a name with '/', '..', a leading '.' or '-',
+  # non-ASCII or control characters, or over 200 characters, naming why.
+  # (A NUL cannot reach a program through argv; the library's BusNames.*
+  # unit tests cover it.)
+  long=$(printf 'n%.0s' $(seq 201))
+  i=0
+  for name in 'a/b' '../etc' 'a..b' '.hidden' $'tab\tname' 'été' "$long"; do
+    i=$((i + 1))
+    expect_failure "producer$i" 'invalid name' "$producer" --create --count 0 -- "$name"
+    expect_failure "consumer$i" 'invalid name' "$consumer" -- "$name"
+    expect_failure "inspect$i" 'invalid name' "$inspect" show -- "$name"
+  done
+  ;;
+
 *)
   echo "unknown case $case_name" >&2
   exit 2

@@ -305,12 +305,18 @@ TEST_P(KilledReader, BlockedProducerResumesWhenTheReaderIsKilled) {
   const auto killed = Clock::now();
   stuck.kill(SIGKILL);
   if (reap_at_once) stuck.reap();
-  const bool resumed = finished_at.wait_for(10s) == std::future_status::ready;
+  // The bound is on the producer moving again (head past where it stopped),
+  // not on it finishing: publishing the rest takes as long as the machine
+  // (or a sanitizer) makes it.
+  const bool moved = eventually([&] { return ins.snapshot().head > before.head; }, 10s);
+  const auto moved_at = Clock::now();
+  const bool resumed = finished_at.wait_for(30s) == std::future_status::ready;
   give_up = true;
   publisher.join();
-  ASSERT_TRUE(resumed) << "the producer is still blocked 10 s after its reader was killed";
-  const double took = std::chrono::duration<double>(finished_at.get() - killed).count();
-  std::printf("[ info     ] producer finished %.3f s after the blocking reader was killed (%s)\n", took,
+  ASSERT_TRUE(moved) << "the producer is still blocked 10 s after its reader was killed";
+  ASSERT_TRUE(resumed) << "the producer resumed but did not finish within 30 s";
+  const double took = std::chrono::duration<double>(moved_at - killed).count();
+  std::printf("[ info     ] producer resumed %.3f s after the blocking reader was killed (%s)\n", took,
               reap_at_once ? "reaped" : "zombie");
   EXPECT_LT(took, 1.0) << "README bound: a dead reader is reclaimed in under a second (checked every 50 ms)";
   EXPECT_EQ(producer.next_seq(), kTotal);

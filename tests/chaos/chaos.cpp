@@ -93,7 +93,8 @@ std::uint64_t u64(const std::map<std::string, std::string>& f, const char* key) 
 
 // Reads until the end marker, checking every message. Prints
 //   ready slot=S pid=P
-//   done delivered=.. reported_lost=.. missed=.. duplicated=.. torn=.. corrupt=.. end=.. eos=..
+//   done delivered=.. reported_lost=.. missed=.. duplicated=.. torn=.. corrupt=.. end=..
+//        eos_died=.. eos_other=.. library_lost=..
 int run_consumer(const std::string& name) {
   shmbus::Bus bus = shmbus::Bus::open(name);
   shmbus::ConsumerOptions co;
@@ -106,7 +107,7 @@ int run_consumer(const std::string& name) {
   std::fflush(stdout);
 
   std::uint64_t expected = 0, delivered = 0, reported_lost = 0, missed = 0, duplicated = 0, torn = 0,
-                corrupt = 0, eos = 0, end = UINT64_MAX;
+                corrupt = 0, eos_died = 0, eos_other = 0, end = UINT64_MAX;
   auto idle_since = Clock::now();
   while (end == UINT64_MAX) {
     const shmbus::ReadResult r = c.next(200ms);
@@ -140,7 +141,12 @@ int run_consumer(const std::string& name) {
         break;
       case shmbus::ReadStatus::corrupt: ++corrupt; break;
       case shmbus::ReadStatus::end_of_stream:
-        ++eos;  // the producer died (or closed): wait for the one taking over
+        // Before the end marker the only honest reason is a dead producer:
+        // wait for the one taking over. (A close is not a crash.)
+        if (r.end_reason == shmbus::EndReason::producer_died)
+          ++eos_died;
+        else
+          ++eos_other;
         break;
       case shmbus::ReadStatus::timeout: break;
     }
@@ -153,8 +159,9 @@ int run_consumer(const std::string& name) {
   // A `block` consumer must never be told it lost anything.
   if (block && reported_lost != 0) missed += reported_lost;
   std::printf("done delivered=%" PRIu64 " reported_lost=%" PRIu64 " missed=%" PRIu64 " duplicated=%" PRIu64
-              " torn=%" PRIu64 " corrupt=%" PRIu64 " end=%" PRIu64 " eos=%" PRIu64 " library_lost=%" PRIu64 "\n",
-              delivered, reported_lost, missed, duplicated, torn, corrupt, end, eos, c.lost());
+               " torn=%" PRIu64 " corrupt=%" PRIu64 " end=%" PRIu64 " eos_died=%" PRIu64 " eos_other=%" PRIu64
+              " library_lost=%" PRIu64 "\n",
+              delivered, reported_lost, missed, duplicated, torn, corrupt, end, eos_died, eos_other, c.lost());
   std::fflush(stdout);
   return 0;
 }
@@ -351,6 +358,7 @@ struct Totals {
   int reclaimed_by_producer = 0, reclaimed_by_gc = 0, slots_leaked = 0;
   int checks_clean = 0;
   std::uint64_t delivered = 0, reported_lost = 0, missed = 0, duplicated = 0, torn = 0, corrupt = 0;
+  std::uint64_t eos_died = 0;  // consumers told the producer died, that then read on after the takeover
   std::uint64_t max_dead_reader_block_ns = 0;  // block, kill-consumer rounds
   std::uint64_t max_publish_wait_ns = 0;       // every round but stop-consumer in block
 };
@@ -559,6 +567,7 @@ class Round {
       t_.duplicated += u64(f, "duplicated");
       t_.torn += u64(f, "torn");
       t_.corrupt += u64(f, "corrupt");
+      t_.eos_died += u64(f, "eos_died");
       std::string problem;
       if (u64(f, "missed") || u64(f, "duplicated") || u64(f, "torn") || u64(f, "corrupt"))
         problem = "missed, duplicated, torn or corrupt messages";
@@ -569,6 +578,10 @@ class Round {
                   std::to_string(end);
       else if (u64(f, "library_lost") != lost)
         problem = "the consumer's lost() says " + f.at("library_lost");
+      else if (u64(f, "eos_other") != 0)
+        problem = "end-of-stream for another reason than a dead producer, before the end marker";
+      else if (fault_ != Fault::kill_producer && u64(f, "eos_died") != 0)
+        problem = "told the producer died, but it was not killed";
       else if (policy_ == shmbus::Policy::overwrite && fault_ == Fault::stop_consumer &&
                static_cast<int>(k) == victim_ && lost < o_.capacity / 2)
         problem = "lapped while stopped, but told of only " + std::to_string(lost) + " lost";
@@ -646,14 +659,15 @@ int run_driver(const Options& o) {
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::fprintf(stderr,
                "shmbus-chaos: %d rounds in %.1f s (seed %" PRIu64 ", %d block, %d overwrite), %d failed; "
-               "kills: %d consumer, %d producer (%d takeovers); held: %d stopped consumers (%d held a block "
+               "kills: %d consumer, %d producer (%d takeovers, %" PRIu64 " 'producer died' ends followed across "
+               "them); held: %d stopped consumers (%d held a block "
                "producer, %d lapped in overwrite); victim not running: %d; messages: %" PRIu64
                " delivered, %" PRIu64 " lost (reported exactly, overwrite), %" PRIu64 " missed, %" PRIu64
                " duplicated, %" PRIu64 " torn, %" PRIu64 " corrupt; max block by a dead reader %.1f ms "
                "(bound %lld ms), max publish wait %.1f ms; slots: %d reclaimed by the producer, %d by gc, "
                "%d leaked; inspect check clean %d/%d\n",
                t.rounds, secs, o.seed, (t.rounds + 1) / 2, t.rounds / 2, t.failed, t.by_fault[0], t.by_fault[1],
-               t.takeovers, t.by_fault[2], t.held_block, t.lapped_overwrite, t.victim_not_running, t.delivered,
+               t.takeovers, t.eos_died, t.by_fault[2], t.held_block, t.lapped_overwrite, t.victim_not_running, t.delivered,
                t.reported_lost, t.missed, t.duplicated, t.torn, t.corrupt, t.max_dead_reader_block_ns / 1e6,
                static_cast<long long>(kDeadReaderBound.count()), t.max_publish_wait_ns / 1e6,
                t.reclaimed_by_producer, t.reclaimed_by_gc, t.slots_leaked, t.checks_clean, t.rounds);

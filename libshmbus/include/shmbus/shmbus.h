@@ -1,0 +1,372 @@
+/* shmbus — the C API (C99; usable from C++ too).
+ *
+ * The same bus as the C++ API (shmbus.hpp), behind opaque handles, for C
+ * programs and for other languages' foreign-function interfaces.
+ *
+ * Rules that hold for every function here:
+ *  - No exception, signal or longjmp ever leaves a call. A function that can
+ *    fail returns a shmbus_status (SHMBUS_OK is 0) or, for reads, a
+ *    shmbus_read_status with SHMBUS_READ_ERROR; the reason, one line naming
+ *    the bus, is then in shmbus_last_error(), which is per thread.
+ *  - Every pointer argument is checked: a NULL handle or output pointer, a
+ *    NULL data pointer with a non-zero size, a size or count out of range is
+ *    SHMBUS_INVALID_ARGUMENT, never a crash.
+ *  - Handles are not thread-safe: one thread at a time per producer or
+ *    consumer (different handles may be used from different threads).
+ *  - Timeouts are nanoseconds; SHMBUS_FOREVER (any negative value) waits as
+ *    long as it takes, 0 only looks.
+ *  - A bus handle may be closed while producers or consumers made from it
+ *    are still open: they keep the mapping alive.
+ *
+ * A minimal round trip:
+ *
+ *   shmbus_bus* bus; shmbus_producer* p; shmbus_consumer* c; shmbus_message m;
+ *   if (shmbus_bus_create("ticks", NULL, &bus) != SHMBUS_OK) {
+ *     fprintf(stderr, "%s\n", shmbus_last_error()); return 1;
+ *   }
+ *   shmbus_consumer_open(bus, NULL, &c);   // from the earliest record
+ *   shmbus_producer_open(bus, NULL, &p);
+ *   shmbus_producer_publish(p, "hi", 2, SHMBUS_FOREVER, NULL);
+ *   if (shmbus_consumer_next(c, 1000000000, &m) == SHMBUS_READ_MESSAGE)
+ *     printf("#%llu %.*s\n", (unsigned long long)m.seq, (int)m.size, (const char*)m.data);
+ *   shmbus_producer_destroy(p); shmbus_consumer_destroy(c); shmbus_bus_close(bus);
+ *   shmbus_bus_remove("ticks", NULL);
+ */
+#ifndef SHMBUS_SHMBUS_H
+#define SHMBUS_SHMBUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define SHMBUS_API __attribute__((visibility("default")))
+#else
+#define SHMBUS_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Status codes ------------------------------------------------------ */
+
+/* 1..19 are the setup errors of the C++ API (shmbus::Errc), same values. */
+typedef enum shmbus_status {
+  SHMBUS_OK = 0,
+  SHMBUS_INVALID_NAME = 1,       /* empty, too long, '/', "..", leading '.' or '-' */
+  SHMBUS_INVALID_OPTIONS = 2,    /* capacity not a power of two, record size not a multiple of 64, ... */
+  SHMBUS_ALREADY_EXISTS = 3,     /* create on a bus that exists */
+  SHMBUS_NOT_FOUND = 4,          /* open on a bus that does not exist */
+  SHMBUS_PERMISSION_DENIED = 5,  /* the segment exists but may not be opened, mapped or removed */
+  SHMBUS_NO_SPACE = 6,           /* /dev/shm cannot hold the segment */
+  SHMBUS_NOT_A_BUS = 7,          /* wrong magic number */
+  SHMBUS_VERSION_MISMATCH = 8,   /* another layout version */
+  SHMBUS_TRUNCATED = 9,          /* the segment is smaller than its header says */
+  SHMBUS_CORRUPT = 10,           /* an impossible header field or offset */
+  SHMBUS_NOT_READY = 11,         /* the creator never finished initialising the segment */
+  SHMBUS_PRODUCER_ACTIVE = 12,   /* another live process is the producer (the message names it) */
+  SHMBUS_READER_TABLE_FULL = 13, /* every reader slot holds a live reader */
+  SHMBUS_NOT_RETAINED = 14,      /* the start sequence is not (or no longer) in the ring */
+  SHMBUS_SYSTEM = 15,            /* an operating-system call failed */
+  SHMBUS_TIMEOUT = 16,           /* a wait ran out (setup waits, and publish/claim on a full block bus) */
+  SHMBUS_FOREIGN_OWNER = 17,     /* the segment belongs to a user this process does not trust */
+  SHMBUS_INSECURE_MODE = 18,     /* open_or_create found a more permissive mode than asked */
+  SHMBUS_NOT_ALLOCATED = 19,     /* the segment is sparse (would raise SIGBUS) */
+
+  SHMBUS_INVALID_ARGUMENT = 100, /* NULL handle or pointer, size or value out of range */
+  SHMBUS_OUT_OF_MEMORY = 101,
+  SHMBUS_INTERNAL = 102,         /* an unexpected C++ exception; see shmbus_last_error() */
+  SHMBUS_TOO_LARGE = 110,        /* payload longer than the bus's max payload */
+  SHMBUS_CLOSED = 111,           /* the producer was closed or detached */
+  SHMBUS_CLAIM_PENDING = 112,    /* publish or claim while a claim is open: commit it first */
+  SHMBUS_NO_CLAIM = 113          /* commit without an open claim, or larger than the claim */
+} shmbus_status;
+
+/* A short constant description of a status ("timeout", "not found", ...). */
+SHMBUS_API const char* shmbus_status_str(int status);
+
+/* The message of the last failed call on this thread (one line, naming the
+ * bus), or "" if none failed yet. Valid until the next failing call on this
+ * thread. Successful calls leave it as it was. */
+SHMBUS_API const char* shmbus_last_error(void);
+
+#define SHMBUS_FOREVER ((int64_t)-1)
+
+/* The library's version, e.g. "0.1.0". */
+SHMBUS_API const char* shmbus_version(void);
+
+/* ---- Buses ------------------------------------------------------------- */
+
+typedef struct shmbus_bus shmbus_bus;
+
+typedef enum shmbus_policy {
+  SHMBUS_POLICY_BLOCK = 1,     /* never overwrite what a live reader has not read */
+  SHMBUS_POLICY_OVERWRITE = 2  /* never wait; readers that fall behind are told how much they lost */
+} shmbus_policy;
+
+typedef struct shmbus_bus_options {
+  uint64_t capacity;     /* records in the ring, a power of two >= 2 (default 65536) */
+  uint32_t record_size;  /* bytes per record, 24-byte header included, multiple of 64 (default 256) */
+  uint32_t policy;       /* shmbus_policy (default SHMBUS_POLICY_BLOCK) */
+  uint32_t max_readers;  /* reader slots, 1..1024 (default 16) */
+  uint32_t mode;         /* permission bits of the segment (default 0600) */
+} shmbus_bus_options;
+
+/* Fills `options` with the defaults above. */
+SHMBUS_API void shmbus_bus_options_init(shmbus_bus_options* options);
+
+/* Creates a bus exclusively (SHMBUS_ALREADY_EXISTS if it exists). `options`
+ * may be NULL for the defaults. The whole segment is reserved up front. */
+SHMBUS_API shmbus_status shmbus_bus_create(const char* name, const shmbus_bus_options* options,
+                                           shmbus_bus** out);
+
+/* Opens an existing bus, validating its header against the real segment
+ * size. Waits up to `ready_timeout_ns` for a creator still initialising it
+ * (negative: the default, 2 s). */
+SHMBUS_API shmbus_status shmbus_bus_open(const char* name, int64_t ready_timeout_ns,
+                                         shmbus_bus** out);
+
+/* Creates the bus, or opens it if it exists (it then keeps its own options). */
+SHMBUS_API shmbus_status shmbus_bus_open_or_create(const char* name,
+                                                   const shmbus_bus_options* options,
+                                                   shmbus_bus** out);
+
+/* Releases the handle (NULL is ignored). Producers and consumers made from it
+ * stay usable. */
+SHMBUS_API void shmbus_bus_close(shmbus_bus* bus);
+
+/* Removes a bus's name; processes that have it mapped keep using it.
+ * `*removed` (may be NULL) is 1 if it existed, 0 if not (still SHMBUS_OK). */
+SHMBUS_API shmbus_status shmbus_bus_remove(const char* name, int* removed);
+
+/* 1 if a segment of that name exists, 0 if not or the name is invalid. */
+SHMBUS_API int shmbus_bus_exists(const char* name);
+
+typedef struct shmbus_bus_info {
+  char name[201];           /* NUL-terminated */
+  uint32_t policy;          /* shmbus_policy */
+  uint64_t capacity;
+  uint32_t record_size;
+  uint32_t max_payload;     /* largest payload a record carries */
+  uint32_t max_readers;
+  uint32_t layout_version;
+  uint64_t segment_size;
+  uint64_t creation_time_ns;  /* CLOCK_REALTIME */
+} shmbus_bus_info;
+
+SHMBUS_API shmbus_status shmbus_bus_get_info(const shmbus_bus* bus, shmbus_bus_info* out);
+
+/* Next sequence to be published, and the oldest still retained (0 for NULL). */
+SHMBUS_API uint64_t shmbus_bus_head(const shmbus_bus* bus);
+SHMBUS_API uint64_t shmbus_bus_oldest(const shmbus_bus* bus);
+
+/* ---- Waiting ----------------------------------------------------------- */
+
+typedef enum shmbus_wait_strategy {
+  SHMBUS_WAIT_BUSY_SPIN = 0,  /* spin only: burns a core */
+  SHMBUS_WAIT_SPIN_YIELD = 1, /* spin, then sched_yield(); never sleeps */
+  SHMBUS_WAIT_ADAPTIVE = 2    /* spin, yield, then sleep on a futex (the default) */
+} shmbus_wait_strategy;
+
+typedef struct shmbus_wait_options {
+  uint32_t strategy;      /* shmbus_wait_strategy */
+  int64_t spin_time_ns;   /* default 2000 */
+  int64_t yield_time_ns;  /* default 20000 */
+} shmbus_wait_options;
+
+/* ---- Producer ---------------------------------------------------------- */
+
+typedef struct shmbus_producer shmbus_producer;
+
+typedef enum shmbus_timestamps {
+  SHMBUS_TIMESTAMPS_OFF = 0,     /* records carry timestamp 0 (the default; fastest) */
+  SHMBUS_TIMESTAMPS_COARSE = 1,  /* the kernel's last tick, 1-4 ms resolution */
+  SHMBUS_TIMESTAMPS_PRECISE = 2  /* CLOCK_REALTIME in ns */
+} shmbus_timestamps;
+
+typedef struct shmbus_producer_options {
+  shmbus_wait_options wait;           /* how publish/claim wait for space */
+  uint32_t timestamps;                /* shmbus_timestamps */
+  uint32_t wait_for_readers;          /* open waits until this many live consumers are attached */
+  int64_t wait_for_readers_timeout_ns;/* SHMBUS_FOREVER by default; SHMBUS_TIMEOUT when it runs out */
+} shmbus_producer_options;
+
+SHMBUS_API void shmbus_producer_options_init(shmbus_producer_options* options);
+
+/* Takes the bus's producer role. SHMBUS_PRODUCER_ACTIVE (naming the pid) if a
+ * live process holds it; a dead holder is taken over and the sequence
+ * continues. `options` may be NULL. */
+SHMBUS_API shmbus_status shmbus_producer_open(shmbus_bus* bus, const shmbus_producer_options* options,
+                                              shmbus_producer** out);
+
+/* Copies `size` bytes into the next record and publishes it. `seq` (may be
+ * NULL) receives its sequence number. Returns SHMBUS_OK, SHMBUS_TOO_LARGE,
+ * SHMBUS_TIMEOUT (block bus full for the whole timeout), SHMBUS_CLOSED,
+ * SHMBUS_CLAIM_PENDING or SHMBUS_INVALID_ARGUMENT. */
+SHMBUS_API shmbus_status shmbus_producer_publish(shmbus_producer* producer, const void* data,
+                                                 size_t size, int64_t timeout_ns, uint64_t* seq);
+
+/* Reserves the next record for `size` bytes to be written in place:
+ * `*data` points into the shared segment, writable for `size` bytes until
+ * shmbus_producer_commit(). `seq` may be NULL. Same statuses as publish. */
+SHMBUS_API shmbus_status shmbus_producer_claim(shmbus_producer* producer, size_t size,
+                                               int64_t timeout_ns, void** data, uint64_t* seq);
+
+/* Publishes the open claim with its first `size` bytes (<= the claimed size;
+ * SHMBUS_NO_CLAIM otherwise or when nothing is claimed). */
+SHMBUS_API shmbus_status shmbus_producer_commit(shmbus_producer* producer, size_t size);
+
+/* Publishes `count` messages in order with one head update. `*published`
+ * (required) receives how many were published: all, or fewer on a timeout
+ * or a too-large message (returned as SHMBUS_TIMEOUT / SHMBUS_TOO_LARGE). */
+SHMBUS_API shmbus_status shmbus_producer_publish_batch(shmbus_producer* producer,
+                                                       const void* const* data, const size_t* sizes,
+                                                       size_t count, int64_t timeout_ns,
+                                                       size_t* published);
+
+/* Marks end-of-stream and gives up the producer role; consumers drain what was
+ * published and then read SHMBUS_READ_END_OF_STREAM. Later publishes return
+ * SHMBUS_CLOSED. */
+SHMBUS_API shmbus_status shmbus_producer_close(shmbus_producer* producer);
+
+/* Gives up the role WITHOUT end-of-stream: consumers wait for a new producer. */
+SHMBUS_API shmbus_status shmbus_producer_detach(shmbus_producer* producer);
+
+/* Next sequence this producer will publish (0 for NULL). */
+SHMBUS_API uint64_t shmbus_producer_next_seq(const shmbus_producer* producer);
+
+/* Frees the handle; closes the stream first unless close or detach was called.
+ * NULL is ignored. */
+SHMBUS_API void shmbus_producer_destroy(shmbus_producer* producer);
+
+/* ---- Consumer ---------------------------------------------------------- */
+
+typedef struct shmbus_consumer shmbus_consumer;
+
+typedef enum shmbus_start {
+  SHMBUS_START_EARLIEST = 0,  /* the oldest retained record */
+  SHMBUS_START_LATEST = 1,    /* only messages published after attaching */
+  SHMBUS_START_SEQUENCE = 2   /* start_seq; SHMBUS_NOT_RETAINED if gone */
+} shmbus_start;
+
+typedef struct shmbus_consumer_options {
+  const char* name;    /* shown by shmbus-inspect; truncated to 31 bytes; NULL: "consumer" */
+  uint32_t start;      /* shmbus_start */
+  uint64_t start_seq;  /* with SHMBUS_START_SEQUENCE */
+  shmbus_wait_options wait;
+} shmbus_consumer_options;
+
+SHMBUS_API void shmbus_consumer_options_init(shmbus_consumer_options* options);
+
+/* Takes a reader slot (SHMBUS_READER_TABLE_FULL if none is free).
+ * `options` may be NULL (earliest, named "consumer"). */
+SHMBUS_API shmbus_status shmbus_consumer_open(shmbus_bus* bus, const shmbus_consumer_options* options,
+                                              shmbus_consumer** out);
+
+typedef enum shmbus_read_status {
+  SHMBUS_READ_ERROR = -1,          /* invalid argument; see shmbus_last_error() */
+  SHMBUS_READ_MESSAGE = 0,         /* the message is in *out */
+  SHMBUS_READ_TIMEOUT = 1,         /* nothing new within the timeout */
+  SHMBUS_READ_END_OF_STREAM = 2,   /* producer closed or died and everything was read */
+  SHMBUS_READ_LOST = 3,            /* overwrite bus: out->lost messages were overwritten */
+  SHMBUS_READ_CORRUPT = 4          /* the record at out->seq had an impossible length; skipped */
+} shmbus_read_status;
+
+/* One message. `data` points into shared memory (block bus) or into the
+ * consumer's own buffer (overwrite bus); either way it is valid until the
+ * next read call on the same consumer. */
+typedef struct shmbus_message {
+  uint64_t seq;
+  uint64_t timestamp_ns;  /* CLOCK_REALTIME at publish, or 0 */
+  const void* data;
+  size_t size;
+  uint64_t lost;          /* with SHMBUS_READ_LOST */
+} shmbus_message;
+
+/* The next message, waiting up to `timeout_ns`. */
+SHMBUS_API shmbus_read_status shmbus_consumer_next(shmbus_consumer* consumer, int64_t timeout_ns,
+                                                   shmbus_message* out);
+
+typedef struct shmbus_batch_result {
+  uint64_t lost;       /* messages lost (overwrite) before or between those returned */
+  uint64_t corrupt;    /* records skipped as corrupt */
+  int end_of_stream;   /* 1 if the stream ended after these */
+} shmbus_batch_result;
+
+/* Up to `max` messages available now (waiting up to `timeout_ns` for the
+ * first) into out[0..]; their data stays valid until the next read call.
+ * Returns the number read (0 on a timeout or end of stream), or -1 on an
+ * invalid argument. `result` may be NULL. */
+SHMBUS_API int64_t shmbus_consumer_read_batch(shmbus_consumer* consumer, shmbus_message* out,
+                                              size_t max, int64_t timeout_ns,
+                                              shmbus_batch_result* result);
+
+/* Next sequence this consumer will read; messages delivered and lost so far;
+ * its slot in the reader table (0 for NULL). */
+SHMBUS_API uint64_t shmbus_consumer_cursor(const shmbus_consumer* consumer);
+SHMBUS_API uint64_t shmbus_consumer_delivered(const shmbus_consumer* consumer);
+SHMBUS_API uint64_t shmbus_consumer_lost(const shmbus_consumer* consumer);
+SHMBUS_API uint32_t shmbus_consumer_slot(const shmbus_consumer* consumer);
+
+/* Releases the reader slot and frees the handle. NULL is ignored. */
+SHMBUS_API void shmbus_consumer_destroy(shmbus_consumer* consumer);
+
+/* ---- Inspection -------------------------------------------------------- */
+
+typedef enum shmbus_liveness {
+  SHMBUS_ALIVE = 0,
+  SHMBUS_DEAD = 1,    /* no such process */
+  SHMBUS_ZOMBIE = 2,  /* exited, not yet reaped */
+  SHMBUS_REUSED = 3   /* the pid belongs to another process now */
+} shmbus_liveness;
+
+typedef struct shmbus_reader_view {
+  uint32_t slot;
+  int32_t pid;
+  uint32_t liveness;          /* shmbus_liveness */
+  int sleeping;               /* 1 if asleep waiting for data */
+  char name[32];              /* NUL-terminated */
+  uint64_t cursor;            /* next sequence it will read */
+  uint64_t lag;               /* head - cursor */
+  uint64_t delivered;
+  uint64_t lost;
+  uint64_t attach_time_ns;    /* CLOCK_REALTIME */
+  uint64_t last_active_ns;    /* CLOCK_REALTIME of its last batch or wait */
+} shmbus_reader_view;
+
+typedef struct shmbus_snapshot {
+  shmbus_bus_info info;
+  uint64_t head;
+  uint64_t oldest;
+  uint64_t last_publish_ns;
+  /* counters */
+  uint64_t published;
+  uint64_t producer_waits;
+  uint64_t producer_wait_ns;
+  uint64_t wakeups;
+  uint64_t readers_reclaimed;
+  uint32_t data_sleepers;
+  /* producer */
+  int producer_attached;
+  int32_t producer_pid;
+  uint32_t producer_liveness;  /* shmbus_liveness */
+  int producer_closed;
+  int producer_waiting_for_space;
+  int64_t producer_blocked_on_slot;  /* -1 if none */
+  uint32_t takeovers;
+  /* readers (slots in use) */
+  size_t reader_count;
+  shmbus_reader_view* readers;
+} shmbus_snapshot;
+
+/* A consistent-enough copy of a bus's header, counters and reader table,
+ * read without attaching (no reader slot, nothing disturbed). Free it with
+ * shmbus_snapshot_free. */
+SHMBUS_API shmbus_status shmbus_inspect(const char* name, shmbus_snapshot** out);
+SHMBUS_API void shmbus_snapshot_free(shmbus_snapshot* snapshot);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHMBUS_SHMBUS_H */

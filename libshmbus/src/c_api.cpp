@@ -1,0 +1,545 @@
+// shmbus — the C API (shmbus.h) over the C++ one.
+//
+// Every entry point validates its pointers, catches every exception at the
+// boundary (guard()), and records the reason in a thread-local string. The
+// handles are plain heap objects wrapping the C++ ones; the wrappers keep the
+// little state the C++ API does not expose (an open claim's size).
+#include "shmbus/shmbus.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shmbus/shmbus.hpp"
+
+struct shmbus_bus {
+  shmbus::Bus bus;
+};
+
+struct shmbus_producer {
+  shmbus::Producer producer;
+  std::uint32_t max_payload;
+  bool claim_open = false;
+  std::size_t claim_size = 0;
+  bool closed = false;
+};
+
+struct shmbus_consumer {
+  shmbus::Consumer consumer;
+  std::vector<shmbus::Message> batch;  // read_batch scratch, reused
+};
+
+// The setup errors keep the C++ values, so a status converts by value.
+static_assert(SHMBUS_INVALID_NAME == static_cast<int>(shmbus::Errc::invalid_name));
+static_assert(SHMBUS_NOT_RETAINED == static_cast<int>(shmbus::Errc::not_retained));
+static_assert(SHMBUS_TIMEOUT == static_cast<int>(shmbus::Errc::timeout));
+static_assert(SHMBUS_NOT_ALLOCATED == static_cast<int>(shmbus::Errc::not_allocated));
+static_assert(SHMBUS_DEAD == static_cast<int>(shmbus::Liveness::dead));
+static_assert(SHMBUS_REUSED == static_cast<int>(shmbus::Liveness::reused));
+static_assert(SHMBUS_START_SEQUENCE == static_cast<int>(shmbus::Start::sequence));
+static_assert(SHMBUS_WAIT_ADAPTIVE == static_cast<int>(shmbus::WaitStrategy::adaptive));
+
+namespace {
+
+thread_local std::string last_error;
+
+shmbus_status fail(shmbus_status s, std::string message) noexcept {
+  try {
+    last_error = std::move(message);
+  } catch (...) {
+    last_error.clear();  // out of memory: the status still says what happened
+  }
+  return s;
+}
+
+shmbus_status invalid(const char* function, const char* what) noexcept {
+  return fail(SHMBUS_INVALID_ARGUMENT, std::string(function) + ": " + what);
+}
+
+// Runs `f` (returning shmbus_status) with every exception turned into a status.
+template <class F>
+shmbus_status guard(const char* function, F&& f) noexcept {
+  try {
+    return f();
+  } catch (const shmbus::Error& e) {
+    return fail(static_cast<shmbus_status>(static_cast<int>(e.errc())), e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(SHMBUS_OUT_OF_MEMORY, std::string(function) + ": out of memory");
+  } catch (const std::exception& e) {
+    return fail(SHMBUS_INTERNAL, std::string(function) + ": " + e.what());
+  } catch (...) {
+    return fail(SHMBUS_INTERNAL, std::string(function) + ": unknown exception");
+  }
+}
+
+std::chrono::nanoseconds to_timeout(std::int64_t ns) noexcept {
+  return ns < 0 ? shmbus::forever : std::chrono::nanoseconds(ns);
+}
+
+// Checks a C wait-options struct and converts it.
+std::optional<shmbus::WaitOptions> to_wait(const shmbus_wait_options& w) noexcept {
+  if (w.strategy > SHMBUS_WAIT_ADAPTIVE || w.spin_time_ns < 0 || w.yield_time_ns < 0) return {};
+  shmbus::WaitOptions o;
+  o.strategy = static_cast<shmbus::WaitStrategy>(w.strategy);
+  o.spin_time = std::chrono::nanoseconds(w.spin_time_ns);
+  o.yield_time = std::chrono::nanoseconds(w.yield_time_ns);
+  return o;
+}
+
+shmbus_wait_options default_wait() noexcept {
+  const shmbus::WaitOptions d;
+  shmbus_wait_options w;
+  w.strategy = static_cast<std::uint32_t>(d.strategy);
+  w.spin_time_ns = d.spin_time.count();
+  w.yield_time_ns = d.yield_time.count();
+  return w;
+}
+
+bool to_bus_options(const shmbus_bus_options* in, shmbus::BusOptions& out) noexcept {
+  if (!in) return true;
+  if (in->policy != SHMBUS_POLICY_BLOCK && in->policy != SHMBUS_POLICY_OVERWRITE) return false;
+  if (in->mode > 07777) return false;
+  out.capacity = in->capacity;
+  out.record_size = in->record_size;
+  out.policy = static_cast<shmbus::Policy>(in->policy);
+  out.max_readers = in->max_readers;
+  out.mode = static_cast<mode_t>(in->mode);
+  return true;
+}
+
+void fill_info(const shmbus::BusInfo& i, shmbus_bus_info& out) noexcept {
+  std::memset(&out, 0, sizeof out);
+  const std::size_t n = std::min(i.name.size(), sizeof out.name - 1);
+  std::memcpy(out.name, i.name.data(), n);
+  out.policy = static_cast<std::uint32_t>(i.policy);
+  out.capacity = i.capacity;
+  out.record_size = i.record_size;
+  out.max_payload = i.max_payload;
+  out.max_readers = i.max_readers;
+  out.layout_version = i.layout_version;
+  out.segment_size = i.segment_size;
+  out.creation_time_ns = i.creation_time_ns;
+}
+
+shmbus_status publish_failure(const shmbus_producer* p, shmbus::PublishStatus s,
+                              std::size_t size) noexcept {
+  const std::string bus = "bus '" + p->producer.bus().name() + "': ";
+  switch (s) {
+    case shmbus::PublishStatus::too_large:
+      return fail(SHMBUS_TOO_LARGE, bus + std::to_string(size) + "-byte payload, max " +
+                                        std::to_string(p->max_payload));
+    case shmbus::PublishStatus::timeout:
+      return fail(SHMBUS_TIMEOUT, bus + "ring still full when the timeout ran out");
+    case shmbus::PublishStatus::closed:
+      return fail(SHMBUS_CLOSED, bus + "the producer was closed");
+    case shmbus::PublishStatus::ok: break;
+  }
+  return SHMBUS_OK;
+}
+
+shmbus_read_status read_status(shmbus::ReadStatus s) noexcept {
+  switch (s) {
+    case shmbus::ReadStatus::message: return SHMBUS_READ_MESSAGE;
+    case shmbus::ReadStatus::timeout: return SHMBUS_READ_TIMEOUT;
+    case shmbus::ReadStatus::end_of_stream: return SHMBUS_READ_END_OF_STREAM;
+    case shmbus::ReadStatus::lost: return SHMBUS_READ_LOST;
+    case shmbus::ReadStatus::corrupt: return SHMBUS_READ_CORRUPT;
+  }
+  return SHMBUS_READ_ERROR;
+}
+
+void fill_message(const shmbus::Message& m, shmbus_message& out) noexcept {
+  out.seq = m.seq;
+  out.timestamp_ns = m.timestamp_ns;
+  out.data = m.payload.data();
+  out.size = m.payload.size();
+  out.lost = 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* shmbus_status_str(int status) {
+  switch (status) {
+    case SHMBUS_OK: return "ok";
+    case SHMBUS_INVALID_ARGUMENT: return "invalid argument";
+    case SHMBUS_OUT_OF_MEMORY: return "out of memory";
+    case SHMBUS_INTERNAL: return "internal error";
+    case SHMBUS_TOO_LARGE: return "payload too large";
+    case SHMBUS_CLOSED: return "producer closed";
+    case SHMBUS_CLAIM_PENDING: return "a claim is open";
+    case SHMBUS_NO_CLAIM: return "no open claim";
+    default: break;
+  }
+  if (status >= SHMBUS_INVALID_NAME && status <= SHMBUS_NOT_ALLOCATED) {
+    // The C++ category's messages are string literals' copies; keep static ones here.
+    static const char* const names[] = {
+        "invalid name", "invalid options", "already exists", "not found", "permission denied",
+        "no space", "not a bus", "version mismatch", "truncated", "corrupt", "not ready",
+        "producer active", "reader table full", "not retained", "system error", "timeout",
+        "foreign owner", "insecure mode", "not allocated"};
+    return names[status - 1];
+  }
+  return "unknown status";
+}
+
+const char* shmbus_last_error(void) { return last_error.c_str(); }
+
+const char* shmbus_version(void) { return "0.1.0"; }
+
+void shmbus_bus_options_init(shmbus_bus_options* options) {
+  if (!options) return;
+  const shmbus::BusOptions d;
+  options->capacity = d.capacity;
+  options->record_size = d.record_size;
+  options->policy = static_cast<std::uint32_t>(d.policy);
+  options->max_readers = d.max_readers;
+  options->mode = static_cast<std::uint32_t>(d.mode);
+}
+
+static shmbus_status make_bus(const char* fn, const char* name, const shmbus_bus_options* options,
+                              shmbus_bus** out, bool open_existing) noexcept {
+  if (!out) return invalid(fn, "out is NULL");
+  *out = nullptr;
+  if (!name) return invalid(fn, "name is NULL");
+  shmbus::BusOptions o;
+  if (!to_bus_options(options, o)) return invalid(fn, "policy or mode out of range");
+  return guard(fn, [&] {
+    auto b = open_existing ? shmbus::Bus::open_or_create(name, o) : shmbus::Bus::create(name, o);
+    *out = new shmbus_bus{std::move(b)};
+    return SHMBUS_OK;
+  });
+}
+
+shmbus_status shmbus_bus_create(const char* name, const shmbus_bus_options* options,
+                                shmbus_bus** out) {
+  return make_bus("shmbus_bus_create", name, options, out, false);
+}
+
+shmbus_status shmbus_bus_open_or_create(const char* name, const shmbus_bus_options* options,
+                                        shmbus_bus** out) {
+  return make_bus("shmbus_bus_open_or_create", name, options, out, true);
+}
+
+shmbus_status shmbus_bus_open(const char* name, int64_t ready_timeout_ns, shmbus_bus** out) {
+  constexpr const char* fn = "shmbus_bus_open";
+  if (!out) return invalid(fn, "out is NULL");
+  *out = nullptr;
+  if (!name) return invalid(fn, "name is NULL");
+  return guard(fn, [&] {
+    shmbus::OpenOptions o;
+    if (ready_timeout_ns >= 0) {
+      o.ready_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::nanoseconds(ready_timeout_ns));
+    }
+    *out = new shmbus_bus{shmbus::Bus::open(name, o)};
+    return SHMBUS_OK;
+  });
+}
+
+void shmbus_bus_close(shmbus_bus* bus) { delete bus; }
+
+shmbus_status shmbus_bus_remove(const char* name, int* removed) {
+  constexpr const char* fn = "shmbus_bus_remove";
+  if (removed) *removed = 0;
+  if (!name) return invalid(fn, "name is NULL");
+  return guard(fn, [&] {
+    const bool r = shmbus::Bus::remove(name);
+    if (removed) *removed = r ? 1 : 0;
+    return SHMBUS_OK;
+  });
+}
+
+int shmbus_bus_exists(const char* name) {
+  if (!name) return 0;
+  try {
+    return shmbus::Bus::exists(name) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+shmbus_status shmbus_bus_get_info(const shmbus_bus* bus, shmbus_bus_info* out) {
+  if (!bus || !out) return invalid("shmbus_bus_get_info", "bus or out is NULL");
+  fill_info(bus->bus.info(), *out);
+  return SHMBUS_OK;
+}
+
+uint64_t shmbus_bus_head(const shmbus_bus* bus) { return bus ? bus->bus.head() : 0; }
+uint64_t shmbus_bus_oldest(const shmbus_bus* bus) { return bus ? bus->bus.oldest() : 0; }
+
+// ---- Producer
+
+void shmbus_producer_options_init(shmbus_producer_options* options) {
+  if (!options) return;
+  options->wait = default_wait();
+  options->timestamps = SHMBUS_TIMESTAMPS_OFF;
+  options->wait_for_readers = 0;
+  options->wait_for_readers_timeout_ns = SHMBUS_FOREVER;
+}
+
+shmbus_status shmbus_producer_open(shmbus_bus* bus, const shmbus_producer_options* options,
+                                   shmbus_producer** out) {
+  constexpr const char* fn = "shmbus_producer_open";
+  if (!out) return invalid(fn, "out is NULL");
+  *out = nullptr;
+  if (!bus) return invalid(fn, "bus is NULL");
+  shmbus::ProducerOptions o;
+  if (options) {
+    auto w = to_wait(options->wait);
+    if (!w || options->timestamps > SHMBUS_TIMESTAMPS_PRECISE) {
+      return invalid(fn, "wait strategy, wait times or timestamps out of range");
+    }
+    o.wait = *w;
+    o.timestamps = static_cast<shmbus::Timestamps>(options->timestamps);
+    o.wait_for_readers = options->wait_for_readers;
+    o.wait_for_readers_timeout = to_timeout(options->wait_for_readers_timeout_ns);
+  }
+  return guard(fn, [&] {
+    shmbus::Producer p(bus->bus, o);
+    *out = new shmbus_producer{std::move(p), bus->bus.info().max_payload};
+    return SHMBUS_OK;
+  });
+}
+
+shmbus_status shmbus_producer_publish(shmbus_producer* producer, const void* data, size_t size,
+                                      int64_t timeout_ns, uint64_t* seq) {
+  constexpr const char* fn = "shmbus_producer_publish";
+  if (!producer) return invalid(fn, "producer is NULL");
+  if (!data && size) return invalid(fn, "data is NULL with a non-zero size");
+  if (producer->claim_open) return fail(SHMBUS_CLAIM_PENDING, std::string(fn) + ": commit the open claim first");
+  const auto r = producer->producer.publish(
+      std::span<const std::byte>(static_cast<const std::byte*>(data), size), to_timeout(timeout_ns));
+  if (r.status != shmbus::PublishStatus::ok) return publish_failure(producer, r.status, size);
+  if (seq) *seq = r.seq;
+  return SHMBUS_OK;
+}
+
+shmbus_status shmbus_producer_claim(shmbus_producer* producer, size_t size, int64_t timeout_ns,
+                                    void** data, uint64_t* seq) {
+  constexpr const char* fn = "shmbus_producer_claim";
+  if (!producer || !data) return invalid(fn, "producer or data is NULL");
+  *data = nullptr;
+  if (producer->claim_open) return fail(SHMBUS_CLAIM_PENDING, std::string(fn) + ": commit the open claim first");
+  const shmbus::Claim c = producer->producer.claim(size, to_timeout(timeout_ns));
+  if (c.status != shmbus::PublishStatus::ok) return publish_failure(producer, c.status, size);
+  producer->claim_open = true;
+  producer->claim_size = size;
+  *data = c.data.data();
+  if (seq) *seq = c.seq;
+  return SHMBUS_OK;
+}
+
+shmbus_status shmbus_producer_commit(shmbus_producer* producer, size_t size) {
+  constexpr const char* fn = "shmbus_producer_commit";
+  if (!producer) return invalid(fn, "producer is NULL");
+  if (!producer->claim_open) return fail(SHMBUS_NO_CLAIM, std::string(fn) + ": nothing is claimed");
+  if (size > producer->claim_size) {
+    return fail(SHMBUS_NO_CLAIM, std::string(fn) + ": " + std::to_string(size) +
+                                     " bytes committed, " + std::to_string(producer->claim_size) +
+                                     " claimed");
+  }
+  producer->producer.commit(size);
+  producer->claim_open = false;
+  return SHMBUS_OK;
+}
+
+shmbus_status shmbus_producer_publish_batch(shmbus_producer* producer, const void* const* data,
+                                            const size_t* sizes, size_t count, int64_t timeout_ns,
+                                            size_t* published) {
+  constexpr const char* fn = "shmbus_producer_publish_batch";
+  if (!producer || !published) return invalid(fn, "producer or published is NULL");
+  *published = 0;
+  if (count == 0) return SHMBUS_OK;
+  if (!data || !sizes) return invalid(fn, "data or sizes is NULL");
+  for (size_t i = 0; i < count; ++i) {
+    if (!data[i] && sizes[i]) return invalid(fn, "a data pointer is NULL with a non-zero size");
+  }
+  if (producer->claim_open) return fail(SHMBUS_CLAIM_PENDING, std::string(fn) + ": commit the open claim first");
+  if (producer->closed) return publish_failure(producer, shmbus::PublishStatus::closed, 0);
+  return guard(fn, [&] {
+    std::vector<std::span<const std::byte>> spans(count);
+    for (size_t i = 0; i < count; ++i) {
+      spans[i] = std::span<const std::byte>(static_cast<const std::byte*>(data[i]), sizes[i]);
+    }
+    const std::size_t n = producer->producer.publish_batch(spans, to_timeout(timeout_ns));
+    *published = n;
+    if (n == count) return SHMBUS_OK;
+    if (sizes[n] > producer->max_payload) {
+      return publish_failure(producer, shmbus::PublishStatus::too_large, sizes[n]);
+    }
+    return publish_failure(producer, shmbus::PublishStatus::timeout, 0);
+  });
+}
+
+shmbus_status shmbus_producer_close(shmbus_producer* producer) {
+  if (!producer) return invalid("shmbus_producer_close", "producer is NULL");
+  producer->producer.close();
+  producer->closed = true;
+  producer->claim_open = false;
+  return SHMBUS_OK;
+}
+
+shmbus_status shmbus_producer_detach(shmbus_producer* producer) {
+  if (!producer) return invalid("shmbus_producer_detach", "producer is NULL");
+  producer->producer.detach();
+  producer->closed = true;
+  producer->claim_open = false;
+  return SHMBUS_OK;
+}
+
+uint64_t shmbus_producer_next_seq(const shmbus_producer* producer) {
+  return producer ? producer->producer.next_seq() : 0;
+}
+
+void shmbus_producer_destroy(shmbus_producer* producer) { delete producer; }
+
+// ---- Consumer
+
+void shmbus_consumer_options_init(shmbus_consumer_options* options) {
+  if (!options) return;
+  options->name = nullptr;
+  options->start = SHMBUS_START_EARLIEST;
+  options->start_seq = 0;
+  options->wait = default_wait();
+}
+
+shmbus_status shmbus_consumer_open(shmbus_bus* bus, const shmbus_consumer_options* options,
+                                   shmbus_consumer** out) {
+  constexpr const char* fn = "shmbus_consumer_open";
+  if (!out) return invalid(fn, "out is NULL");
+  *out = nullptr;
+  if (!bus) return invalid(fn, "bus is NULL");
+  return guard(fn, [&] {
+    shmbus::ConsumerOptions o;
+    if (options) {
+      auto w = to_wait(options->wait);
+      if (!w || options->start > SHMBUS_START_SEQUENCE) {
+        return invalid(fn, "start, wait strategy or wait times out of range");
+      }
+      if (options->name) o.name = options->name;
+      o.start = static_cast<shmbus::Start>(options->start);
+      o.start_seq = options->start_seq;
+      o.wait = *w;
+    }
+    shmbus::Consumer c(bus->bus, o);
+    *out = new shmbus_consumer{std::move(c), {}};
+    return SHMBUS_OK;
+  });
+}
+
+shmbus_read_status shmbus_consumer_next(shmbus_consumer* consumer, int64_t timeout_ns,
+                                        shmbus_message* out) {
+  if (!consumer || !out) {
+    invalid("shmbus_consumer_next", "consumer or out is NULL");
+    return SHMBUS_READ_ERROR;
+  }
+  const shmbus::ReadResult r = consumer->consumer.next(to_timeout(timeout_ns));
+  fill_message(r.message, *out);
+  if (r.status != shmbus::ReadStatus::message) {
+    out->data = nullptr;
+    out->size = 0;
+  }
+  out->lost = r.lost;
+  return read_status(r.status);
+}
+
+int64_t shmbus_consumer_read_batch(shmbus_consumer* consumer, shmbus_message* out, size_t max,
+                                   int64_t timeout_ns, shmbus_batch_result* result) {
+  constexpr const char* fn = "shmbus_consumer_read_batch";
+  if (result) *result = shmbus_batch_result{0, 0, 0};
+  if (!consumer || (!out && max)) {
+    invalid(fn, "consumer or out is NULL");
+    return -1;
+  }
+  // Bounded so the scratch buffer stays small; callers loop for more.
+  max = std::min<size_t>(max, 4096);
+  try {
+    if (consumer->batch.size() < max) consumer->batch.resize(max);
+  } catch (...) {
+    fail(SHMBUS_OUT_OF_MEMORY, std::string(fn) + ": out of memory");
+    return -1;
+  }
+  shmbus::PollResult pr;
+  const auto got = consumer->consumer.read_batch(
+      std::span<shmbus::Message>(consumer->batch.data(), max), pr, to_timeout(timeout_ns));
+  for (size_t i = 0; i < got.size(); ++i) fill_message(got[i], out[i]);
+  if (result) *result = shmbus_batch_result{pr.lost, pr.corrupt, pr.end_of_stream ? 1 : 0};
+  return static_cast<int64_t>(got.size());
+}
+
+uint64_t shmbus_consumer_cursor(const shmbus_consumer* c) { return c ? c->consumer.cursor() : 0; }
+uint64_t shmbus_consumer_delivered(const shmbus_consumer* c) {
+  return c ? c->consumer.delivered() : 0;
+}
+uint64_t shmbus_consumer_lost(const shmbus_consumer* c) { return c ? c->consumer.lost() : 0; }
+uint32_t shmbus_consumer_slot(const shmbus_consumer* c) { return c ? c->consumer.slot() : 0; }
+
+void shmbus_consumer_destroy(shmbus_consumer* consumer) { delete consumer; }
+
+// ---- Inspection
+
+shmbus_status shmbus_inspect(const char* name, shmbus_snapshot** out) {
+  constexpr const char* fn = "shmbus_inspect";
+  if (!out) return invalid(fn, "out is NULL");
+  *out = nullptr;
+  if (!name) return invalid(fn, "name is NULL");
+  return guard(fn, [&] {
+    const shmbus::Snapshot s = shmbus::Inspector::open(name).snapshot();
+    auto snap = std::make_unique<shmbus_snapshot>();
+    std::memset(snap.get(), 0, sizeof *snap);
+    fill_info(s.info, snap->info);
+    snap->head = s.head;
+    snap->oldest = s.oldest;
+    snap->last_publish_ns = s.last_publish_ns;
+    snap->published = s.counters.published;
+    snap->producer_waits = s.counters.producer_waits;
+    snap->producer_wait_ns = s.counters.producer_wait_ns;
+    snap->wakeups = s.counters.wakeups;
+    snap->readers_reclaimed = s.counters.readers_reclaimed;
+    snap->data_sleepers = s.counters.data_sleepers;
+    snap->producer_attached = s.producer.attached ? 1 : 0;
+    snap->producer_pid = s.producer.pid;
+    snap->producer_liveness = static_cast<std::uint32_t>(s.producer.liveness);
+    snap->producer_closed = s.producer.closed ? 1 : 0;
+    snap->producer_waiting_for_space = s.producer.waiting_for_space ? 1 : 0;
+    snap->producer_blocked_on_slot = s.producer.blocked_on_slot ? *s.producer.blocked_on_slot : -1;
+    snap->takeovers = s.producer.takeovers;
+    if (!s.readers.empty()) {
+      auto readers = std::make_unique<shmbus_reader_view[]>(s.readers.size());
+      for (std::size_t i = 0; i < s.readers.size(); ++i) {
+        const shmbus::ReaderView& r = s.readers[i];
+        shmbus_reader_view& v = readers[i];
+        std::memset(&v, 0, sizeof v);
+        v.slot = r.slot;
+        v.pid = r.pid;
+        v.liveness = static_cast<std::uint32_t>(r.liveness);
+        v.sleeping = r.sleeping ? 1 : 0;
+        std::memcpy(v.name, r.name.data(), std::min(r.name.size(), sizeof v.name - 1));
+        v.cursor = r.cursor;
+        v.lag = s.head > r.cursor ? s.head - r.cursor : 0;
+        v.delivered = r.delivered;
+        v.lost = r.lost;
+        v.attach_time_ns = r.attach_time_ns;
+        v.last_active_ns = r.last_active_ns;
+      }
+      snap->readers = readers.release();
+      snap->reader_count = s.readers.size();
+    }
+    *out = snap.release();
+    return SHMBUS_OK;
+  });
+}
+
+void shmbus_snapshot_free(shmbus_snapshot* snapshot) {
+  if (!snapshot) return;
+  delete[] snapshot->readers;
+  delete snapshot;
+}
+
+}  // extern "C"

@@ -1,0 +1,293 @@
+/* The C API, used from a program compiled as C99 (not C++): every call of
+ * shmbus.h, its statuses, and its refusals of bad arguments. */
+#include <shmbus/shmbus.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures = 0;
+static char bus_name[64];
+static char bus_name2[64];
+
+#define CHECK(cond)                                                               \
+  do {                                                                            \
+    if (!(cond)) {                                                                \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__,     \
+              __LINE__, #cond, shmbus_last_error());                              \
+      ++failures;                                                                 \
+    }                                                                             \
+  } while (0)
+
+#define CHECK_STATUS(expr, want)                                                  \
+  do {                                                                            \
+    int got_ = (int)(expr);                                                       \
+    if (got_ != (int)(want)) {                                                    \
+      fprintf(stderr, "%s:%d: %s returned %d (%s), expected %d (%s); last error: %s\n", \
+              __FILE__, __LINE__, #expr, got_, shmbus_status_str(got_), (int)(want),  \
+              shmbus_status_str((int)(want)), shmbus_last_error());                 \
+      ++failures;                                                                 \
+    }                                                                             \
+  } while (0)
+
+static const int64_t one_second = 1000000000;
+
+static void test_invalid_arguments(void) {
+  shmbus_bus* bus = (shmbus_bus*)1;
+  shmbus_message m;
+  void* data = NULL;
+  size_t n = 0;
+  CHECK_STATUS(shmbus_bus_create(NULL, NULL, &bus), SHMBUS_INVALID_ARGUMENT);
+  CHECK(bus == NULL); /* outputs are cleared on failure */
+  CHECK(strstr(shmbus_last_error(), "name is NULL") != NULL);
+  CHECK_STATUS(shmbus_bus_create(bus_name, NULL, NULL), SHMBUS_INVALID_ARGUMENT);
+  CHECK_STATUS(shmbus_bus_open(NULL, -1, &bus), SHMBUS_INVALID_ARGUMENT);
+  CHECK_STATUS(shmbus_producer_open(NULL, NULL, NULL), SHMBUS_INVALID_ARGUMENT);
+  CHECK_STATUS(shmbus_producer_publish(NULL, "x", 1, 0, NULL), SHMBUS_INVALID_ARGUMENT);
+  CHECK_STATUS(shmbus_producer_claim(NULL, 1, 0, &data, NULL), SHMBUS_INVALID_ARGUMENT);
+  CHECK_STATUS(shmbus_producer_commit(NULL, 0), SHMBUS_INVALID_ARGUMENT);
+  CHECK_STATUS(shmbus_producer_publish_batch(NULL, NULL, NULL, 0, 0, &n), SHMBUS_INVALID_ARGUMENT);
+  CHECK_STATUS(shmbus_producer_close(NULL), SHMBUS_INVALID_ARGUMENT);
+  CHECK_STATUS(shmbus_consumer_open(NULL, NULL, NULL), SHMBUS_INVALID_ARGUMENT);
+  CHECK_STATUS(shmbus_consumer_next(NULL, 0, &m), SHMBUS_READ_ERROR);
+  CHECK(shmbus_consumer_read_batch(NULL, &m, 1, 0, NULL) == -1);
+  CHECK_STATUS(shmbus_inspect(NULL, NULL), SHMBUS_INVALID_ARGUMENT);
+  CHECK_STATUS(shmbus_bus_get_info(NULL, NULL), SHMBUS_INVALID_ARGUMENT);
+  CHECK(shmbus_bus_head(NULL) == 0);
+  CHECK(shmbus_consumer_cursor(NULL) == 0);
+  shmbus_bus_close(NULL);
+  shmbus_producer_destroy(NULL);
+  shmbus_consumer_destroy(NULL);
+  shmbus_snapshot_free(NULL);
+
+  /* Setup errors keep the library's one-line reasons. */
+  CHECK_STATUS(shmbus_bus_create("bad/name", NULL, &bus), SHMBUS_INVALID_NAME);
+  CHECK(strstr(shmbus_last_error(), "bad/name") != NULL);
+  {
+    shmbus_bus_options o;
+    shmbus_bus_options_init(&o);
+    o.capacity = 1000; /* not a power of two */
+    CHECK_STATUS(shmbus_bus_create(bus_name, &o, &bus), SHMBUS_INVALID_OPTIONS);
+    shmbus_bus_options_init(&o);
+    o.policy = 7;
+    CHECK_STATUS(shmbus_bus_create(bus_name, &o, &bus), SHMBUS_INVALID_ARGUMENT);
+  }
+  CHECK_STATUS(shmbus_bus_open("shmbus-c-test-no-such-bus", 0, &bus), SHMBUS_NOT_FOUND);
+  CHECK(strcmp(shmbus_status_str(SHMBUS_NOT_FOUND), "not found") == 0);
+  CHECK(strcmp(shmbus_status_str(SHMBUS_TOO_LARGE), "payload too large") == 0);
+}
+
+static void test_block_bus(void) {
+  shmbus_bus_options o;
+  shmbus_bus *bus = NULL, *again = NULL, *opened = NULL;
+  shmbus_producer *p = NULL, *p2 = NULL;
+  shmbus_consumer *early = NULL, *late = NULL, *from_seq = NULL;
+  shmbus_consumer_options co;
+  shmbus_bus_info info;
+  shmbus_message m;
+  shmbus_message batch[16];
+  shmbus_batch_result br;
+  shmbus_snapshot* snap = NULL;
+  char big[200];
+  void* claim = NULL;
+  uint64_t seq = 99;
+  size_t published = 0;
+  int i, removed = -1;
+  const char* texts[3] = {"alpha", "beta", "gamma"};
+  size_t sizes[3];
+
+  shmbus_bus_options_init(&o);
+  CHECK(o.capacity == 65536 && o.record_size == 256 && o.policy == SHMBUS_POLICY_BLOCK && o.mode == 0600);
+  o.capacity = 16;
+  o.record_size = 128;
+  o.max_readers = 4;
+  CHECK_STATUS(shmbus_bus_create(bus_name, &o, &bus), SHMBUS_OK);
+  if (!bus) return;
+  CHECK_STATUS(shmbus_bus_create(bus_name, &o, &again), SHMBUS_ALREADY_EXISTS);
+  CHECK(strstr(shmbus_last_error(), bus_name) != NULL);
+  CHECK(shmbus_bus_exists(bus_name) == 1);
+  CHECK_STATUS(shmbus_bus_open(bus_name, -1, &opened), SHMBUS_OK);
+  CHECK_STATUS(shmbus_bus_get_info(opened, &info), SHMBUS_OK);
+  CHECK(strcmp(info.name, bus_name) == 0);
+  CHECK(info.capacity == 16 && info.record_size == 128 && info.max_payload == 104);
+  CHECK(info.policy == SHMBUS_POLICY_BLOCK && info.max_readers == 4);
+
+  CHECK_STATUS(shmbus_consumer_open(bus, NULL, &early), SHMBUS_OK);
+  shmbus_consumer_options_init(&co);
+  co.name = "late";
+  co.start = SHMBUS_START_LATEST;
+  CHECK_STATUS(shmbus_consumer_open(opened, &co, &late), SHMBUS_OK);
+  CHECK_STATUS(shmbus_producer_open(bus, NULL, &p), SHMBUS_OK);
+  CHECK_STATUS(shmbus_producer_open(bus, NULL, &p2), SHMBUS_PRODUCER_ACTIVE);
+  CHECK(p2 == NULL);
+  CHECK(strstr(shmbus_last_error(), "pid") != NULL);
+
+  CHECK_STATUS(shmbus_producer_publish(p, "hello", 5, SHMBUS_FOREVER, &seq), SHMBUS_OK);
+  CHECK(seq == 0);
+  CHECK_STATUS(shmbus_producer_publish(p, NULL, 0, 0, NULL), SHMBUS_OK); /* empty message */
+  CHECK_STATUS(shmbus_producer_publish(p, NULL, 3, 0, NULL), SHMBUS_INVALID_ARGUMENT);
+  memset(big, 'x', sizeof big);
+  CHECK_STATUS(shmbus_producer_publish(p, big, 105, 0, NULL), SHMBUS_TOO_LARGE);
+  CHECK(strstr(shmbus_last_error(), "max 104") != NULL);
+  CHECK_STATUS(shmbus_producer_publish(p, big, 104, 0, NULL), SHMBUS_OK);
+
+  /* Claim, write in place, commit part of it. */
+  CHECK_STATUS(shmbus_producer_commit(p, 0), SHMBUS_NO_CLAIM);
+  CHECK_STATUS(shmbus_producer_claim(p, 105, 0, &claim, NULL), SHMBUS_TOO_LARGE);
+  CHECK_STATUS(shmbus_producer_claim(p, 64, 0, &claim, &seq), SHMBUS_OK);
+  CHECK(claim != NULL && seq == 3);
+  CHECK_STATUS(shmbus_producer_publish(p, "x", 1, 0, NULL), SHMBUS_CLAIM_PENDING);
+  {
+    void* second = (void*)1;
+    CHECK_STATUS(shmbus_producer_claim(p, 1, 0, &second, NULL), SHMBUS_CLAIM_PENDING);
+    CHECK(second == NULL);
+  }
+  if (claim) memcpy(claim, "in place", 8);
+  CHECK_STATUS(shmbus_producer_commit(p, 65), SHMBUS_NO_CLAIM);
+  CHECK_STATUS(shmbus_producer_commit(p, 8), SHMBUS_OK);
+
+  for (i = 0; i < 3; ++i) sizes[i] = strlen(texts[i]);
+  CHECK_STATUS(shmbus_producer_publish_batch(p, (const void* const*)texts, sizes, 3, 0, &published),
+               SHMBUS_OK);
+  CHECK(published == 3);
+  CHECK(shmbus_producer_next_seq(p) == 7);
+  CHECK(shmbus_bus_head(bus) == 7);
+
+  /* The earliest reader sees everything, byte-exact and in order. */
+  CHECK_STATUS(shmbus_consumer_next(early, one_second, &m), SHMBUS_READ_MESSAGE);
+  CHECK(m.seq == 0 && m.size == 5 && memcmp(m.data, "hello", 5) == 0);
+  CHECK_STATUS(shmbus_consumer_next(early, one_second, &m), SHMBUS_READ_MESSAGE);
+  CHECK(m.seq == 1 && m.size == 0);
+  CHECK_STATUS(shmbus_consumer_next(early, one_second, &m), SHMBUS_READ_MESSAGE);
+  CHECK(m.seq == 2 && m.size == 104 && memcmp(m.data, big, 104) == 0);
+  CHECK(shmbus_consumer_read_batch(early, batch, 16, one_second, &br) == 4);
+  CHECK(batch[0].seq == 3 && batch[0].size == 8 && memcmp(batch[0].data, "in place", 8) == 0);
+  for (i = 0; i < 3; ++i) {
+    CHECK(batch[1 + i].seq == (uint64_t)(4 + i));
+    CHECK(batch[1 + i].size == sizes[i] && memcmp(batch[1 + i].data, texts[i], sizes[i]) == 0);
+  }
+  CHECK(br.lost == 0 && br.corrupt == 0 && br.end_of_stream == 0);
+  CHECK_STATUS(shmbus_consumer_next(early, 0, &m), SHMBUS_READ_TIMEOUT);
+  CHECK(shmbus_consumer_cursor(early) == 7 && shmbus_consumer_delivered(early) == 7);
+
+  /* A reader from a retained sequence, and one from a sequence not yet published. */
+  shmbus_consumer_options_init(&co);
+  co.start = SHMBUS_START_SEQUENCE;
+  co.start_seq = 5;
+  CHECK_STATUS(shmbus_consumer_open(bus, &co, &from_seq), SHMBUS_OK);
+  CHECK_STATUS(shmbus_consumer_next(from_seq, one_second, &m), SHMBUS_READ_MESSAGE);
+  CHECK(m.seq == 5 && m.size == 4 && memcmp(m.data, "beta", 4) == 0);
+  shmbus_consumer_destroy(from_seq);
+  co.start_seq = 1000;
+  from_seq = (shmbus_consumer*)1;
+  CHECK_STATUS(shmbus_consumer_open(bus, &co, &from_seq), SHMBUS_NOT_RETAINED);
+  CHECK(from_seq == NULL);
+  co.start = 9;
+  CHECK_STATUS(shmbus_consumer_open(bus, &co, &from_seq), SHMBUS_INVALID_ARGUMENT);
+
+  /* The inspection snapshot sees the lagging 'late' reader (it attached at 0,
+   * before anything was published, and has read nothing). */
+  CHECK_STATUS(shmbus_inspect(bus_name, &snap), SHMBUS_OK);
+  if (snap) {
+    int found = 0;
+    size_t k;
+    CHECK(snap->head == 7 && snap->published == 7);
+    CHECK(snap->producer_attached == 1 && snap->producer_pid == (int32_t)getpid());
+    CHECK(snap->producer_liveness == SHMBUS_ALIVE && snap->producer_closed == 0);
+    CHECK(snap->info.capacity == 16);
+    CHECK(snap->reader_count == 2);
+    for (k = 0; k < snap->reader_count; ++k) {
+      const shmbus_reader_view* r = &snap->readers[k];
+      CHECK(r->pid == (int32_t)getpid() && r->liveness == SHMBUS_ALIVE);
+      if (strcmp(r->name, "late") == 0) {
+        found = 1;
+        CHECK(r->cursor == 0 && r->lag == 7 && r->delivered == 0);
+      }
+    }
+    CHECK(found);
+    shmbus_snapshot_free(snap);
+  }
+
+  /* A full block ring: publish times out while 'late' holds it back. */
+  for (i = 0; i < 9; ++i) CHECK_STATUS(shmbus_producer_publish(p, "f", 1, 0, NULL), SHMBUS_OK);
+  CHECK_STATUS(shmbus_producer_publish(p, "f", 1, 1000000, NULL), SHMBUS_TIMEOUT);
+  CHECK(strstr(shmbus_last_error(), "full") != NULL);
+  CHECK_STATUS(shmbus_producer_claim(p, 1, 0, &claim, NULL), SHMBUS_TIMEOUT);
+  shmbus_consumer_destroy(late);
+  CHECK_STATUS(shmbus_producer_publish(p, "g", 1, one_second, NULL), SHMBUS_OK);
+
+  /* Close: the reader drains what was published, then sees end of stream. */
+  CHECK_STATUS(shmbus_producer_close(p), SHMBUS_OK);
+  CHECK_STATUS(shmbus_producer_publish(p, "h", 1, 0, NULL), SHMBUS_CLOSED);
+  for (i = 0; i < 10; ++i) {
+    CHECK_STATUS(shmbus_consumer_next(early, one_second, &m), SHMBUS_READ_MESSAGE);
+    CHECK(m.seq == (uint64_t)(7 + i));
+  }
+  CHECK_STATUS(shmbus_consumer_next(early, one_second, &m), SHMBUS_READ_END_OF_STREAM);
+  shmbus_producer_destroy(p);
+
+  /* A new producer takes over and continues the sequence. */
+  CHECK_STATUS(shmbus_producer_open(opened, NULL, &p2), SHMBUS_OK);
+  CHECK(shmbus_producer_next_seq(p2) == 17);
+  shmbus_producer_destroy(p2);
+
+  shmbus_consumer_destroy(early);
+  shmbus_bus_close(opened);
+  shmbus_bus_close(bus);
+  CHECK_STATUS(shmbus_bus_remove(bus_name, &removed), SHMBUS_OK);
+  CHECK(removed == 1);
+  CHECK_STATUS(shmbus_bus_remove(bus_name, &removed), SHMBUS_OK);
+  CHECK(removed == 0);
+  CHECK(shmbus_bus_exists(bus_name) == 0);
+}
+
+static void test_overwrite_bus_reports_losses(void) {
+  shmbus_bus_options o;
+  shmbus_bus* bus = NULL;
+  shmbus_producer* p = NULL;
+  shmbus_consumer* c = NULL;
+  shmbus_message m;
+  uint64_t i;
+  shmbus_bus_options_init(&o);
+  o.capacity = 8;
+  o.record_size = 64;
+  o.policy = SHMBUS_POLICY_OVERWRITE;
+  CHECK_STATUS(shmbus_bus_create(bus_name2, &o, &bus), SHMBUS_OK);
+  if (!bus) return;
+  CHECK_STATUS(shmbus_consumer_open(bus, NULL, &c), SHMBUS_OK);
+  CHECK_STATUS(shmbus_producer_open(bus, NULL, &p), SHMBUS_OK);
+  shmbus_bus_close(bus); /* the producer and consumer keep the mapping */
+  for (i = 0; i < 20; ++i) CHECK_STATUS(shmbus_producer_publish(p, &i, sizeof i, 0, NULL), SHMBUS_OK);
+  CHECK_STATUS(shmbus_consumer_next(c, one_second, &m), SHMBUS_READ_LOST);
+  CHECK(m.lost == 12);
+  for (i = 12; i < 20; ++i) {
+    uint64_t v = 0;
+    CHECK_STATUS(shmbus_consumer_next(c, one_second, &m), SHMBUS_READ_MESSAGE);
+    CHECK(m.seq == i && m.size == sizeof v);
+    if (m.size == sizeof v) memcpy(&v, m.data, sizeof v);
+    CHECK(v == i);
+  }
+  CHECK(shmbus_consumer_lost(c) == 12);
+  shmbus_producer_destroy(p); /* closes: end of stream */
+  CHECK_STATUS(shmbus_consumer_next(c, one_second, &m), SHMBUS_READ_END_OF_STREAM);
+  shmbus_consumer_destroy(c);
+  CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);
+}
+
+int main(void) {
+  snprintf(bus_name, sizeof bus_name, "c-api-test-%ld", (long)getpid());
+  snprintf(bus_name2, sizeof bus_name2, "c-api-test-ow-%ld", (long)getpid());
+  CHECK(strlen(shmbus_version()) > 0);
+  test_invalid_arguments();
+  test_block_bus();
+  test_overwrite_bus_reports_losses();
+  shmbus_bus_remove(bus_name, NULL);
+  shmbus_bus_remove(bus_name2, NULL);
+  if (failures) {
+    fprintf(stderr, "c_api_test: %d checks failed\n", failures);
+    return 1;
+  }
+  printf("c_api_test: all checks passed\n");
+  return 0;
+}

@@ -1,5 +1,8 @@
 # cmake -P script: install the build at BUILD_DIR into WORK_DIR/prefix, then
-# configure, build and run PROJECT_DIR (which uses find_package(shmbus)).
+#  1. configure, build and run PROJECT_DIR (which uses find_package(shmbus)),
+#  2. compile PROJECT_DIR/c_user.c with the C compiler C_COMPILER and nothing
+#     but `pkg-config --cflags --libs shmbus`, and run it on the shared library,
+#  3. check the shared library's soname and (MAN_PAGES) the installed man pages.
 foreach(v CMAKE_COMMAND BUILD_DIR GENERATOR PROJECT_DIR WORK_DIR)
   if(NOT DEFINED ${v} OR "${${v}}" STREQUAL "")
     message(FATAL_ERROR "install_check.cmake: ${v} is not set")
@@ -29,6 +32,35 @@ if(EXISTS ${prefix}/include/shmbus/layout.hpp OR EXISTS ${prefix}/include/layout
   message(FATAL_ERROR "the private layout header was installed")
 endif()
 
+# The shared library: a versioned soname, and the link-time name pointing at it.
+file(GLOB_RECURSE shared_libs ${prefix}/*/libshmbus.so.*.*.*)
+file(GLOB_RECURSE dev_links ${prefix}/*/libshmbus.so)
+if(NOT shared_libs OR NOT dev_links)
+  message(FATAL_ERROR "libshmbus.so.X.Y.Z or libshmbus.so missing under ${prefix}")
+endif()
+list(GET shared_libs 0 shared_lib)
+get_filename_component(libdir ${shared_lib} DIRECTORY)
+find_program(OBJDUMP objdump REQUIRED)
+run(${OBJDUMP} -p ${shared_lib})
+if(NOT last_output MATCHES "SONAME +libshmbus\\.so\\.[0-9]+\\.[0-9]+\n")
+  message(FATAL_ERROR "libshmbus.so has no versioned soname:\n${last_output}")
+endif()
+if(NOT EXISTS ${libdir}/libshmbus.a)
+  message(FATAL_ERROR "libshmbus.a missing beside ${shared_lib}")
+endif()
+
+if(MAN_PAGES)
+  foreach(program shmbus-producer shmbus-consumer shmbus-inspect)
+    if(NOT EXISTS ${prefix}/share/man/man1/${program}.1)
+      message(FATAL_ERROR "man page ${program}.1 not installed under ${prefix}/share/man/man1")
+    endif()
+    file(READ ${prefix}/share/man/man1/${program}.1 page)
+    if(NOT page MATCHES "\\.SH OPTIONS" AND NOT page MATCHES "\\.SH DESCRIPTION")
+      message(FATAL_ERROR "man page ${program}.1 has no description:\n${page}")
+    endif()
+  endforeach()
+endif()
+
 set(configure_args -S ${PROJECT_DIR} -B ${build} -G ${GENERATOR}
   -DCMAKE_PREFIX_PATH=${prefix}
   -DCMAKE_FIND_PACKAGE_PREFER_CONFIG=ON)
@@ -38,12 +70,16 @@ endif()
 if(CXX_COMPILER)
   list(APPEND configure_args -DCMAKE_CXX_COMPILER=${CXX_COMPILER})
 endif()
+if(C_COMPILER)
+  list(APPEND configure_args -DCMAKE_C_COMPILER=${C_COMPILER})
+endif()
 if(EXAMPLE)
   list(APPEND configure_args -DSHMBUS_EXAMPLE=${EXAMPLE})
 endif()
 if(SANITIZE)
   # The installed library was built with sanitizers; so must its users be.
   list(APPEND configure_args "-DCMAKE_CXX_FLAGS=-fsanitize=${SANITIZE}"
+    "-DCMAKE_C_FLAGS=-fsanitize=${SANITIZE}"
     "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZE}")
 endif()
 run(${CMAKE_COMMAND} ${configure_args})
@@ -55,5 +91,29 @@ message(STATUS "${last_output}")
 if(EXAMPLE)
   run(${build}/hello install-hello-${suffix})
   message(STATUS "${last_output}")
+endif()
+run(${build}/shmbus_install_c_user install-c-${suffix})
+message(STATUS "${last_output}")
+
+# pkg-config, from a plain compiler command line.
+if(C_COMPILER)
+  find_program(PKG_CONFIG pkg-config REQUIRED)
+  set(ENV{PKG_CONFIG_PATH} ${libdir}/pkgconfig)
+  run(${PKG_CONFIG} --cflags --libs shmbus)
+  string(STRIP "${last_output}" pc_flags)
+  message(STATUS "pkg-config --cflags --libs shmbus: ${pc_flags}")
+  separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
+  set(sanitize_flags "")
+  if(SANITIZE)
+    set(sanitize_flags -fsanitize=${SANITIZE})
+  endif()
+  run(${C_COMPILER} -std=c99 -Wall -Werror ${sanitize_flags} -o ${WORK_DIR}/c_user_pc
+    ${PROJECT_DIR}/c_user.c ${pc_flags})
+  run(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${libdir} ${WORK_DIR}/c_user_pc install-pc-${suffix})
+  message(STATUS "${last_output}")
+  run(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${libdir} ldd ${WORK_DIR}/c_user_pc)
+  if(NOT last_output MATCHES "libshmbus\\.so\\.[0-9]+\\.[0-9]+ => ${libdir}")
+    message(FATAL_ERROR "the pkg-config build does not load the installed libshmbus.so:\n${last_output}")
+  endif()
 endif()
 message(STATUS "install check passed")

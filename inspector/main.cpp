@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "metrics.hpp"
 #include "program.hpp"
 #include "shmbus/errors.hpp"
 #include "text.hpp"
@@ -135,6 +136,14 @@ int main(int argc, char** argv) {
                "producer's next publish fails");
   rm->add_flag("--json", json, json_help);
 
+  MetricsArgs metrics_args;
+  auto* metrics = app.add_subcommand(
+      "metrics", "counters of every bus (or of BUS...) in the Prometheus text format; "
+                 "--listen HOST:PORT serves them at /metrics until Ctrl-C");
+  metrics->add_option("bus", metrics_args.buses, "bus names (default: every bus)");
+  metrics->add_option("--listen", metrics_args.listen,
+                      "serve over HTTP, e.g. 127.0.0.1:9464 (port 0: any free port, printed on stderr)");
+
   // With --json, errors are a JSON object on stdout, where the reports go.
   tools::ErrorSink sink{kProgram, tools::wants_json(argc, argv), stdout};
   std::vector<std::string> names;
@@ -170,6 +179,7 @@ int main(int argc, char** argv) {
     if (check->parsed()) return run_check(bus, json);
     if (gc->parsed()) return run_gc(bus, forget, json);
     if (rm->parsed()) return run_rm(bus, force, json);
+    if (metrics->parsed()) return run_metrics(metrics_args, shmbus::tools::resolve_trust(trust_args));
   } catch (const shmbus::Error& e) {
     // The library's messages already name the bus.
     sink.report(e.what(), tools::errc_name(e.errc()));

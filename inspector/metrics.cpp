@@ -1,0 +1,300 @@
+// shmbus-inspect metrics: Prometheus text exposition of the counters every
+// bus keeps in its segment, read through shmbus::Inspector (read-only, no
+// reader slot). With --listen, a small single-threaded HTTP server
+// (Boost.Beast) renders them afresh for every GET /metrics.
+//
+// Everything in a segment is untrusted: reader names are written by other
+// processes, so label values are escaped and limited to printable ASCII.
+#include "metrics.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <optional>
+#include <stdexcept>
+
+#include "shmbus/inspect.hpp"
+
+namespace shmbus::inspect_tool {
+namespace {
+
+// A label value: printable ASCII, with \ " escaped; anything else becomes '?'.
+std::string label(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u > 0x7e) {
+      out += '?';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// One metric family: HELP and TYPE once, then its samples.
+struct Family {
+  const char* name;
+  const char* type;  // "counter" or "gauge"
+  const char* help;
+  std::string samples;
+};
+
+class Writer {
+ public:
+  void sample(Family& f, const std::string& labels, double value) {
+    const bool counter = std::string_view(f.type) == "counter";
+    f.samples += fmt::format("{}{}{{{}}} {}\n", f.name, counter ? "_total" : "", labels, value);
+  }
+  static std::string render(const std::vector<Family*>& families) {
+    std::string out;
+    for (const Family* f : families) {
+      if (f->samples.empty()) continue;
+      const bool counter = std::string_view(f->type) == "counter";
+      out += fmt::format("# HELP {}{} {}\n# TYPE {}{} {}\n", f->name, counter ? "_total" : "",
+                         f->help, f->name, counter ? "_total" : "", f->type);
+      out += f->samples;
+    }
+    return out;
+  }
+};
+
+double seconds(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }
+
+}  // namespace
+
+std::string render_metrics(const std::vector<std::string>& buses, const Trust& trust) {
+  Family up{"shmbus_bus_up", "gauge", "1 if the bus could be opened and validated, else 0", {}};
+  Family capacity{"shmbus_bus_capacity_records", "gauge", "Records in the ring", {}};
+  Family record_size{"shmbus_bus_record_size_bytes", "gauge", "Bytes per record, header included", {}};
+  Family head{"shmbus_bus_head", "gauge", "Next sequence number the producer will publish", {}};
+  Family oldest{"shmbus_bus_oldest", "gauge", "Oldest sequence number still retained", {}};
+  Family published{"shmbus_messages_published", "counter", "Messages published", {}};
+  Family waits{"shmbus_producer_waits", "counter", "Times the producer found the ring full", {}};
+  Family wait_s{"shmbus_producer_wait_seconds", "counter", "Time the producer spent waiting for space", {}};
+  Family wakeups{"shmbus_wakeups", "counter", "Futex wake calls made (data and space)", {}};
+  Family reclaimed{"shmbus_readers_reclaimed", "counter", "Dead reader slots reclaimed", {}};
+  Family last_pub{"shmbus_last_publish_timestamp_seconds", "gauge",
+                  "CLOCK_REALTIME of the newest record, 0 if the producer does not stamp", {}};
+  Family sleepers{"shmbus_data_sleepers", "gauge", "Consumers asleep waiting for data", {}};
+  Family readers{"shmbus_readers", "gauge", "Reader slots in use", {}};
+  Family prod_alive{"shmbus_producer_alive", "gauge",
+                    "1 if a live process holds the producer role, else 0", {}};
+  Family prod_waiting{"shmbus_producer_waiting_for_space", "gauge",
+                      "1 if the producer is blocked on a full ring", {}};
+  Family prod_closed{"shmbus_producer_closed", "gauge", "1 if end-of-stream was marked", {}};
+  Family takeovers{"shmbus_producer_takeovers", "counter", "Producers that took the bus over", {}};
+  Family r_cursor{"shmbus_reader_cursor", "gauge", "Next sequence number the reader will read", {}};
+  Family r_lag{"shmbus_reader_lag_messages", "gauge", "Messages published but not yet read (head - cursor)", {}};
+  Family r_delivered{"shmbus_reader_delivered", "counter", "Messages delivered to the reader", {}};
+  Family r_lost{"shmbus_reader_lost", "counter", "Messages the reader lost (overwrite policy)", {}};
+  Family r_alive{"shmbus_reader_alive", "gauge",
+                 "1 if the reader's process is alive; 0 if dead, a zombie or its pid was reused", {}};
+  Family r_last{"shmbus_reader_last_active_timestamp_seconds", "gauge",
+                "CLOCK_REALTIME of the reader's last batch or wait", {}};
+
+  std::vector<std::pair<std::string, std::optional<Snapshot>>> found;
+  if (buses.empty()) {
+    for (ListEntry& e : list_buses(trust)) found.emplace_back(e.name, std::move(e.snapshot));
+  } else {
+    for (const std::string& name : buses) {
+      std::optional<Snapshot> s;
+      try {
+        s = Inspector::open(name, trust).snapshot();
+      } catch (const Error& e) {
+        // Reported as down; the reason goes to stderr, the scrape goes on.
+        std::fprintf(stderr, "shmbus-inspect: %s\n", e.what());
+      }
+      found.emplace_back(name, std::move(s));
+    }
+  }
+
+  Writer w;
+  for (const auto& [name, snap] : found) {
+    const std::string bus = fmt::format("bus=\"{}\"", label(name));
+    w.sample(up, bus, snap ? 1 : 0);
+    if (!snap) continue;
+    const Snapshot& s = *snap;
+    w.sample(capacity, bus, static_cast<double>(s.info.capacity));
+    w.sample(record_size, bus, s.info.record_size);
+    w.sample(head, bus, static_cast<double>(s.head));
+    w.sample(oldest, bus, static_cast<double>(s.oldest));
+    w.sample(published, bus, static_cast<double>(s.counters.published));
+    w.sample(waits, bus, static_cast<double>(s.counters.producer_waits));
+    w.sample(wait_s, bus, seconds(s.counters.producer_wait_ns));
+    w.sample(wakeups, bus, static_cast<double>(s.counters.wakeups));
+    w.sample(reclaimed, bus, static_cast<double>(s.counters.readers_reclaimed));
+    w.sample(last_pub, bus, seconds(s.last_publish_ns));
+    w.sample(sleepers, bus, s.counters.data_sleepers);
+    w.sample(readers, bus, static_cast<double>(s.readers.size()));
+    const bool alive = s.producer.attached && s.producer.liveness == Liveness::alive;
+    w.sample(prod_alive, fmt::format("{},pid=\"{}\"", bus, s.producer.pid), alive ? 1 : 0);
+    w.sample(prod_waiting, bus, s.producer.waiting_for_space ? 1 : 0);
+    w.sample(prod_closed, bus, s.producer.closed ? 1 : 0);
+    w.sample(takeovers, bus, s.producer.takeovers);
+    for (const ReaderView& r : s.readers) {
+      const std::string l = fmt::format("{},slot=\"{}\",name=\"{}\",pid=\"{}\"", bus, r.slot,
+                                        label(r.name), r.pid);
+      w.sample(r_cursor, l, static_cast<double>(r.cursor));
+      w.sample(r_lag, l, static_cast<double>(s.head > r.cursor ? s.head - r.cursor : 0));
+      w.sample(r_delivered, l, static_cast<double>(r.delivered));
+      w.sample(r_lost, l, static_cast<double>(r.lost));
+      w.sample(r_alive, fmt::format("{},state=\"{}\"", l, to_string(r.liveness)),
+               r.liveness == Liveness::alive ? 1 : 0);
+      w.sample(r_last, l, seconds(r.last_active_ns));
+    }
+  }
+  return Writer::render({&up, &capacity, &record_size, &head, &oldest, &published, &waits, &wait_s,
+                         &wakeups, &reclaimed, &last_pub, &sleepers, &readers, &prod_alive,
+                         &prod_waiting, &prod_closed, &takeovers, &r_cursor, &r_lag, &r_delivered,
+                         &r_lost, &r_alive, &r_last});
+}
+
+namespace {
+
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+
+volatile std::sig_atomic_t g_metrics_stop = 0;
+extern "C" void on_metrics_stop(int) { g_metrics_stop = 1; }
+
+// "HOST:PORT" (HOST an IPv4 address, or [IPv6]).
+tcp::endpoint parse_listen(const std::string& s) {
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size()) {
+    throw std::invalid_argument("--listen wants HOST:PORT, e.g. 127.0.0.1:9464, not '" + s + "'");
+  }
+  std::string host = s.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  unsigned long port = 0;
+  try {
+    std::size_t used = 0;
+    port = std::stoul(s.substr(colon + 1), &used);
+    if (used != s.size() - colon - 1) throw std::invalid_argument("port");
+  } catch (const std::exception&) {
+    throw std::invalid_argument("--listen: not a port number in '" + s + "'");
+  }
+  if (port > 65535) throw std::invalid_argument("--listen: port out of range in '" + s + "'");
+  boost::system::error_code ec;
+  const auto addr = boost::asio::ip::make_address(host, ec);
+  if (ec) throw std::invalid_argument("--listen: not an IP address: '" + host + "'");
+  return {addr, static_cast<unsigned short>(port)};
+}
+
+// Answers one request on `sock`. A client that sends nothing for 5 s, or
+// more than 8 KiB of headers, is dropped.
+void serve_one(tcp::socket& sock, const std::vector<std::string>& buses, const Trust& trust) {
+  timeval tv{5, 0};
+  ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  beast::flat_buffer buffer(16384);
+  http::request_parser<http::empty_body> parser;
+  parser.header_limit(8192);
+  parser.body_limit(0);
+  beast::error_code ec;
+  http::read(sock, buffer, parser, ec);
+  if (ec) return;
+  const auto& req = parser.get();
+  http::response<http::string_body> res;
+  res.version(req.version());
+  res.keep_alive(false);
+  res.set(http::field::server, "shmbus-inspect");
+  const auto target = req.target();
+  const bool known = target == "/metrics" || target == "/";
+  if (req.method() != http::verb::get && req.method() != http::verb::head) {
+    res.result(http::status::method_not_allowed);
+    res.set(http::field::allow, "GET, HEAD");
+    res.body() = "only GET\n";
+  } else if (!known) {
+    res.result(http::status::not_found);
+    res.body() = "shmbus-inspect serves /metrics\n";
+  } else {
+    res.result(http::status::ok);
+    res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+    try {
+      res.body() = render_metrics(buses, trust);
+    } catch (const std::exception& e) {
+      res.result(http::status::internal_server_error);
+      res.body() = std::string(e.what()) + "\n";
+    }
+  }
+  res.prepare_payload();
+  if (req.method() == http::verb::head) {
+    http::response_serializer<http::string_body> sr(res);
+    http::write_header(sock, sr, ec);
+  } else {
+    http::write(sock, res, ec);
+  }
+  sock.shutdown(tcp::socket::shutdown_both, ec);
+}
+
+}  // namespace
+
+int run_metrics(const MetricsArgs& args, const Trust& trust) {
+  if (args.listen.empty()) {
+    const std::string text = render_metrics(args.buses, trust);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return 0;
+  }
+  const tcp::endpoint ep = parse_listen(args.listen);
+  boost::asio::io_context io;
+  tcp::acceptor acceptor(io);
+  acceptor.open(ep.protocol());
+  acceptor.set_option(tcp::acceptor::reuse_address(true));
+  boost::system::error_code ec;
+  acceptor.bind(ep, ec);
+  if (ec) throw std::runtime_error("--listen " + args.listen + ": " + ec.message());
+  acceptor.listen();
+  const tcp::endpoint bound = acceptor.local_endpoint();
+  // The real port (useful with port 0), so a script can find the server.
+  std::fprintf(stderr, "shmbus-inspect: serving metrics on http://%s/metrics\n",
+               (bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
+                                        : bound.address().to_string())
+                   .append(":" + std::to_string(bound.port()))
+                   .c_str());
+  std::fflush(stderr);
+
+  struct sigaction sa {};
+  sa.sa_handler = on_metrics_stop;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: accept() returns EINTR and we stop
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  std::uint64_t served = 0;
+  while (!g_metrics_stop) {
+    // Poll with a timeout, so a stop signal that lands just before we
+    // block is still seen within 200 ms.
+    pollfd pfd{acceptor.native_handle(), POLLIN, 0};
+    if (::poll(&pfd, 1, 200) <= 0) continue;
+    tcp::socket sock(io);
+    acceptor.accept(sock, ec);
+    if (ec) {
+      if (g_metrics_stop) break;
+      if (ec == boost::asio::error::interrupted) continue;
+      throw std::runtime_error("accept: " + ec.message());
+    }
+    serve_one(sock, args.buses, trust);
+    ++served;
+  }
+  std::fprintf(stderr, "shmbus-inspect: metrics server stopped after %llu requests\n",
+               static_cast<unsigned long long>(served));
+  return 0;
+}
+
+}  // namespace shmbus::inspect_tool

@@ -1,0 +1,169 @@
+"""shmbus-inspect metrics: its output parsed by Prometheus' own parser
+(python3-prometheus-client), printed once and served over HTTP.
+
+Run by ctest with SHMBUS_INSPECT, SHMBUS_PRODUCER and SHMBUS_ACTOR set to
+the binaries under test."""
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+INSPECT = os.environ["SHMBUS_INSPECT"]
+PRODUCER = os.environ["SHMBUS_PRODUCER"]
+ACTOR = os.environ["SHMBUS_ACTOR"]
+
+
+def samples(text):
+    """{(sample name, frozenset(labels)): value} and the families, parsed."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(parsed, metric, **labels):
+    matches = [v for (n, ls), v in parsed.items() if n == metric and set(labels.items()) <= ls]
+    assert len(matches) == 1, f"{metric}{labels}: {len(matches)} samples"
+    return matches[0]
+
+
+def reader_labels(parsed, name):
+    """Labels of the reader called `name` (from its cursor sample)."""
+    for (n, ls), _ in parsed.items():
+        d = dict(ls)
+        if n == "shmbus_reader_cursor" and d.get("name") == name:
+            return d
+    raise AssertionError(f"no reader named {name!r}")
+
+
+def scrape(bus):
+    out = subprocess.run([INSPECT, "metrics", bus], check=True, capture_output=True, text=True)
+    return out.stdout
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def bus(tmp_path):
+    name = f"metrics-test-{os.getpid()}-{tmp_path.name[-8:]}"
+    subprocess.run([PRODUCER, name, "--create", "--capacity", "64", "--record-size", "128",
+                    "--count", "10", "--size", "64", "--keep-open"],
+                   check=True, capture_output=True)
+    procs = []
+    yield name, tmp_path, procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    subprocess.run([INSPECT, "rm", "--force", name], capture_output=True)
+
+
+def start_reader(bus, tmp_path, procs, mode, name):
+    ready = tmp_path / f"ready-{len(procs)}"
+    args = [ACTOR, mode, bus, name] + ([str(tmp_path / "stop")] if mode == "consume" else []) + [str(ready)]
+    p = subprocess.Popen(args)
+    procs.append(p)
+    assert wait_for(ready.exists), f"{mode} {name} never attached"
+    return p
+
+
+def test_bus_and_reader_metrics_parse_and_match_the_bus(bus):
+    name, tmp_path, procs = bus
+    # A reader whose name needs escaping in a label, one that reads everything,
+    # and one that stalls at the start.
+    odd = 'we"ird\\na'
+    start_reader(name, tmp_path, procs, "consume", odd)
+    stalled = start_reader(name, tmp_path, procs, "stall", "audit")
+
+    # The consumer stores its cursor before it waits: all 10 read.
+    def caught_up():
+        parsed = samples(scrape(name))
+        return parsed if value(parsed, "shmbus_reader_cursor", name=odd) == 10 else None
+
+    parsed = wait_for(caught_up)
+    assert parsed, "the consumer's cursor never reached 10"
+    assert value(parsed, "shmbus_bus_up", bus=name) == 1
+    assert value(parsed, "shmbus_messages_published_total", bus=name) == 10
+    assert value(parsed, "shmbus_bus_head", bus=name) == 10
+    assert value(parsed, "shmbus_bus_capacity_records", bus=name) == 64
+    assert value(parsed, "shmbus_bus_record_size_bytes", bus=name) == 128
+    assert value(parsed, "shmbus_readers", bus=name) == 2
+    # --keep-open: the producer left without marking end-of-stream.
+    assert value(parsed, "shmbus_producer_closed", bus=name) == 0
+    assert value(parsed, "shmbus_producer_alive", bus=name) == 0
+
+    assert value(parsed, "shmbus_reader_lag_messages", name=odd) == 0
+    assert value(parsed, "shmbus_reader_delivered_total", name=odd) == 10
+    assert value(parsed, "shmbus_reader_lost_total", name=odd) == 0
+    assert value(parsed, "shmbus_reader_alive", name=odd) == 1
+
+    audit = reader_labels(parsed, "audit")
+    assert audit["pid"] == str(stalled.pid) and audit["bus"] == name
+    assert value(parsed, "shmbus_reader_cursor", name="audit") == 0
+    assert value(parsed, "shmbus_reader_lag_messages", name="audit") == 10
+    assert value(parsed, "shmbus_reader_delivered_total", name="audit") == 0
+    assert value(parsed, "shmbus_reader_alive", name="audit", state="alive") == 1
+
+    # A reader killed with SIGKILL shows as dead until its slot is reclaimed.
+    stalled.send_signal(signal.SIGKILL)
+    stalled.wait()
+    parsed = samples(scrape(name))
+    assert value(parsed, "shmbus_reader_alive", name="audit", state="dead") == 0
+
+
+def test_missing_bus_is_down_and_others_still_reported(bus):
+    name, _, _ = bus
+    out = subprocess.run([INSPECT, "metrics", name, "no-such-bus-metrics"], check=True,
+                         capture_output=True, text=True)
+    parsed = samples(out.stdout)
+    assert value(parsed, "shmbus_bus_up", bus="no-such-bus-metrics") == 0
+    assert value(parsed, "shmbus_bus_up", bus=name) == 1
+    assert "no-such-bus-metrics" in out.stderr
+
+
+def test_listen_serves_metrics_over_http_until_sigterm(bus):
+    name, _, _ = bus
+    server = subprocess.Popen([INSPECT, "metrics", name, "--listen", "127.0.0.1:0"],
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stderr.readline()
+        m = re.search(r"http://(127\.0\.0\.1:\d+)/metrics", line)
+        assert m, f"no address announced: {line!r}"
+        url = f"http://{m.group(1)}/metrics"
+        # The docs' recipe.
+        got = subprocess.run(["curl", "-fsS", url], check=True, capture_output=True, text=True)
+        parsed = samples(got.stdout)
+        assert value(parsed, "shmbus_messages_published_total", bus=name) == 10
+        headers = subprocess.run(["curl", "-sS", "-D", "-", "-o", "/dev/null", url],
+                                 check=True, capture_output=True, text=True).stdout
+        assert "text/plain; version=0.0.4" in headers
+        missing = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}",
+                                  f"http://{m.group(1)}/other"], capture_output=True, text=True)
+        assert missing.stdout == "404"
+        # Each scrape reads the bus afresh.
+        subprocess.run([PRODUCER, name, "--count", "5", "--size", "64", "--keep-open"],
+                       check=True, capture_output=True)
+        got = subprocess.run(["curl", "-fsS", url], check=True, capture_output=True, text=True)
+        assert value(samples(got.stdout), "shmbus_messages_published_total", bus=name) == 15
+    finally:
+        server.send_signal(signal.SIGTERM)
+        rc = server.wait(timeout=5)
+    assert rc == 0
+
+
+def test_listen_rejects_a_bad_address():
+    out = subprocess.run([INSPECT, "metrics", "--listen", "localhost"], capture_output=True, text=True)
+    assert out.returncode == 2  # a bad command line
+    assert "HOST:PORT" in out.stderr

@@ -1,0 +1,136 @@
+"""shmbus: a shared-memory message bus for Linux.
+
+One Producer appends fixed-size records to a named bus (/dev/shm/shmbus.NAME);
+any number of Consumers, in any processes, each read every message from
+their own cursor.
+
+Views: Consumer.next() returns a memoryview of the payload -- zero-copy on a
+`block` bus (it reads the record in shared memory), the consumer's own copy
+on an `overwrite` bus. It is valid until the next call on that consumer,
+which releases it: using it afterwards raises ValueError. Copy it with
+bytes(view) to keep it. Views derived from it (slices, numpy arrays) cannot
+be revoked: they keep the mapping alive but may show a newer message.
+
+Waiting: next(), publish() and claim() wait with the GIL released and handle
+signals at least every 100 ms, so Ctrl-C raises KeyboardInterrupt. Timeouts
+are seconds (float); None waits as long as it takes.
+"""
+from typing import Any, Iterator, Literal, Optional, Tuple, Union
+
+__version__: str
+
+Buffer = Union[bytes, bytearray, memoryview]
+Policy = Literal["block", "overwrite"]
+
+class Error(OSError):
+    """A setup error (create, open, attach). str() names the bus and the problem."""
+    errc: int  # shmbus::Errc / the C API's SHMBUS_* value, e.g. 4 not found, 14 not retained
+
+class EndOfStream(Exception):
+    """Consumer.next(): the producer closed the bus or died, and everything
+    it committed has been read."""
+
+class Bus:
+    @staticmethod
+    def create(name: str, *, capacity: int = 65536, record_size: int = 256,
+               policy: Policy = "block", max_readers: int = 16, mode: int = 0o600) -> Bus:
+        """Creates a bus exclusively (Error if it exists). record_size includes
+        a 24-byte header and is a multiple of 64; capacity is a power of two."""
+    @staticmethod
+    def open_or_create(name: str, *, capacity: int = 65536, record_size: int = 256,
+                       policy: Policy = "block", max_readers: int = 16, mode: int = 0o600) -> Bus: ...
+    @staticmethod
+    def open(name: str, ready_timeout: float = 2.0) -> Bus: ...
+    @staticmethod
+    def remove(name: str) -> bool:
+        """Removes the bus's name; True if it existed. Mapped users carry on."""
+    @staticmethod
+    def exists(name: str) -> bool: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def policy(self) -> Policy: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def record_size(self) -> int: ...
+    @property
+    def max_payload(self) -> int: ...
+    @property
+    def max_readers(self) -> int: ...
+    @property
+    def head(self) -> int:
+        """Next sequence number to be published."""
+    @property
+    def oldest(self) -> int:
+        """Oldest sequence number still retained."""
+
+class Producer:
+    """The bus's one producer (Error if a live process holds the role; a dead
+    holder is taken over). A context manager: leaving it closes the stream."""
+    def __init__(self, bus: Bus, *, timestamps: Literal["off", "coarse", "precise"] = "off",
+                 wait_for_readers: int = 0, wait_for_readers_timeout: Optional[float] = None) -> None: ...
+    def publish(self, data: Buffer, timeout: Optional[float] = None) -> int:
+        """Copies `data` (any contiguous buffer) into the next record; returns
+        its sequence number. ValueError if too large, TimeoutError if a block
+        bus stays full for `timeout` seconds."""
+    def claim(self, size: int, timeout: Optional[float] = None) -> memoryview:
+        """The next record's payload, writable in place, `size` bytes. Valid
+        until commit(), which releases it."""
+    def commit(self, size: Optional[int] = None) -> int:
+        """Publishes the claimed record (its first `size` bytes, default all);
+        returns its sequence number."""
+    def close(self) -> None:
+        """Marks end-of-stream and gives up the producer role."""
+    def detach(self) -> None:
+        """Gives up the role without end-of-stream (consumers wait for a new producer)."""
+    @property
+    def next_seq(self) -> int: ...
+    @property
+    def bus(self) -> Bus: ...
+    def __enter__(self) -> Producer: ...
+    def __exit__(self, *args: Any) -> None: ...
+
+Message = Tuple[int, int, memoryview]  # (seq, timestamp_ns, payload)
+
+class Consumer:
+    """A reader slot on the bus. Iterating yields messages until end of stream.
+    Lost messages (overwrite bus) and corrupt records are skipped and counted
+    in .lost and .corrupt."""
+    def __init__(self, bus: Bus, *, name: str = "consumer",
+                 start: Literal["earliest", "latest", "sequence"] = "earliest",
+                 start_seq: int = 0) -> None: ...
+    def next(self, timeout: Optional[float] = None) -> Optional[Message]:
+        """The next message, or None after `timeout` seconds with nothing new.
+        Raises EndOfStream. Releases the previous message's view."""
+    def __iter__(self) -> Iterator[Message]: ...
+    def __next__(self) -> Message: ...
+    def close(self) -> None:
+        """Releases the reader slot."""
+    @property
+    def cursor(self) -> int: ...
+    @property
+    def delivered(self) -> int: ...
+    @property
+    def lost(self) -> int: ...
+    @property
+    def corrupt(self) -> int: ...
+    @property
+    def slot(self) -> int: ...
+    @property
+    def bus(self) -> Bus: ...
+    def __enter__(self) -> Consumer: ...
+    def __exit__(self, *args: Any) -> None: ...
+
+class Inspector:
+    """Reads a bus's header, counters and reader table without attaching."""
+    def __init__(self, name: str) -> None: ...
+    def snapshot(self) -> dict[str, Any]:
+        """{name, policy, capacity, record_size, max_payload, max_readers,
+        segment_size, creation_time_ns, layout_version, head, oldest,
+        last_publish_ns, counters: {published, producer_waits,
+        producer_wait_ns, wakeups, readers_reclaimed, data_sleepers},
+        producer: {attached, pid, liveness, closed, waiting_for_space,
+        blocked_on_slot, takeovers}, readers: [{slot, pid, liveness, name,
+        cursor, lag, delivered, lost, attach_time_ns, last_active_ns,
+        sleeping}]}"""

@@ -1,0 +1,458 @@
+// The Python module `shmbus` (pybind11): the C++ API, zero-copy where the bus
+// allows it.
+//
+//  * Consumer.next() returns (seq, timestamp_ns, memoryview). On a `block`
+//    bus the memoryview reads the record in shared memory; on an `overwrite`
+//    bus, the consumer's own copy. Either way it is valid until the next call
+//    on that consumer, which releases it: using it afterwards raises
+//    ValueError instead of reading a record the producer has reused. (Views
+//    derived from it -- slices, numpy arrays -- cannot be revoked; they keep
+//    the mapping alive, so they never crash, but may show newer data. Copy
+//    with bytes(view) to keep a message.)
+//  * Producer.claim(n) returns a writable memoryview of the next record,
+//    released by commit().
+//  * Waiting happens with the GIL released, in slices of at most 100 ms
+//    between which pending signals are handled: Ctrl-C interrupts a blocked
+//    next(), publish() or claim() with KeyboardInterrupt. A call that finds
+//    data or space at once never releases the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "shmbus/shmbus.hpp"
+
+namespace py = pybind11;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::chrono::nanoseconds kSlice = 100ms;
+
+// Python seconds (None: forever) to a C++ timeout.
+std::chrono::nanoseconds to_timeout(std::optional<double> seconds) {
+  if (!seconds) return shmbus::forever;
+  if (!(*seconds >= 0)) throw py::value_error("timeout must be >= 0 seconds or None");
+  if (*seconds > 1e9) return shmbus::forever;
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(*seconds * 1e9));
+}
+
+// Calls `attempt(timeout)` once with the GIL held and no wait; if it reports
+// `would_wait`, again with the GIL released in slices of kSlice, handling
+// signals between slices, until it succeeds or `timeout` has passed.
+template <class R, class Attempt, class WouldWait>
+R wait_interruptibly(std::chrono::nanoseconds timeout, Attempt&& attempt, WouldWait&& would_wait) {
+  R r = attempt(0ns);
+  if (!would_wait(r) || timeout == 0ns) return r;
+  const bool forever = timeout == shmbus::forever;
+  const auto deadline = std::chrono::steady_clock::now() + (forever ? 0ns : timeout);
+  for (;;) {
+    std::chrono::nanoseconds slice = kSlice;
+    if (!forever) {
+      const auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= 0ns) return r;
+      slice = std::min<std::chrono::nanoseconds>(slice, left);
+    }
+    {
+      py::gil_scoped_release unlocked;
+      r = attempt(slice);
+    }
+    if (!would_wait(r)) return r;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+}
+
+// One zero-copy window onto a payload: the object a memoryview is made from.
+// It keeps the bus mapped while anything refers to it.
+struct View {
+  shmbus::Bus keep;  // the mapping outlives every view of it
+  std::byte* data = nullptr;
+  std::size_t size = 0;
+  bool writable = false;
+  bool valid = true;
+};
+
+// Hands out memoryviews over Views and revokes the current one.
+class ViewSlot {
+ public:
+  py::memoryview make(const shmbus::Bus& bus, const std::byte* data, std::size_t size, bool writable) {
+    revoke();
+    py::object view = py::cast(View{bus, const_cast<std::byte*>(data), size, writable, true});
+    py::memoryview mv = py::reinterpret_steal<py::memoryview>(PyMemoryView_FromObject(view.ptr()));
+    if (!mv) throw py::error_already_set();
+    view_ = view;
+    mv_ = mv;
+    return mv;
+  }
+
+  void revoke() {
+    if (!view_) return;
+    view_.cast<View&>().valid = false;  // a new memoryview of it is empty
+    PyObject* r = PyObject_CallMethod(mv_.ptr(), "release", nullptr);
+    if (r == nullptr) PyErr_Clear();  // exported further (BufferError): see the header note
+    Py_XDECREF(r);
+    view_ = py::object();
+    mv_ = py::object();
+  }
+
+ private:
+  py::object view_;
+  py::object mv_;
+};
+
+// Refuses a second thread entering a handle while the first waits without the GIL.
+class Busy {
+ public:
+  explicit Busy(bool& flag, const char* what) : flag_(flag) {
+    if (flag_) throw std::runtime_error(std::string(what) + " is in use by another thread");
+    flag_ = true;
+  }
+  ~Busy() { flag_ = false; }
+  Busy(const Busy&) = delete;
+  Busy& operator=(const Busy&) = delete;
+
+ private:
+  bool& flag_;
+};
+
+shmbus::Policy parse_policy(const std::string& p) {
+  if (p == "block") return shmbus::Policy::block;
+  if (p == "overwrite") return shmbus::Policy::overwrite;
+  throw py::value_error("policy must be 'block' or 'overwrite', not '" + p + "'");
+}
+
+shmbus::BusOptions bus_options(std::uint64_t capacity, std::uint32_t record_size,
+                               const std::string& policy, std::uint32_t max_readers,
+                               std::uint32_t mode) {
+  shmbus::BusOptions o;
+  o.capacity = capacity;
+  o.record_size = record_size;
+  o.policy = parse_policy(policy);
+  o.max_readers = max_readers;
+  o.mode = static_cast<mode_t>(mode);
+  return o;
+}
+
+struct PyProducer {
+  explicit PyProducer(const shmbus::Bus& b) : bus(b) {}
+  std::optional<shmbus::Producer> producer;
+  shmbus::Bus bus;
+  ViewSlot claim_view;
+  bool claimed = false;
+  bool busy = false;
+
+  shmbus::Producer& get() {
+    if (!producer) throw std::runtime_error("bus '" + bus.name() + "': producer is closed");
+    return *producer;
+  }
+
+  static void check(shmbus::PublishStatus s, const shmbus::Bus& bus, std::size_t size) {
+    switch (s) {
+      case shmbus::PublishStatus::ok: return;
+      case shmbus::PublishStatus::too_large:
+        throw py::value_error("bus '" + bus.name() + "': " + std::to_string(size) +
+                              "-byte payload, max " + std::to_string(bus.info().max_payload));
+      case shmbus::PublishStatus::timeout:
+        PyErr_SetString(PyExc_TimeoutError, ("bus '" + bus.name() + "': ring still full").c_str());
+        throw py::error_already_set();
+      case shmbus::PublishStatus::closed:
+        throw std::runtime_error("bus '" + bus.name() + "': producer is closed");
+    }
+  }
+
+  std::uint64_t publish(py::buffer data, std::optional<double> timeout) {
+    Busy b(busy, "Producer");
+    if (claimed) throw std::runtime_error("commit() the open claim first");
+    shmbus::Producer& p = get();
+    py::buffer_info info = data.request();
+    if (!PyBuffer_IsContiguous(info.view(), 'C')) throw py::value_error("payload must be contiguous");
+    const std::span<const std::byte> payload(static_cast<const std::byte*>(info.ptr),
+                                             static_cast<std::size_t>(info.size * info.itemsize));
+    const auto r = wait_interruptibly<shmbus::PublishResult>(
+        to_timeout(timeout), [&](std::chrono::nanoseconds t) { return p.publish(payload, t); },
+        [](const shmbus::PublishResult& x) { return x.status == shmbus::PublishStatus::timeout; });
+    check(r.status, bus, payload.size());
+    return r.seq;
+  }
+
+  py::memoryview claim(std::size_t n, std::optional<double> timeout) {
+    Busy b(busy, "Producer");
+    if (claimed) throw std::runtime_error("commit() the open claim first");
+    shmbus::Producer& p = get();
+    const auto c = wait_interruptibly<shmbus::Claim>(
+        to_timeout(timeout), [&](std::chrono::nanoseconds t) { return p.claim(n, t); },
+        [](const shmbus::Claim& x) { return x.status == shmbus::PublishStatus::timeout; });
+    check(c.status, bus, n);
+    claimed = true;
+    return claim_view.make(bus, c.data.data(), c.data.size(), true);
+  }
+
+  std::uint64_t commit(std::optional<std::size_t> size) {
+    if (!claimed) throw std::runtime_error("nothing is claimed");
+    shmbus::Producer& p = get();
+    const std::uint64_t seq = p.next_seq();
+    claim_view.revoke();
+    claimed = false;
+    if (size) {
+      p.commit(*size);
+    } else {
+      p.commit();
+    }
+    return seq;
+  }
+
+  void close() {
+    claim_view.revoke();
+    claimed = false;
+    if (producer) producer->close();
+    producer.reset();
+  }
+
+  void detach() {
+    claim_view.revoke();
+    claimed = false;
+    if (producer) producer->detach();
+    producer.reset();
+  }
+};
+
+struct PyConsumer {
+  explicit PyConsumer(const shmbus::Bus& b) : bus(b) {}
+  std::optional<shmbus::Consumer> consumer;
+  shmbus::Bus bus;
+  ViewSlot view;
+  bool overwrite = false;
+  bool busy = false;
+  bool ended = false;  // end of stream seen by iteration
+  std::uint64_t corrupt = 0;
+
+  shmbus::Consumer& get() {
+    if (!consumer) throw std::runtime_error("bus '" + bus.name() + "': consumer is closed");
+    return *consumer;
+  }
+
+  // The next message, None on timeout; raises EndOfStream.
+  py::object next(std::optional<double> timeout) {
+    Busy b(busy, "Consumer");
+    shmbus::Consumer& c = get();
+    view.revoke();  // the previous message's record may be reused from here on
+    const auto t = to_timeout(timeout);
+    for (;;) {
+      const auto r = wait_interruptibly<shmbus::ReadResult>(
+          t, [&](std::chrono::nanoseconds w) { return c.next(w); },
+          [](const shmbus::ReadResult& x) { return x.status == shmbus::ReadStatus::timeout; });
+      switch (r.status) {
+        case shmbus::ReadStatus::message: {
+          const auto& m = r.message;
+          py::memoryview mv = view.make(bus, m.payload.data(), m.payload.size(), false);
+          return py::make_tuple(m.seq, m.timestamp_ns, std::move(mv));
+        }
+        case shmbus::ReadStatus::timeout: return py::none();
+        case shmbus::ReadStatus::end_of_stream:
+          throw py::stop_iteration("end of stream");  // translated to EndOfStream by the caller
+        case shmbus::ReadStatus::lost: continue;      // counted in .lost; read on from the oldest
+        case shmbus::ReadStatus::corrupt: ++corrupt; continue;
+      }
+    }
+  }
+
+  void close() {
+    view.revoke();
+    consumer.reset();
+  }
+};
+
+struct EndOfStreamTag {};
+
+py::dict reader_dict(const shmbus::ReaderView& r, std::uint64_t head) {
+  py::dict d;
+  d["slot"] = r.slot;
+  d["pid"] = r.pid;
+  d["liveness"] = shmbus::to_string(r.liveness);
+  d["name"] = py::bytes(r.name).attr("decode")("utf-8", "replace");
+  d["cursor"] = r.cursor;
+  d["lag"] = head > r.cursor ? head - r.cursor : 0;
+  d["delivered"] = r.delivered;
+  d["lost"] = r.lost;
+  d["attach_time_ns"] = r.attach_time_ns;
+  d["last_active_ns"] = r.last_active_ns;
+  d["sleeping"] = r.sleeping;
+  return d;
+}
+
+py::dict snapshot_dict(const shmbus::Snapshot& s) {
+  py::dict d;
+  d["name"] = s.info.name;
+  d["policy"] = shmbus::to_string(s.info.policy);
+  d["capacity"] = s.info.capacity;
+  d["record_size"] = s.info.record_size;
+  d["max_payload"] = s.info.max_payload;
+  d["max_readers"] = s.info.max_readers;
+  d["segment_size"] = s.info.segment_size;
+  d["creation_time_ns"] = s.info.creation_time_ns;
+  d["layout_version"] = s.info.layout_version;
+  d["head"] = s.head;
+  d["oldest"] = s.oldest;
+  d["last_publish_ns"] = s.last_publish_ns;
+  py::dict c;
+  c["published"] = s.counters.published;
+  c["producer_waits"] = s.counters.producer_waits;
+  c["producer_wait_ns"] = s.counters.producer_wait_ns;
+  c["wakeups"] = s.counters.wakeups;
+  c["readers_reclaimed"] = s.counters.readers_reclaimed;
+  c["data_sleepers"] = s.counters.data_sleepers;
+  d["counters"] = c;
+  py::dict p;
+  p["attached"] = s.producer.attached;
+  p["pid"] = s.producer.pid;
+  p["liveness"] = shmbus::to_string(s.producer.liveness);
+  p["closed"] = s.producer.closed;
+  p["waiting_for_space"] = s.producer.waiting_for_space;
+  p["blocked_on_slot"] = s.producer.blocked_on_slot ? py::cast(*s.producer.blocked_on_slot) : py::none();
+  p["takeovers"] = s.producer.takeovers;
+  d["producer"] = p;
+  py::list readers;
+  for (const auto& r : s.readers) readers.append(reader_dict(r, s.head));
+  d["readers"] = readers;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(shmbus, m) {
+  m.doc() = "shmbus: a shared-memory message bus (one producer, many consumers, each reading "
+            "every message). See shmbus.pyi for the API.";
+  m.attr("__version__") = "0.1.0";
+
+  static py::exception<shmbus::Error> error(m, "Error", PyExc_OSError);
+  static py::exception<EndOfStreamTag> end_of_stream(m, "EndOfStream", PyExc_Exception);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const shmbus::Error& e) {
+      py::object exc = py::reinterpret_borrow<py::object>(error.ptr())(py::str(e.what()));
+      exc.attr("errc") = static_cast<int>(e.errc());
+      PyErr_SetObject(error.ptr(), exc.ptr());
+    }
+  });
+
+  py::class_<View>(m, "_View", py::buffer_protocol())
+      .def_buffer([](View& v) -> py::buffer_info {
+        // A revoked message exports nothing (pybind11 cannot raise from here).
+        return py::buffer_info(v.valid ? v.data : nullptr, 1, py::format_descriptor<std::uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(v.valid ? v.size : 0)}, {1}, !v.writable);
+      });
+
+  py::class_<shmbus::Bus>(m, "Bus")
+      .def_static("create",
+                  [](const std::string& name, std::uint64_t capacity, std::uint32_t record_size,
+                     const std::string& policy, std::uint32_t max_readers, std::uint32_t mode) {
+                    return shmbus::Bus::create(name, bus_options(capacity, record_size, policy, max_readers, mode));
+                  },
+                  py::arg("name"), py::kw_only(), py::arg("capacity") = 65536, py::arg("record_size") = 256,
+                  py::arg("policy") = "block", py::arg("max_readers") = 16, py::arg("mode") = 0600)
+      .def_static("open_or_create",
+                  [](const std::string& name, std::uint64_t capacity, std::uint32_t record_size,
+                     const std::string& policy, std::uint32_t max_readers, std::uint32_t mode) {
+                    return shmbus::Bus::open_or_create(name, bus_options(capacity, record_size, policy, max_readers, mode));
+                  },
+                  py::arg("name"), py::kw_only(), py::arg("capacity") = 65536, py::arg("record_size") = 256,
+                  py::arg("policy") = "block", py::arg("max_readers") = 16, py::arg("mode") = 0600)
+      .def_static("open",
+                  [](const std::string& name, double ready_timeout) {
+                    shmbus::OpenOptions o;
+                    o.ready_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(ready_timeout * 1000));
+                    py::gil_scoped_release unlocked;
+                    return shmbus::Bus::open(name, o);
+                  },
+                  py::arg("name"), py::arg("ready_timeout") = 2.0)
+      .def_static("remove", &shmbus::Bus::remove, py::arg("name"))
+      .def_static("exists", &shmbus::Bus::exists, py::arg("name"))
+      .def_property_readonly("name", &shmbus::Bus::name)
+      .def_property_readonly("policy", [](const shmbus::Bus& b) { return shmbus::to_string(b.info().policy); })
+      .def_property_readonly("capacity", [](const shmbus::Bus& b) { return b.info().capacity; })
+      .def_property_readonly("record_size", [](const shmbus::Bus& b) { return b.info().record_size; })
+      .def_property_readonly("max_payload", [](const shmbus::Bus& b) { return b.info().max_payload; })
+      .def_property_readonly("max_readers", [](const shmbus::Bus& b) { return b.info().max_readers; })
+      .def_property_readonly("head", &shmbus::Bus::head)
+      .def_property_readonly("oldest", &shmbus::Bus::oldest)
+      .def("__repr__", [](const shmbus::Bus& b) {
+        return "<shmbus.Bus '" + b.name() + "' " + shmbus::to_string(b.info().policy) + " " +
+               std::to_string(b.info().capacity) + " x " + std::to_string(b.info().record_size) + " B>";
+      });
+
+  py::class_<PyProducer>(m, "Producer")
+      .def(py::init([](const shmbus::Bus& bus, const std::string& timestamps, std::uint32_t wait_for_readers,
+                       std::optional<double> wait_for_readers_timeout) {
+             shmbus::ProducerOptions o;
+             if (timestamps == "off") o.timestamps = shmbus::Timestamps::off;
+             else if (timestamps == "coarse") o.timestamps = shmbus::Timestamps::coarse;
+             else if (timestamps == "precise") o.timestamps = shmbus::Timestamps::precise;
+             else throw py::value_error("timestamps must be 'off', 'coarse' or 'precise'");
+             o.wait_for_readers = wait_for_readers;
+             o.wait_for_readers_timeout = to_timeout(wait_for_readers_timeout);
+             auto p = std::make_unique<PyProducer>(bus);
+             py::gil_scoped_release unlocked;
+             p->producer.emplace(bus, o);
+             return p;
+           }),
+           py::arg("bus"), py::kw_only(), py::arg("timestamps") = "off", py::arg("wait_for_readers") = 0,
+           py::arg("wait_for_readers_timeout") = py::none())
+      .def("publish", &PyProducer::publish, py::arg("data"), py::arg("timeout") = py::none())
+      .def("claim", &PyProducer::claim, py::arg("size"), py::arg("timeout") = py::none())
+      .def("commit", &PyProducer::commit, py::arg("size") = py::none())
+      .def("close", &PyProducer::close)
+      .def("detach", &PyProducer::detach)
+      .def_property_readonly("next_seq", [](PyProducer& p) { return p.get().next_seq(); })
+      .def_property_readonly("bus", [](const PyProducer& p) { return p.bus; })
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyProducer& p, py::args) { p.close(); });
+
+  py::class_<PyConsumer>(m, "Consumer")
+      .def(py::init([](const shmbus::Bus& bus, const std::string& name, const std::string& start,
+                       std::uint64_t start_seq) {
+             shmbus::ConsumerOptions o;
+             o.name = name;
+             if (start == "earliest") o.start = shmbus::Start::earliest;
+             else if (start == "latest") o.start = shmbus::Start::latest;
+             else if (start == "sequence") o.start = shmbus::Start::sequence;
+             else throw py::value_error("start must be 'earliest', 'latest' or 'sequence'");
+             o.start_seq = start_seq;
+             auto c = std::make_unique<PyConsumer>(bus);
+             c->overwrite = bus.info().policy == shmbus::Policy::overwrite;
+             c->consumer.emplace(bus, o);
+             return c;
+           }),
+           py::arg("bus"), py::kw_only(), py::arg("name") = "consumer", py::arg("start") = "earliest",
+           py::arg("start_seq") = 0)
+      .def("next",
+           [](PyConsumer& c, std::optional<double> timeout) -> py::object {
+             try {
+               return c.next(timeout);
+             } catch (const py::stop_iteration&) {
+               PyErr_SetString(end_of_stream.ptr(), ("bus '" + c.bus.name() + "': end of stream").c_str());
+               throw py::error_already_set();
+             }
+           },
+           py::arg("timeout") = py::none())
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__",
+           [](PyConsumer& c) -> py::object {
+             return c.next(std::nullopt);  // StopIteration at end of stream
+           })
+      .def("close", &PyConsumer::close)
+      .def_property_readonly("cursor", [](PyConsumer& c) { return c.get().cursor(); })
+      .def_property_readonly("delivered", [](PyConsumer& c) { return c.get().delivered(); })
+      .def_property_readonly("lost", [](PyConsumer& c) { return c.get().lost(); })
+      .def_property_readonly("corrupt", [](const PyConsumer& c) { return c.corrupt; })
+      .def_property_readonly("slot", [](PyConsumer& c) { return c.get().slot(); })
+      .def_property_readonly("bus", [](const PyConsumer& c) { return c.bus; })
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyConsumer& c, py::args) { c.close(); });
+
+  py::class_<shmbus::Inspector>(m, "Inspector")
+      .def(py::init([](const std::string& name) { return shmbus::Inspector::open(name); }), py::arg("name"))
+      .def("snapshot", [](const shmbus::Inspector& i) { return snapshot_dict(i.snapshot()); });
+}

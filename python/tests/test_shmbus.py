@@ -1,0 +1,236 @@
+"""The Python module against itself and against the C++ programs.
+
+Run by ctest with PYTHONPATH pointing at the built module and
+SHMBUS_PRODUCER / SHMBUS_CONSUMER at the programs."""
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import shmbus
+import synthetic
+
+PRODUCER = os.environ.get("SHMBUS_PRODUCER")
+CONSUMER = os.environ.get("SHMBUS_CONSUMER")
+
+
+@pytest.fixture
+def name(request):
+    n = f"pytest-{os.getpid()}-{request.node.name[:40]}".replace("[", "-").replace("]", "")
+    yield n
+    shmbus.Bus.remove(n)
+
+
+def test_round_trip_publish_claim_and_views(name):
+    bus = shmbus.Bus.create(name, capacity=16, record_size=128)
+    assert (bus.name, bus.policy, bus.capacity, bus.max_payload) == (name, "block", 16, 104)
+    consumer = shmbus.Consumer(bus, name="py")
+    producer = shmbus.Producer(bus)
+    assert producer.publish(b"hello") == 0
+    assert producer.publish(memoryview(b"xxworldxx")[2:7]) == 1
+    assert producer.publish(bytearray(b"")) == 2
+    view = producer.claim(20)
+    assert not view.readonly and len(view) == 20
+    view[:8] = b"in place"
+    assert producer.commit(8) == 3
+    with pytest.raises(ValueError):  # released by commit
+        view[0] = 1
+    with pytest.raises(ValueError):
+        producer.publish(b"x" * 105)
+
+    seq, ts, mv = consumer.next(1.0)
+    assert (seq, ts, bytes(mv)) == (0, 0, b"hello")
+    assert mv.readonly
+    seq2, _, mv2 = consumer.next(1.0)
+    # The previous message's view is revoked, not left dangling.
+    with pytest.raises(ValueError):
+        bytes(mv)
+    assert (seq2, bytes(mv2)) == (1, b"world")
+    assert bytes(consumer.next(1.0)[2]) == b""
+    assert bytes(consumer.next(1.0)[2]) == b"in place"
+    assert consumer.next(0.01) is None  # timeout
+    assert consumer.cursor == 4 and consumer.delivered == 4
+
+
+def test_zero_copy_on_a_block_bus(name):
+    """The view reads the record in shared memory: a write through a claim is
+    visible through a consumer's view of the same record without a copy."""
+    bus = shmbus.Bus.create(name, capacity=4, record_size=64)
+    consumer = shmbus.Consumer(bus)
+    producer = shmbus.Producer(bus)
+    producer.publish(b"AAAA")
+    _, _, mv = consumer.next(1.0)
+    raw = mv.obj  # the exporter: no copy was made in between
+    assert bytes(mv) == b"AAAA"
+    producer.close()
+    with pytest.raises(shmbus.EndOfStream):
+        consumer.next(1.0)
+    with pytest.raises(ValueError):
+        bytes(mv)
+    assert len(memoryview(raw)) == 0  # a new view of a revoked message is empty
+
+
+def test_iteration_ends_at_end_of_stream_and_start_positions(name):
+    bus = shmbus.Bus.create(name, capacity=64, record_size=64)
+    with shmbus.Producer(bus) as producer:
+        for i in range(10):
+            producer.publish(struct.pack("<Q", i))
+        latest = shmbus.Consumer(bus, start="latest")
+        from_seq = shmbus.Consumer(bus, start="sequence", start_seq=7)
+        producer.publish(struct.pack("<Q", 10))
+    earliest = shmbus.Consumer(bus)
+    assert [s for s, _, _ in earliest] == list(range(11))
+    assert [struct.unpack("<Q", m)[0] for _, _, m in from_seq] == [7, 8, 9, 10]
+    assert [s for s, _, _ in latest] == [10]
+    with pytest.raises(shmbus.Error) as e:
+        shmbus.Consumer(bus, start="sequence", start_seq=1000)
+    assert e.value.errc == 14 and name in str(e.value)  # not_retained
+
+
+def test_errors_and_inspector_snapshot(name):
+    with pytest.raises(shmbus.Error):
+        shmbus.Bus.open(name, 0.0)
+    with pytest.raises(shmbus.Error):
+        shmbus.Bus.create("bad/name")
+    bus = shmbus.Bus.create(name, capacity=8, record_size=64, policy="overwrite")
+    with pytest.raises(shmbus.Error):
+        shmbus.Bus.create(name)
+    assert shmbus.Bus.exists(name)
+    consumer = shmbus.Consumer(bus, name="watcher")
+    producer = shmbus.Producer(bus, timestamps="coarse")
+    with pytest.raises(shmbus.Error):
+        shmbus.Producer(bus)  # producer_active
+    for i in range(20):
+        producer.publish(struct.pack("<Q", i))
+    snap = shmbus.Inspector(name).snapshot()
+    assert snap["head"] == 20 and snap["policy"] == "overwrite" and snap["counters"]["published"] == 20
+    assert snap["producer"]["pid"] == os.getpid() and snap["producer"]["liveness"] == "alive"
+    [reader] = snap["readers"]
+    assert (reader["name"], reader["cursor"], reader["lag"]) == ("watcher", 0, 20)
+    # Overwrite: the lap is skipped and counted; reading resumes at the oldest.
+    seq, ts, mv = consumer.next(1.0)
+    assert seq == 12 and struct.unpack("<Q", mv)[0] == 12 and ts > 0
+    assert consumer.lost == 12
+
+
+def test_next_releases_the_gil_while_waiting(name):
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    consumer = shmbus.Consumer(bus)
+    producer = shmbus.Producer(bus)
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0.001)
+
+    t = threading.Thread(target=ticker)
+    t.start()
+    try:
+        assert consumer.next(0.3) is None
+    finally:
+        stop.set()
+        t.join()
+    # With the GIL held for 0.3 s the ticker could not have run more than once.
+    assert len(ticks) > 20
+    # A publish from another thread wakes a waiting next().
+    threading.Timer(0.05, lambda: producer.publish(b"late")).start()
+    got = consumer.next(5.0)
+    assert got is not None and bytes(got[2]) == b"late"
+
+
+def test_ctrl_c_interrupts_a_blocked_next(name, tmp_path):
+    shmbus.Bus.create(name, capacity=16, record_size=64)
+    script = tmp_path / "blocked.py"
+    script.write_text(
+        "import shmbus, sys\n"
+        f"c = shmbus.Consumer(shmbus.Bus.open({name!r}))\n"
+        "print('waiting', flush=True)\n"
+        "try:\n"
+        "    c.next()\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+        "    sys.exit(0)\n"
+        "sys.exit(3)\n")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                         env=os.environ)
+    assert p.stdout.readline().strip() == "waiting"
+    time.sleep(0.2)
+    start = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=5) == 0
+    assert p.stdout.read().strip() == "interrupted"
+    assert time.monotonic() - start < 2
+
+
+@pytest.mark.skipif(not PRODUCER, reason="SHMBUS_PRODUCER not set")
+def test_python_consumer_verifies_a_million_messages_from_the_cpp_producer(name):
+    count = 1_000_000
+    bus = shmbus.Bus.create(name, capacity=65536, record_size=128)
+    consumer = shmbus.Consumer(bus, name="pytest")
+    producer = subprocess.Popen([PRODUCER, name, "--count", str(count), "--size", "64"],
+                                stderr=subprocess.PIPE, text=True)
+    expected = 0
+    checked = 0
+    unpack = struct.Struct("<Q").unpack_from
+    for seq, _, payload in consumer:
+        if seq != expected or len(payload) != 64 or unpack(payload, 0)[0] != seq:
+            pytest.fail(f"message {seq}: expected {expected}, length {len(payload)}")
+        if seq % 997 == 0:  # the full byte-exact check on a sample
+            assert synthetic.is_valid(payload, seq), f"message {seq} corrupt"
+            checked += 1
+        expected += 1
+    assert producer.wait(timeout=60) == 0, producer.stderr.read()
+    assert expected == count and checked > 1000
+    assert consumer.lost == 0 and consumer.corrupt == 0
+
+
+@pytest.mark.skipif(not CONSUMER, reason="SHMBUS_CONSUMER not set")
+def test_python_producer_feeds_shmbus_consumer_verify(name):
+    count, size = 50_000, 64
+    bus = shmbus.Bus.create(name, capacity=1024, record_size=128)
+    consumer = subprocess.Popen([CONSUMER, name, "--verify", "--count", str(count), "--format", "none"],
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        producer = shmbus.Producer(bus, wait_for_readers=1, wait_for_readers_timeout=10.0)
+        messages = [synthetic.make(i, size) for i in range(1000)]
+        for i in range(count):
+            if i < len(messages):
+                producer.publish(messages[i], timeout=10.0)
+            else:
+                view = producer.claim(size, timeout=10.0)  # in place, half of them
+                view[:] = synthetic.make(i, size)
+                producer.commit()
+        producer.close()
+        assert consumer.wait(timeout=60) == 0, consumer.stderr.read()
+        summary = consumer.stderr.read()
+        assert f"{count} messages, 0 lost" in summary and "verified OK" in summary
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.wait()
+
+
+def test_stubs_describe_the_module():
+    """shmbus.pyi (beside the built module) names every public class and
+    method the module has, and nothing it lacks."""
+    import ast
+    stub_path = os.path.join(os.path.dirname(shmbus.__file__), "shmbus.pyi")
+    tree = ast.parse(open(stub_path).read())
+    stub = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            stub[node.name] = {n.name for n in node.body
+                               if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
+    for cls in ("Bus", "Producer", "Consumer", "Inspector", "Error", "EndOfStream"):
+        assert cls in stub, f"{cls} missing from the stubs"
+        actual = {n for n in dir(getattr(shmbus, cls)) if not n.startswith("_")}
+        if cls in ("Error", "EndOfStream"):
+            continue
+        assert stub[cls] == actual, f"{cls}: stubs {sorted(stub[cls])} vs module {sorted(actual)}"

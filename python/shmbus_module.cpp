@@ -135,6 +135,16 @@ shmbus::BusOptions bus_options(std::uint64_t capacity, std::uint32_t record_size
   return o;
 }
 
+// Bus.create / Bus.open_or_create from keyword options.
+template <class F>
+auto bus_factory(F f) {
+  return [f](const std::string& name, std::uint64_t capacity, std::uint32_t record_size,
+             const std::string& policy, std::uint32_t max_readers, std::uint32_t mode) {
+    return f(name, bus_options(capacity, record_size, policy, max_readers, mode));
+  };
+}
+constexpr const char* bus_doc = "capacity: records (power of two); record_size: bytes incl. 24-byte header";
+
 struct PyProducer {
   explicit PyProducer(const shmbus::Bus& b) : bus(b) {}
   std::optional<shmbus::Producer> producer;
@@ -346,19 +356,11 @@ PYBIND11_MODULE(shmbus, m) {
       });
 
   py::class_<shmbus::Bus>(m, "Bus")
-      .def_static("create",
-                  [](const std::string& name, std::uint64_t capacity, std::uint32_t record_size,
-                     const std::string& policy, std::uint32_t max_readers, std::uint32_t mode) {
-                    return shmbus::Bus::create(name, bus_options(capacity, record_size, policy, max_readers, mode));
-                  },
-                  py::arg("name"), py::kw_only(), py::arg("capacity") = 65536, py::arg("record_size") = 256,
-                  py::arg("policy") = "block", py::arg("max_readers") = 16, py::arg("mode") = 0600)
-      .def_static("open_or_create",
-                  [](const std::string& name, std::uint64_t capacity, std::uint32_t record_size,
-                     const std::string& policy, std::uint32_t max_readers, std::uint32_t mode) {
-                    return shmbus::Bus::open_or_create(name, bus_options(capacity, record_size, policy, max_readers, mode));
-                  },
-                  py::arg("name"), py::kw_only(), py::arg("capacity") = 65536, py::arg("record_size") = 256,
+      .def_static("create", bus_factory(&shmbus::Bus::create), bus_doc, py::arg("name"), py::kw_only(),
+                  py::arg("capacity") = 65536, py::arg("record_size") = 256, py::arg("policy") = "block",
+                  py::arg("max_readers") = 16, py::arg("mode") = 0600)
+      .def_static("open_or_create", bus_factory(&shmbus::Bus::open_or_create), bus_doc, py::arg("name"),
+                  py::kw_only(), py::arg("capacity") = 65536, py::arg("record_size") = 256,
                   py::arg("policy") = "block", py::arg("max_readers") = 16, py::arg("mode") = 0600)
       .def_static("open",
                   [](const std::string& name, double ready_timeout) {

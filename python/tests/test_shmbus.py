@@ -234,3 +234,10 @@ def test_stubs_describe_the_module():
         if cls in ("Error", "EndOfStream"):
             continue
         assert stub[cls] == actual, f"{cls}: stubs {sorted(stub[cls])} vs module {sorted(actual)}"
+
+
+def test_readme_example_runs(name):
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "hello.py")
+    out = subprocess.run([sys.executable, example, name], check=True, capture_output=True, text=True,
+                         env=os.environ)
+    assert out.stdout == "#0 hello\n#1 from\n#2 Python\n#3 in place\n4 delivered\n"

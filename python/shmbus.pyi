@@ -29,6 +29,7 @@ class Error(OSError):
 class EndOfStream(Exception):
     """Consumer.next(): the producer closed the bus or died, and everything
     it committed has been read."""
+    reason: Literal["closed", "producer died", "removed"]
 
 class Bus:
     @staticmethod
@@ -98,8 +99,12 @@ class Consumer:
     Lost messages (overwrite bus) and corrupt records are skipped and counted
     in .lost and .corrupt."""
     def __init__(self, bus: Bus, *, name: str = "consumer",
-                 start: Literal["earliest", "latest", "sequence"] = "earliest",
-                 start_seq: int = 0) -> None: ...
+                 start: Literal["earliest", "latest", "sequence", "resume"] = "earliest",
+                 start_seq: int = 0, durable: bool = False) -> None:
+        """durable: hold `name` exclusively (Error name_in_use otherwise) and
+        leave the cursor in the bus under it when detaching or dying.
+        start="resume" (implies durable) continues where that name stopped,
+        or at the oldest record for a new name."""
     def next(self, timeout: Optional[float] = None) -> Optional[Message]:
         """The next message, or None after `timeout` seconds with nothing new.
         Raises EndOfStream. Releases the previous message's view."""
@@ -118,6 +123,15 @@ class Consumer:
     @property
     def slot(self) -> int: ...
     @property
+    def resumed(self) -> bool:
+        """start="resume": True if the name had a bookmark."""
+    @property
+    def resume_gap(self) -> int:
+        """start="resume": messages after the bookmark already gone (also in .lost)."""
+    @property
+    def end_reason(self) -> str:
+        """Why the stream last ended: "none", "closed", "producer died" or "removed"."""
+    @property
     def bus(self) -> Bus: ...
     def __enter__(self) -> Consumer: ...
     def __exit__(self, *args: Any) -> None: ...
@@ -133,4 +147,5 @@ class Inspector:
         producer: {attached, pid, liveness, closed, waiting_for_space,
         blocked_on_slot, takeovers}, readers: [{slot, pid, liveness, name,
         cursor, lag, delivered, lost, attach_time_ns, last_active_ns,
-        sleeping}]}"""
+        sleeping}], bookmarks: [{name, cursor, updated_ns, held,
+        holder_pid}], removed}"""

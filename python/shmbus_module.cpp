@@ -235,7 +235,7 @@ struct PyConsumer {
   ViewSlot view;
   bool overwrite = false;
   bool busy = false;
-  bool ended = false;  // end of stream seen by iteration
+  shmbus::EndReason end_reason = shmbus::EndReason::none;
   std::uint64_t corrupt = 0;
 
   shmbus::Consumer& get() {
@@ -261,6 +261,7 @@ struct PyConsumer {
         }
         case shmbus::ReadStatus::timeout: return py::none();
         case shmbus::ReadStatus::end_of_stream:
+          end_reason = r.end_reason;
           throw py::stop_iteration("end of stream");  // translated to EndOfStream by the caller
         case shmbus::ReadStatus::lost: continue;      // counted in .lost; read on from the oldest
         case shmbus::ReadStatus::corrupt: ++corrupt; continue;
@@ -326,6 +327,18 @@ py::dict snapshot_dict(const shmbus::Snapshot& s) {
   py::list readers;
   for (const auto& r : s.readers) readers.append(reader_dict(r, s.head));
   d["readers"] = readers;
+  py::list bookmarks;
+  for (const auto& b : s.bookmarks) {
+    py::dict bd;
+    bd["name"] = py::bytes(b.name).attr("decode")("utf-8", "replace");
+    bd["cursor"] = b.cursor;
+    bd["updated_ns"] = b.updated_ns;
+    bd["held"] = b.held;
+    bd["holder_pid"] = b.holder_pid;
+    bookmarks.append(bd);
+  }
+  d["bookmarks"] = bookmarks;
+  d["removed"] = s.removed;
   return d;
 }
 
@@ -414,27 +427,33 @@ PYBIND11_MODULE(shmbus, m) {
 
   py::class_<PyConsumer>(m, "Consumer")
       .def(py::init([](const shmbus::Bus& bus, const std::string& name, const std::string& start,
-                       std::uint64_t start_seq) {
+                       std::uint64_t start_seq, bool durable) {
              shmbus::ConsumerOptions o;
              o.name = name;
              if (start == "earliest") o.start = shmbus::Start::earliest;
              else if (start == "latest") o.start = shmbus::Start::latest;
              else if (start == "sequence") o.start = shmbus::Start::sequence;
-             else throw py::value_error("start must be 'earliest', 'latest' or 'sequence'");
+             else if (start == "resume") o.start = shmbus::Start::resume;
+             else throw py::value_error("start must be 'earliest', 'latest', 'sequence' or 'resume'");
              o.start_seq = start_seq;
+             o.durable = durable;
              auto c = std::make_unique<PyConsumer>(bus);
              c->overwrite = bus.info().policy == shmbus::Policy::overwrite;
              c->consumer.emplace(bus, o);
              return c;
            }),
            py::arg("bus"), py::kw_only(), py::arg("name") = "consumer", py::arg("start") = "earliest",
-           py::arg("start_seq") = 0)
+           py::arg("start_seq") = 0, py::arg("durable") = false)
       .def("next",
            [](PyConsumer& c, std::optional<double> timeout) -> py::object {
              try {
                return c.next(timeout);
              } catch (const py::stop_iteration&) {
-               PyErr_SetString(end_of_stream.ptr(), ("bus '" + c.bus.name() + "': end of stream").c_str());
+               const char* reason = shmbus::to_string(c.end_reason);
+               py::object exc = py::reinterpret_borrow<py::object>(end_of_stream.ptr())(
+                   py::str("bus '" + c.bus.name() + "': end of stream (" + reason + ")"));
+               exc.attr("reason") = reason;
+               PyErr_SetObject(end_of_stream.ptr(), exc.ptr());
                throw py::error_already_set();
              }
            },
@@ -450,6 +469,10 @@ PYBIND11_MODULE(shmbus, m) {
       .def_property_readonly("lost", [](PyConsumer& c) { return c.get().lost(); })
       .def_property_readonly("corrupt", [](const PyConsumer& c) { return c.corrupt; })
       .def_property_readonly("slot", [](PyConsumer& c) { return c.get().slot(); })
+      .def_property_readonly("resumed", [](PyConsumer& c) { return c.get().resumed(); })
+      .def_property_readonly("resume_gap", [](PyConsumer& c) { return c.get().resume_gap(); })
+      .def_property_readonly("end_reason",
+                             [](const PyConsumer& c) { return shmbus::to_string(c.end_reason); })
       .def_property_readonly("bus", [](const PyConsumer& c) { return c.bus; })
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyConsumer& c, py::args) { c.close(); });

@@ -38,6 +38,9 @@ static_assert(SHMBUS_INVALID_NAME == static_cast<int>(shmbus::Errc::invalid_name
 static_assert(SHMBUS_NOT_RETAINED == static_cast<int>(shmbus::Errc::not_retained));
 static_assert(SHMBUS_TIMEOUT == static_cast<int>(shmbus::Errc::timeout));
 static_assert(SHMBUS_NOT_ALLOCATED == static_cast<int>(shmbus::Errc::not_allocated));
+static_assert(SHMBUS_BOOKMARKS_FULL == static_cast<int>(shmbus::Errc::bookmarks_full));
+static_assert(SHMBUS_START_RESUME == static_cast<int>(shmbus::Start::resume));
+static_assert(SHMBUS_END_REMOVED == static_cast<int>(shmbus::EndReason::removed));
 static_assert(SHMBUS_DEAD == static_cast<int>(shmbus::Liveness::dead));
 static_assert(SHMBUS_REUSED == static_cast<int>(shmbus::Liveness::reused));
 static_assert(SHMBUS_START_SEQUENCE == static_cast<int>(shmbus::Start::sequence));
@@ -158,6 +161,7 @@ void fill_message(const shmbus::Message& m, shmbus_message& out) noexcept {
   out.data = m.payload.data();
   out.size = m.payload.size();
   out.lost = 0;
+  out.end_reason = SHMBUS_END_NONE;
 }
 
 }  // namespace
@@ -176,13 +180,13 @@ const char* shmbus_status_str(int status) {
     case SHMBUS_NO_CLAIM: return "no open claim";
     default: break;
   }
-  if (status >= SHMBUS_INVALID_NAME && status <= SHMBUS_NOT_ALLOCATED) {
+  if (status >= SHMBUS_INVALID_NAME && status <= SHMBUS_BOOKMARKS_FULL) {
     // The C++ category's messages are string literals' copies; keep static ones here.
     static const char* const names[] = {
         "invalid name", "invalid options", "already exists", "not found", "permission denied",
         "no space", "not a bus", "version mismatch", "truncated", "corrupt", "not ready",
         "producer active", "reader table full", "not retained", "system error", "timeout",
-        "foreign owner", "insecure mode", "not allocated"};
+        "foreign owner", "insecure mode", "not allocated", "name in use", "bookmarks full"};
     return names[status - 1];
   }
   return "unknown status";
@@ -406,6 +410,7 @@ void shmbus_consumer_options_init(shmbus_consumer_options* options) {
   options->name = nullptr;
   options->start = SHMBUS_START_EARLIEST;
   options->start_seq = 0;
+  options->durable = 0;
   options->wait = default_wait();
 }
 
@@ -419,9 +424,10 @@ shmbus_status shmbus_consumer_open(shmbus_bus* bus, const shmbus_consumer_option
     shmbus::ConsumerOptions o;
     if (options) {
       auto w = to_wait(options->wait);
-      if (!w || options->start > SHMBUS_START_SEQUENCE) {
-        return invalid(fn, "start, wait strategy or wait times out of range");
+      if (!w || options->start > SHMBUS_START_RESUME || options->durable > 1) {
+        return invalid(fn, "start, durable, wait strategy or wait times out of range");
       }
+      o.durable = options->durable == 1;
       if (options->name) o.name = options->name;
       o.start = static_cast<shmbus::Start>(options->start);
       o.start_seq = options->start_seq;
@@ -446,13 +452,14 @@ shmbus_read_status shmbus_consumer_next(shmbus_consumer* consumer, int64_t timeo
     out->size = 0;
   }
   out->lost = r.lost;
+  out->end_reason = static_cast<std::uint32_t>(r.end_reason);
   return read_status(r.status);
 }
 
 int64_t shmbus_consumer_read_batch(shmbus_consumer* consumer, shmbus_message* out, size_t max,
                                    int64_t timeout_ns, shmbus_batch_result* result) {
   constexpr const char* fn = "shmbus_consumer_read_batch";
-  if (result) *result = shmbus_batch_result{0, 0, 0};
+  if (result) *result = shmbus_batch_result{0, 0, 0, SHMBUS_END_NONE};
   if (!consumer || (!out && max)) {
     invalid(fn, "consumer or out is NULL");
     return -1;
@@ -469,7 +476,10 @@ int64_t shmbus_consumer_read_batch(shmbus_consumer* consumer, shmbus_message* ou
   const auto got = consumer->consumer.read_batch(
       std::span<shmbus::Message>(consumer->batch.data(), max), pr, to_timeout(timeout_ns));
   for (size_t i = 0; i < got.size(); ++i) fill_message(got[i], out[i]);
-  if (result) *result = shmbus_batch_result{pr.lost, pr.corrupt, pr.end_of_stream ? 1 : 0};
+  if (result) {
+    *result = shmbus_batch_result{pr.lost, pr.corrupt, pr.end_of_stream ? 1 : 0,
+                                  static_cast<std::uint32_t>(pr.end_reason)};
+  }
   return static_cast<int64_t>(got.size());
 }
 
@@ -479,6 +489,10 @@ uint64_t shmbus_consumer_delivered(const shmbus_consumer* c) {
 }
 uint64_t shmbus_consumer_lost(const shmbus_consumer* c) { return c ? c->consumer.lost() : 0; }
 uint32_t shmbus_consumer_slot(const shmbus_consumer* c) { return c ? c->consumer.slot() : 0; }
+int shmbus_consumer_resumed(const shmbus_consumer* c) { return c && c->consumer.resumed() ? 1 : 0; }
+uint64_t shmbus_consumer_resume_gap(const shmbus_consumer* c) {
+  return c ? c->consumer.resume_gap() : 0;
+}
 
 void shmbus_consumer_destroy(shmbus_consumer* consumer) { delete consumer; }
 

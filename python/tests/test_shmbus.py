@@ -68,8 +68,9 @@ def test_zero_copy_on_a_block_bus(name):
     raw = mv.obj  # the exporter: no copy was made in between
     assert bytes(mv) == b"AAAA"
     producer.close()
-    with pytest.raises(shmbus.EndOfStream):
+    with pytest.raises(shmbus.EndOfStream) as e:
         consumer.next(1.0)
+    assert e.value.reason == "closed" and consumer.end_reason == "closed"
     with pytest.raises(ValueError):
         bytes(mv)
     assert len(memoryview(raw)) == 0  # a new view of a revoked message is empty
@@ -90,6 +91,23 @@ def test_iteration_ends_at_end_of_stream_and_start_positions(name):
     with pytest.raises(shmbus.Error) as e:
         shmbus.Consumer(bus, start="sequence", start_seq=1000)
     assert e.value.errc == 14 and name in str(e.value)  # not_retained
+
+
+def test_durable_reader_resumes_where_it_stopped(name):
+    bus = shmbus.Bus.create(name, capacity=64, record_size=64)
+    producer = shmbus.Producer(bus)
+    for i in range(10):
+        producer.publish(struct.pack("<Q", i))
+    with shmbus.Consumer(bus, name="keeper", start="resume") as c:
+        assert not c.resumed
+        with pytest.raises(shmbus.Error):  # the name is held
+            shmbus.Consumer(bus, name="keeper", durable=True)
+        assert [c.next(1.0)[0] for _ in range(4)] == [0, 1, 2, 3]
+    snap = shmbus.Inspector(name).snapshot()
+    assert [(b["name"], b["cursor"], b["held"]) for b in snap["bookmarks"]] == [("keeper", 4, False)]
+    again = shmbus.Consumer(bus, name="keeper", start="resume")
+    assert again.resumed and again.resume_gap == 0
+    assert again.next(1.0)[0] == 4
 
 
 def test_errors_and_inspector_snapshot(name):

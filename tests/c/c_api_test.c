@@ -225,6 +225,7 @@ static void test_block_bus(void) {
     CHECK(m.seq == (uint64_t)(7 + i));
   }
   CHECK_STATUS(shmbus_consumer_next(early, one_second, &m), SHMBUS_READ_END_OF_STREAM);
+  CHECK(m.end_reason == SHMBUS_END_CLOSED);
   shmbus_producer_destroy(p);
 
   /* A new producer takes over and continues the sequence. */
@@ -275,6 +276,44 @@ static void test_overwrite_bus_reports_losses(void) {
   CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);
 }
 
+static void test_durable_reader_resumes(void) {
+  shmbus_bus* bus = NULL;
+  shmbus_producer* p = NULL;
+  shmbus_consumer *c = NULL, *twin = NULL;
+  shmbus_consumer_options co;
+  shmbus_message m;
+  uint64_t i;
+  CHECK_STATUS(shmbus_bus_create(bus_name2, NULL, &bus), SHMBUS_OK);
+  if (!bus) return;
+  CHECK_STATUS(shmbus_producer_open(bus, NULL, &p), SHMBUS_OK);
+  for (i = 0; i < 10; ++i) CHECK_STATUS(shmbus_producer_publish(p, &i, sizeof i, 0, NULL), SHMBUS_OK);
+
+  shmbus_consumer_options_init(&co);
+  co.name = "keeper";
+  co.start = SHMBUS_START_RESUME;
+  CHECK_STATUS(shmbus_consumer_open(bus, &co, &c), SHMBUS_OK);
+  CHECK(shmbus_consumer_resumed(c) == 0); /* a new name starts at the oldest record */
+  CHECK_STATUS(shmbus_consumer_open(bus, &co, &twin), SHMBUS_NAME_IN_USE);
+  CHECK(strstr(shmbus_last_error(), "keeper") != NULL);
+  for (i = 0; i < 4; ++i) {
+    CHECK_STATUS(shmbus_consumer_next(c, one_second, &m), SHMBUS_READ_MESSAGE);
+    CHECK(m.seq == i);
+  }
+  shmbus_consumer_destroy(c); /* leaves its cursor under its name */
+
+  c = NULL;
+  CHECK_STATUS(shmbus_consumer_open(bus, &co, &c), SHMBUS_OK);
+  CHECK(shmbus_consumer_resumed(c) == 1 && shmbus_consumer_resume_gap(c) == 0);
+  CHECK_STATUS(shmbus_consumer_next(c, one_second, &m), SHMBUS_READ_MESSAGE);
+  CHECK(m.seq == 4);
+  co.durable = 2;
+  CHECK_STATUS(shmbus_consumer_open(bus, &co, &twin), SHMBUS_INVALID_ARGUMENT);
+  shmbus_consumer_destroy(c);
+  shmbus_producer_destroy(p);
+  shmbus_bus_close(bus);
+  CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);
+}
+
 int main(void) {
   snprintf(bus_name, sizeof bus_name, "c-api-test-%ld", (long)getpid());
   snprintf(bus_name2, sizeof bus_name2, "c-api-test-ow-%ld", (long)getpid());
@@ -282,6 +321,7 @@ int main(void) {
   test_invalid_arguments();
   test_block_bus();
   test_overwrite_bus_reports_losses();
+  test_durable_reader_resumes();
   shmbus_bus_remove(bus_name, NULL);
   shmbus_bus_remove(bus_name2, NULL);
   if (failures) {

@@ -50,7 +50,7 @@ extern "C" {
 
 /* ---- Status codes ------------------------------------------------------ */
 
-/* 1..19 are the setup errors of the C++ API (shmbus::Errc), same values. */
+/* 1..21 are the setup errors of the C++ API (shmbus::Errc), same values. */
 typedef enum shmbus_status {
   SHMBUS_OK = 0,
   SHMBUS_INVALID_NAME = 1,       /* empty, too long, '/', "..", leading '.' or '-' */
@@ -72,6 +72,8 @@ typedef enum shmbus_status {
   SHMBUS_FOREIGN_OWNER = 17,     /* the segment belongs to a user this process does not trust */
   SHMBUS_INSECURE_MODE = 18,     /* open_or_create found a more permissive mode than asked */
   SHMBUS_NOT_ALLOCATED = 19,     /* the segment is sparse (would raise SIGBUS) */
+  SHMBUS_NAME_IN_USE = 20,       /* a live durable reader holds this name (the message names its pid) */
+  SHMBUS_BOOKMARKS_FULL = 21,    /* every bookmark holds a durable name (shmbus-inspect gc --forget) */
 
   SHMBUS_INVALID_ARGUMENT = 100, /* NULL handle or pointer, size or value out of range */
   SHMBUS_OUT_OF_MEMORY = 101,
@@ -246,13 +248,22 @@ typedef struct shmbus_consumer shmbus_consumer;
 typedef enum shmbus_start {
   SHMBUS_START_EARLIEST = 0,  /* the oldest retained record */
   SHMBUS_START_LATEST = 1,    /* only messages published after attaching */
-  SHMBUS_START_SEQUENCE = 2   /* start_seq; SHMBUS_NOT_RETAINED if gone */
+  SHMBUS_START_SEQUENCE = 2,  /* start_seq; SHMBUS_NOT_RETAINED if gone */
+  SHMBUS_START_RESUME = 3     /* where the durable reader `name` stopped (implies durable); the
+                                 oldest retained record for a new name. Messages after its
+                                 bookmark that are gone count in lost and resume_gap */
 } shmbus_start;
 
 typedef struct shmbus_consumer_options {
-  const char* name;    /* shown by shmbus-inspect; truncated to 31 bytes; NULL: "consumer" */
+  const char* name;    /* shown by shmbus-inspect; up to 31 bytes (longer: SHMBUS_INVALID_OPTIONS);
+                          NULL: "consumer" */
   uint32_t start;      /* shmbus_start */
   uint64_t start_seq;  /* with SHMBUS_START_SEQUENCE */
+  /* 1: a durable reader. It holds `name` exclusively while attached
+   * (SHMBUS_NAME_IN_USE otherwise) and leaves its cursor in the bus under
+   * that name when it detaches or dies, for SHMBUS_START_RESUME. A
+   * remembered name never holds a block producer back. */
+  uint32_t durable;
   shmbus_wait_options wait;
 } shmbus_consumer_options;
 
@@ -272,6 +283,14 @@ typedef enum shmbus_read_status {
   SHMBUS_READ_CORRUPT = 4          /* the record at out->seq had an impossible length; skipped */
 } shmbus_read_status;
 
+/* Why a stream ended (with SHMBUS_READ_END_OF_STREAM). */
+typedef enum shmbus_end_reason {
+  SHMBUS_END_NONE = 0,
+  SHMBUS_END_CLOSED = 1,         /* the producer closed the bus */
+  SHMBUS_END_PRODUCER_DIED = 2,  /* the producer died without closing it */
+  SHMBUS_END_REMOVED = 3         /* the bus was removed by force */
+} shmbus_end_reason;
+
 /* One message. `data` points into shared memory (block bus) or into the
  * consumer's own buffer (overwrite bus); either way it is valid until the
  * next read call on the same consumer. */
@@ -281,6 +300,7 @@ typedef struct shmbus_message {
   const void* data;
   size_t size;
   uint64_t lost;          /* with SHMBUS_READ_LOST */
+  uint32_t end_reason;    /* shmbus_end_reason, with SHMBUS_READ_END_OF_STREAM */
 } shmbus_message;
 
 /* The next message, waiting up to `timeout_ns`. */
@@ -291,6 +311,7 @@ typedef struct shmbus_batch_result {
   uint64_t lost;       /* messages lost (overwrite) before or between those returned */
   uint64_t corrupt;    /* records skipped as corrupt */
   int end_of_stream;   /* 1 if the stream ended after these */
+  uint32_t end_reason; /* shmbus_end_reason, with end_of_stream */
 } shmbus_batch_result;
 
 /* Up to `max` messages available now (waiting up to `timeout_ns` for the
@@ -307,6 +328,10 @@ SHMBUS_API uint64_t shmbus_consumer_cursor(const shmbus_consumer* consumer);
 SHMBUS_API uint64_t shmbus_consumer_delivered(const shmbus_consumer* consumer);
 SHMBUS_API uint64_t shmbus_consumer_lost(const shmbus_consumer* consumer);
 SHMBUS_API uint32_t shmbus_consumer_slot(const shmbus_consumer* consumer);
+/* SHMBUS_START_RESUME: 1 if the name had a bookmark (0: a new name), and how
+ * many messages after the bookmark were gone (also counted in lost). */
+SHMBUS_API int shmbus_consumer_resumed(const shmbus_consumer* consumer);
+SHMBUS_API uint64_t shmbus_consumer_resume_gap(const shmbus_consumer* consumer);
 
 /* Releases the reader slot and frees the handle. NULL is ignored. */
 SHMBUS_API void shmbus_consumer_destroy(shmbus_consumer* consumer);

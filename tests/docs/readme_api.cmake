@@ -29,7 +29,9 @@ endif()
 
 # C++20: the README says it, and the library requires it of its users.
 string(FIND "${readme}" "C++20 compiler" cxx20)
-string(FIND "${lib_cmake}" "target_compile_features(shmbus PUBLIC cxx_std_20)" feature)
+# The library is packaged as shmbus_static and shmbus_shared (one function
+# sets their usage requirements); shmbus::shmbus links one of them.
+string(FIND "${lib_cmake}" "target_compile_features(\${target} PUBLIC cxx_std_20)" feature)
 if(cxx20 EQUAL -1 OR feature EQUAL -1)
   message(FATAL_ERROR "README.md must say C++20 is required, as libshmbus/CMakeLists.txt requires it")
 endif()

@@ -1,0 +1,188 @@
+// shmbus-bridge: forwards a local bus to TCP subscribers (serve). Wiring only:
+// the server is server.cpp, the wire format protocol.cpp (PROTOCOL.md).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "duration.hpp"
+#include "log.hpp"
+#include "program.hpp"
+#include "protocol.hpp"
+#include "server.hpp"
+#include "trust.hpp"
+
+namespace {
+
+using namespace shmbus;
+using namespace shmbus::tools;
+using namespace shmbus::bridge;
+
+constexpr const char* kProgram = "shmbus-bridge";
+
+struct ServeArgs {
+  std::string bus;
+  std::string listen = "127.0.0.1:7800";
+  std::string token_file;
+  std::string slow = "disconnect";
+  std::uint32_t max_subscribers = 64;
+  std::uint32_t max_frame = 1u << 20;
+  std::uint32_t max_handshake = kMaxHelloBody;
+  std::string handshake_timeout = "5s";
+  std::string idle_timeout = "15s";
+  std::string heartbeat = "1s";
+  std::size_t buffer = 4u << 20;
+  std::string stats_interval = "10s";
+  bool json = false;
+  bool quiet = false;
+  TrustArgs trust;
+};
+
+// "HOST:PORT" (IPv6 as "[::1]:PORT"). Throws std::invalid_argument.
+void split_host_port(const std::string& s, std::string& host, std::uint16_t& port) {
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon + 1 == s.size()) {
+    throw std::invalid_argument(fmt::format("--listen '{}': expected HOST:PORT", s));
+  }
+  host = s.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string p = s.substr(colon + 1);
+  unsigned v = 0;
+  auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
+  if (ec != std::errc{} || end != p.data() + p.size() || v > 65535) {
+    throw std::invalid_argument(fmt::format("--listen '{}': bad port '{}'", s, p));
+  }
+  port = static_cast<std::uint16_t>(v);
+}
+
+bool is_loopback(const std::string& host) {
+  return host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost";
+}
+
+std::chrono::milliseconds ms(const std::string& d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(parse_duration(d));
+}
+
+std::string stats_text(const ServeStats& s) {
+  return fmt::format(
+      "stats: subscribers={} accepted={} messages={} bytes={} dropped={} closed: slow={} idle={} "
+      "protocol={} handshake={} refused={} peer={} end={}",
+      s.subscribers, s.accepted, s.messages, s.bytes, s.dropped, s.closed_slow, s.closed_idle,
+      s.closed_protocol, s.closed_handshake, s.closed_refused, s.closed_peer, s.closed_end);
+}
+
+std::string stats_json(const ServeStats& s) {
+  nlohmann::json j{{"subscribers", s.subscribers}, {"accepted", s.accepted}, {"messages", s.messages},
+                   {"bytes", s.bytes}, {"dropped", s.dropped},
+                   {"closed", {{"slow", s.closed_slow}, {"idle", s.closed_idle},
+                               {"protocol", s.closed_protocol}, {"handshake", s.closed_handshake},
+                               {"refused", s.closed_refused}, {"peer", s.closed_peer},
+                               {"end", s.closed_end}}}};
+  return j.dump();
+}
+
+int serve(const ServeArgs& a) {
+  ServeOptions o;
+  o.bus = a.bus;
+  try {
+    validate_name(a.bus);
+    split_host_port(a.listen, o.host, o.port);
+    o.handshake_timeout = ms(a.handshake_timeout);
+    o.idle_timeout = ms(a.idle_timeout);
+    o.heartbeat = ms(a.heartbeat);
+    o.trust = resolve_trust(a.trust);
+  } catch (const std::exception& e) {
+    print_error(kProgram, e.what());
+    return exit_usage;
+  }
+  if (o.heartbeat.count() <= 0 || o.heartbeat >= o.idle_timeout) {
+    print_error(kProgram, "--heartbeat must be positive and shorter than --idle-timeout");
+    return exit_usage;
+  }
+  if (!is_loopback(o.host) && a.token_file.empty()) {
+    print_error(kProgram, fmt::format("--listen {}: not a loopback address; --token-file is required", o.host));
+    return exit_usage;
+  }
+  if (!a.token_file.empty()) {
+    std::ifstream f(a.token_file);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::string t = ss.str();
+    while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+    if (!f || t.empty() || t.size() > kMaxToken) {
+      print_error(kProgram, fmt::format("--token-file {}: cannot read a token of 1..{} bytes", a.token_file, kMaxToken));
+      return exit_failure;
+    }
+    o.token = std::move(t);
+  }
+  o.slow = a.slow == "skip" ? SlowPolicy::skip : a.slow == "block" ? SlowPolicy::block : SlowPolicy::disconnect;
+  o.max_subscribers = a.max_subscribers;
+  o.max_frame = a.max_frame;
+  o.max_handshake = a.max_handshake;
+  o.buffer_bytes = a.buffer;
+  set_quiet(a.quiet);
+  try {
+    Server server(o);
+    log_line(fmt::format("serving bus '{}' on {}:{} (--slow {})", a.bus, o.host, server.port(), a.slow));
+    const auto interval = ms(a.stats_interval);
+    const bool json = a.json;
+    if (interval.count() > 0) {
+      server.on_stats(interval, [json](const ServeStats& s) { log_line(json ? stats_json(s) : stats_text(s)); });
+    }
+    install_stop_handlers();
+    server.run([] { return stop_requested(); });
+    const ServeStats s = server.stats();
+    log_line(json ? stats_json(s) : stats_text(s));
+  } catch (const std::exception& e) {
+    print_error(kProgram, e.what());
+    return exit_failure;
+  }
+  return exit_ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shmbus-bridge: a shmbus bus over TCP (see bridge/PROTOCOL.md)"};
+  app.require_subcommand(1);
+  ServeArgs sa;
+  auto* s = app.add_subcommand("serve", "Serve a local bus to TCP subscribers");
+  s->add_option("BUS", sa.bus, "Bus to serve")->required();
+  s->add_option("--listen", sa.listen, "HOST:PORT to listen on (non-loopback needs --token-file)")
+      ->capture_default_str();
+  s->add_option("--token-file", sa.token_file, "File holding the token subscribers must present");
+  s->add_option("--slow", sa.slow, "A subscriber whose buffer is full: disconnect|skip|block")
+      ->check(CLI::IsMember({"disconnect", "skip", "block"}))
+      ->capture_default_str();
+  s->add_option("--max-subscribers", sa.max_subscribers, "Connections at once")
+      ->check(CLI::Range(1u, 100000u))->capture_default_str();
+  s->add_option("--max-frame", sa.max_frame, "Largest batch frame body sent, bytes")
+      ->check(CLI::Range(4096u, 1u << 28))->capture_default_str();
+  s->add_option("--max-handshake", sa.max_handshake, "Largest hello accepted, bytes")
+      ->check(CLI::Range(kHelloFixed + 1, kMaxHelloBody))->capture_default_str();
+  s->add_option("--handshake-timeout", sa.handshake_timeout, "Time allowed for the hello")
+      ->check(duration_validator())->capture_default_str();
+  s->add_option("--idle-timeout", sa.idle_timeout, "Close a subscriber silent this long")
+      ->check(duration_validator())->capture_default_str();
+  s->add_option("--heartbeat", sa.heartbeat, "Heartbeat interval when idle")
+      ->check(duration_validator())->capture_default_str();
+  s->add_option("--buffer", sa.buffer, "Per-subscriber buffer, bytes")
+      ->check(CLI::Range(std::size_t{4096}, std::size_t{1} << 32))->capture_default_str();
+  s->add_option("--stats-interval", sa.stats_interval, "Stats line period on stderr (0: off)")
+      ->check(duration_validator())->capture_default_str();
+  s->add_flag("--json", sa.json, "Stats lines as JSON");
+  s->add_flag("--quiet", sa.quiet, "No per-connection log lines");
+  add_trust_options(*s, sa.trust);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli_exit(app, e, kProgram);
+  }
+  if (s->parsed()) return serve(sa);
+  return exit_usage;
+}

@@ -1,0 +1,591 @@
+#include "server.hpp"
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
+
+#include <boost/asio.hpp>
+#include <fmt/format.h>
+#include <shmbus/consumer.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <list>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "log.hpp"
+#include "protocol.hpp"
+
+namespace shmbus::bridge {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Counters shared by the io thread and the reader threads; relaxed: they are
+// only summed for reports and publish nothing else.
+struct Counters {
+  std::atomic<std::uint64_t> subscribers{0}, accepted{0}, messages{0}, bytes{0}, dropped{0},
+      closed_slow{0}, closed_idle{0}, closed_protocol{0}, closed_handshake{0}, closed_refused{0},
+      closed_peer{0}, closed_end{0};
+};
+
+void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
+  c.fetch_add(n, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+struct Session;
+
+struct Server::Impl {
+  ServeOptions opt;
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  asio::steady_timer tick{io};
+  std::list<std::shared_ptr<Session>> sessions;  // io thread only
+  std::list<std::shared_ptr<Session>> zombies;   // closed, reader thread not yet joined
+  std::function<bool()> should_stop;
+  std::function<void(const ServeStats&)> stats_fn;
+  std::chrono::milliseconds stats_interval{0};
+  Clock::time_point next_stats{};
+  Counters counters;
+  bool stopping = false;
+
+  void accept();
+  void on_tick();
+  void shutdown();
+  void remove(const std::shared_ptr<Session>& s);
+  void reap(bool wait);
+  ServeStats snapshot() const;
+};
+
+// One TCP subscriber.
+struct Session : std::enable_shared_from_this<Session> {
+  enum class State { handshake, streaming, closing, closed };
+
+  Server::Impl& srv;
+  tcp::socket sock;
+  std::string peer;  // "tcp:IP:PORT"
+  asio::steady_timer timer;  // handshake deadline, then idle deadline, then close deadline
+  State state = State::handshake;
+  std::array<std::byte, kFrameHeaderSize> in_header{};
+  std::vector<std::byte> in_body;
+  Clock::time_point last_received = Clock::now();
+
+  // Shared with the reader thread under `m`.
+  std::mutex m;
+  std::condition_variable space;     // the io thread freed buffer space, or closed
+  std::vector<std::byte> pending;    // frames waiting for the socket
+  bool kick_posted = false;          // a write is (or will be) started for `pending`
+  bool writing = false;
+  bool stop_reader = false;
+  bool finish_after_flush = false;   // close once everything pending is written
+  enum class End { none, eos, slow } end_kind = End::none;  // why the reader stopped
+  std::uint64_t end_seq = 0;         // with End::slow: where the subscriber resumes
+  std::atomic<bool> reader_done{false};
+  std::thread reader_thread;         // joined by the server once reader_done
+
+  std::vector<std::byte> sending;    // io thread only: the buffer being written
+
+  Session(Server::Impl& s, tcp::socket socket)
+      : srv(s), sock(std::move(socket)), timer(s.io) {
+    boost::system::error_code ec;
+    const auto ep = sock.remote_endpoint(ec);
+    peer = ec ? std::string("tcp:?") : fmt::format("tcp:{}:{}", ep.address().to_string(), ep.port());
+  }
+
+  void start() {
+    sock.set_option(tcp::no_delay(true));
+    arm_timer(srv.opt.handshake_timeout, "handshake not finished in time", ErrorCode::timeout,
+              &srv.counters.closed_handshake);
+    read_header();
+  }
+
+  void arm_timer(std::chrono::milliseconds d, const char* reason, ErrorCode code,
+                 std::atomic<std::uint64_t>* counter) {
+    timer.expires_after(d);
+    timer.async_wait([self = shared_from_this(), reason, code, counter](boost::system::error_code ec) {
+      if (ec || self->state == State::closed) return;
+      if (code == ErrorCode::idle && Clock::now() - self->last_received < self->srv.opt.idle_timeout) {
+        self->arm_idle();
+        return;
+      }
+      self->fail(code, reason, counter);
+    });
+  }
+
+  void arm_idle() {
+    const auto left = srv.opt.idle_timeout -
+                      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_received);
+    arm_timer(std::max(left, std::chrono::milliseconds(1)), "nothing received within the idle timeout",
+              ErrorCode::idle, &srv.counters.closed_idle);
+  }
+
+  std::uint32_t max_in_body() const {
+    return state == State::handshake ? srv.opt.max_handshake : kSeqSize;
+  }
+
+  void read_header() {
+    asio::async_read(sock, asio::buffer(in_header),
+                     [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                       self->on_header(ec);
+                     });
+  }
+
+  // While closing: whatever the peer still sends is read and dropped, so that
+  // closing the socket does not reset the connection and discard the error
+  // frame we queued for it.
+  void drain() {
+    sock.async_read_some(asio::buffer(in_header),
+                         [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                           if (self->state == State::closed) return;
+                           if (ec) return self->close_now();
+                           self->drain();
+                         });
+  }
+
+  void on_header(boost::system::error_code ec) {
+    if (state == State::closed) return;
+    if (ec) return peer_gone(ec);
+    if (state == State::closing) return drain();
+    last_received = Clock::now();
+    FrameHeader h;
+    const DecodeStatus s = parse_header(in_header, max_in_body(), h);
+    if (s != DecodeStatus::ok) {
+      return fail(ErrorCode::bad_request, fmt::format("{} (length {} type {})", to_string(s),
+                                                      static_cast<std::uint32_t>(in_header[0]) |
+                                                          static_cast<std::uint32_t>(in_header[1]) << 8 |
+                                                          static_cast<std::uint32_t>(in_header[2]) << 16 |
+                                                          static_cast<std::uint32_t>(in_header[3]) << 24,
+                                                      static_cast<unsigned>(in_header[4])),
+                  &srv.counters.closed_protocol);
+    }
+    const FrameType want = state == State::handshake ? FrameType::hello : FrameType::heartbeat;
+    if (h.type != want) {
+      return fail(ErrorCode::bad_request,
+                  fmt::format("unexpected frame type {}", static_cast<unsigned>(h.type)),
+                  &srv.counters.closed_protocol);
+    }
+    in_body.resize(h.length);
+    asio::async_read(sock, asio::buffer(in_body),
+                     [self = shared_from_this()](boost::system::error_code e, std::size_t) {
+                       self->on_body(e);
+                     });
+  }
+
+  void on_body(boost::system::error_code ec) {
+    if (state == State::closed) return;
+    if (ec) return peer_gone(ec);
+    if (state == State::closing) return drain();
+    last_received = Clock::now();
+    if (state == State::handshake) return on_hello();
+    std::uint64_t seq = 0;
+    if (const DecodeStatus s = decode_seq(in_body, seq); s != DecodeStatus::ok) {
+      return fail(ErrorCode::bad_request, fmt::format("heartbeat: {}", to_string(s)),
+                  &srv.counters.closed_protocol);
+    }
+    read_header();
+  }
+
+  void on_hello() {
+    Hello h;
+    const DecodeStatus s = decode_hello(in_body, h);
+    if (s == DecodeStatus::bad_version) {
+      return fail(ErrorCode::bad_version,
+                  fmt::format("protocol version {} not supported (this server speaks {})", h.version,
+                              kProtocolVersion),
+                  &srv.counters.closed_handshake);
+    }
+    if (s != DecodeStatus::ok) {
+      return fail(ErrorCode::bad_request, fmt::format("hello: {}", to_string(s)),
+                  &srv.counters.closed_protocol);
+    }
+    if (srv.opt.token && !constant_time_equal(h.token, *srv.opt.token)) {
+      return fail(ErrorCode::bad_token, h.token.empty() ? "a token is required" : "wrong token",
+                  &srv.counters.closed_handshake);
+    }
+    if (h.bus != srv.opt.bus) {
+      return fail(ErrorCode::unknown_bus, fmt::format("bus '{}' is not served here", h.bus),
+                  &srv.counters.closed_handshake);
+    }
+    ConsumerOptions co;
+    co.name = peer;
+    co.start = h.start == StartKind::earliest ? Start::earliest
+               : h.start == StartKind::latest ? Start::latest
+                                              : Start::sequence;
+    co.start_seq = h.start_seq;
+    std::unique_ptr<Consumer> consumer;
+    Welcome w;
+    try {
+      OpenOptions oo;
+      oo.trust = srv.opt.trust;
+      Bus bus = Bus::open(srv.opt.bus, oo);
+      consumer = std::make_unique<Consumer>(bus, co);
+      w.policy = static_cast<std::uint32_t>(bus.info().policy);
+      w.record_size = bus.info().record_size;
+      w.max_payload = bus.info().max_payload;
+    } catch (const Error& e) {
+      const ErrorCode code = e.errc() == Errc::not_found      ? ErrorCode::unknown_bus
+                             : e.errc() == Errc::not_retained ? ErrorCode::not_retained
+                                                              : ErrorCode::internal;
+      return fail(code, e.what(), &srv.counters.closed_handshake);
+    }
+    w.heartbeat_ms = static_cast<std::uint32_t>(srv.opt.heartbeat.count());
+    w.max_frame = std::max<std::uint32_t>(srv.opt.max_frame, kBatchFixed + kMessageHeader + w.max_payload);
+    w.first_seq = consumer->cursor();
+    {
+      std::lock_guard lk(m);
+      append_welcome(pending, w);
+    }
+    state = State::streaming;
+    bump(srv.counters.subscribers);
+    log_line(fmt::format("{}: subscribed to '{}' from seq {}", peer, srv.opt.bus, w.first_seq));
+    kick();
+    arm_idle();
+    read_header();
+    reader_thread = std::thread([self = shared_from_this(), c = std::move(consumer), w]() mutable {
+      self->reader(*c, w);
+      c.reset();  // releases the reader slot before the thread says it is done
+      self->reader_done.store(true, std::memory_order_release);  // pairs with the acquire in reap()
+    });
+  }
+
+  // Runs on the reader thread: bus -> pending frames.
+  void reader(Consumer& c, const Welcome& w) {
+    std::vector<Message> batch(srv.opt.batch_messages);
+    std::uint64_t next = w.first_seq;  // next sequence the subscriber should get
+    Clock::time_point last_sent = Clock::now();
+    BatchBuilder builder;
+    const std::size_t limit = srv.opt.buffer_bytes;
+    const std::uint32_t max_body = w.max_frame;
+    while (true) {
+      PollResult r;
+      const auto got = c.read_batch(batch, r, std::chrono::milliseconds(100));
+      std::unique_lock lk(m);
+      if (stop_reader) return;
+      const std::size_t need = got.size() * kMessageHeader + [&] {
+        std::size_t n = 0;
+        for (const Message& msg : got) n += msg.payload.size();
+        return n;
+      }();
+      if (!got.empty() && !pending.empty() && pending.size() + need > limit) {
+        if (srv.opt.slow == SlowPolicy::block) {
+          // Not consuming: the views stay valid and the bus's producer waits for this slot.
+          space.wait(lk, [&] { return stop_reader || pending.size() + need <= limit || pending.empty(); });
+          if (stop_reader) return;
+        } else if (srv.opt.slow == SlowPolicy::skip) {
+          bump(srv.counters.dropped, got.size());
+          continue;  // `next` stays: the next frame queued starts with a loss frame
+        } else {
+          append_error(pending, ErrorCode::slow, next,
+                       fmt::format("subscriber too slow: buffer of {} bytes full; resume at seq {}", limit, next));
+          finish_after_flush = true;
+          stop_reader = true;
+          end_kind = End::slow;
+          end_seq = next;
+          lk.unlock();
+          // A stalled peer never takes the error frame: begin_closing bounds the wait.
+          asio::post(srv.io, [self = shared_from_this()] { self->slow_close(); });
+          return;
+        }
+      }
+      if (!got.empty()) {
+        if (got.front().seq > next) append_loss(pending, Loss{next, got.front().seq - next});
+        builder.begin(pending);
+        for (const Message& msg : got) {
+          if (builder.body_size(pending) + kMessageHeader + msg.payload.size() > max_body) {
+            builder.finish(pending);
+            builder.begin(pending);
+          }
+          builder.add(pending, msg.seq, msg.timestamp_ns, msg.payload);
+        }
+        builder.finish(pending);
+        next = got.back().seq + 1;
+        bump(srv.counters.messages, got.size());
+        last_sent = Clock::now();
+      } else if (r.lost > 0 && c.cursor() > next) {
+        append_loss(pending, Loss{next, c.cursor() - next});
+        next = c.cursor();
+      }
+      if (r.end_of_stream) {
+        if (c.cursor() > next) append_loss(pending, Loss{next, c.cursor() - next});
+        append_seq_frame(pending, FrameType::end, c.cursor());
+        finish_after_flush = true;
+        stop_reader = true;
+        end_kind = End::eos;
+      } else if (got.empty() && Clock::now() - last_sent >= srv.opt.heartbeat) {
+        append_seq_frame(pending, FrameType::heartbeat, next);
+        last_sent = Clock::now();
+      }
+      if (!pending.empty() && !writing && !kick_posted) {
+        kick_posted = true;
+        lk.unlock();
+        asio::post(srv.io, [self = shared_from_this()] { self->kick(); });
+      }
+      if (stop_reader) return;
+    }
+  }
+
+  // io thread: start writing `pending` if nothing is being written.
+  void kick() {
+    if (state == State::closed) return;
+    bool flushed = false;
+    {
+      std::lock_guard lk(m);
+      kick_posted = false;
+      if (writing) return;
+      if (pending.empty()) {
+        flushed = finish_after_flush;
+        finish_after_flush = false;
+      }
+    }
+    if (flushed) return close_now();  // everything up to the final frame is written
+    {
+      std::lock_guard lk(m);
+      if (writing || pending.empty()) return;
+      sending.swap(pending);
+      pending.clear();
+      writing = true;
+    }
+    space.notify_all();
+    asio::async_write(sock, asio::buffer(sending),
+                      [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+                        self->on_written(ec, n);
+                      });
+  }
+
+  void on_written(boost::system::error_code ec, std::size_t n) {
+    bump(srv.counters.bytes, n);
+    sending.clear();
+    {
+      std::lock_guard lk(m);
+      writing = false;
+    }
+    space.notify_all();
+    if (state == State::closed) return;
+    if (ec) return peer_gone(ec);
+    kick();
+  }
+
+  // io thread: the reader queued an ErrorCode::slow frame and stopped.
+  void slow_close() {
+    if (state != State::streaming) return;
+    begin_closing(ErrorCode::slow, fmt::format("too slow, buffer full; resume at seq {}", end_seq),
+                  &srv.counters.closed_slow, /*queue_error=*/false);
+  }
+
+  // Sends an error frame (after what is queued) and closes; gives the peer a
+  // bounded time to take it.
+  void fail(ErrorCode code, const std::string& reason, std::atomic<std::uint64_t>* counter) {
+    if (state == State::closed || state == State::closing) return;
+    begin_closing(code, reason, counter, /*queue_error=*/true);
+  }
+
+  void begin_closing(ErrorCode code, const std::string& reason, std::atomic<std::uint64_t>* counter,
+                     bool queue_error) {
+    log_line(fmt::format("{}: closed: {}: {}", peer, to_string(code), reason));
+    if (counter) bump(*counter);
+    if (state == State::streaming) srv.counters.subscribers.fetch_sub(1, std::memory_order_relaxed);
+    state = State::closing;
+    {
+      std::lock_guard lk(m);
+      if (queue_error) {
+        append_error(pending, code, 0, reason);
+        finish_after_flush = true;
+      }
+      stop_reader = true;
+    }
+    space.notify_all();
+    // A peer that does not read gets one second to take the error, then is cut off.
+    timer.expires_after(std::chrono::seconds(1));
+    timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) self->close_now();
+    });
+    kick();
+  }
+
+  void peer_gone(boost::system::error_code ec) {
+    if (state == State::closed) return;
+    if (state != State::closing) {
+      const bool eof = ec == asio::error::eof || ec == asio::error::connection_reset;
+      log_line(fmt::format("{}: closed: {}", peer, eof ? "peer disconnected" : ec.message()));
+      bump(srv.counters.closed_peer);
+      if (state == State::streaming) srv.counters.subscribers.fetch_sub(1, std::memory_order_relaxed);
+    }
+    close_now();
+  }
+
+  void close_now() {
+    if (state == State::closed) return;
+    if (state == State::streaming) {
+      End why;
+      {
+        std::lock_guard lk(m);
+        why = end_kind;
+      }
+      if (why == End::slow) {
+        // Flushed the slow error before slow_close() ran.
+        slow_close();
+      } else {
+        bump(srv.counters.closed_end);
+        srv.counters.subscribers.fetch_sub(1, std::memory_order_relaxed);
+        log_line(fmt::format("{}: closed: end of stream forwarded", peer));
+      }
+    }
+    state = State::closed;
+    {
+      std::lock_guard lk(m);
+      stop_reader = true;
+    }
+    space.notify_all();
+    boost::system::error_code ignored;
+    timer.cancel();
+    sock.close(ignored);
+    srv.remove(shared_from_this());
+  }
+};
+
+void Server::Impl::remove(const std::shared_ptr<Session>& s) {
+  sessions.remove(s);
+  if (s->reader_thread.joinable()) zombies.push_back(s);
+}
+
+void Server::Impl::reap(bool wait) {
+  for (auto it = zombies.begin(); it != zombies.end();) {
+    Session& s = **it;
+    if (wait || s.reader_done.load(std::memory_order_acquire)) {  // pairs with the reader's release
+      s.reader_thread.join();
+      it = zombies.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+ServeStats Server::Impl::snapshot() const {
+  const Counters& c = counters;
+  ServeStats s;
+  s.subscribers = c.subscribers.load(std::memory_order_relaxed);
+  s.accepted = c.accepted.load(std::memory_order_relaxed);
+  s.messages = c.messages.load(std::memory_order_relaxed);
+  s.bytes = c.bytes.load(std::memory_order_relaxed);
+  s.dropped = c.dropped.load(std::memory_order_relaxed);
+  s.closed_slow = c.closed_slow.load(std::memory_order_relaxed);
+  s.closed_idle = c.closed_idle.load(std::memory_order_relaxed);
+  s.closed_protocol = c.closed_protocol.load(std::memory_order_relaxed);
+  s.closed_handshake = c.closed_handshake.load(std::memory_order_relaxed);
+  s.closed_refused = c.closed_refused.load(std::memory_order_relaxed);
+  s.closed_peer = c.closed_peer.load(std::memory_order_relaxed);
+  s.closed_end = c.closed_end.load(std::memory_order_relaxed);
+  return s;
+}
+
+void Server::Impl::accept() {
+  acceptor.async_accept([this](boost::system::error_code ec, tcp::socket sock) {
+    if (stopping) return;
+    if (ec) {
+      // Out of descriptors or similar: say so once per failure and retry shortly, without spinning.
+      log_line(fmt::format("accept failed: {}", ec.message()));
+      auto t = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(100));
+      t->async_wait([this, t](boost::system::error_code) {
+        if (!stopping) accept();
+      });
+      return;
+    }
+    bump(counters.accepted);
+    auto s = std::make_shared<Session>(*this, std::move(sock));
+    if (sessions.size() >= opt.max_subscribers) {
+      sessions.push_back(s);
+      s->fail(ErrorCode::too_many,
+              fmt::format("subscriber limit {} reached", opt.max_subscribers), &counters.closed_refused);
+    } else {
+      sessions.push_back(s);
+      s->start();
+    }
+    accept();
+  });
+}
+
+void Server::Impl::on_tick() {
+  reap(false);  // reader threads that have ended are joined here, off the hot path
+  if (should_stop && should_stop()) shutdown();
+  if (stopping) return;
+  if (stats_fn && stats_interval.count() > 0 && Clock::now() >= next_stats) {
+    next_stats = Clock::now() + stats_interval;
+    stats_fn(snapshot());
+  }
+  tick.expires_after(std::chrono::milliseconds(100));
+  tick.async_wait([this](boost::system::error_code ec) {
+    if (!ec) on_tick();
+  });
+}
+
+void Server::Impl::shutdown() {
+  if (stopping) return;
+  stopping = true;
+  boost::system::error_code ignored;
+  acceptor.close(ignored);
+  tick.cancel();
+  auto all = sessions;
+  for (auto& s : all) s->fail(ErrorCode::shutdown, "server stopping", nullptr);
+}
+
+Server::Server(ServeOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->opt = std::move(options);
+  boost::system::error_code ec;
+  const auto addr = asio::ip::make_address(impl_->opt.host, ec);
+  if (ec) throw std::runtime_error(fmt::format("--listen: '{}' is not an IP address", impl_->opt.host));
+  const tcp::endpoint ep(addr, impl_->opt.port);
+  auto& a = impl_->acceptor;
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    throw std::runtime_error(
+        fmt::format("cannot listen on {}:{}: {}", impl_->opt.host, impl_->opt.port, ec.message()));
+  }
+}
+
+Server::~Server() = default;
+
+std::uint16_t Server::port() const noexcept {
+  boost::system::error_code ec;
+  return impl_->acceptor.local_endpoint(ec).port();
+}
+
+void Server::run(const std::function<bool()>& should_stop) {
+  impl_->should_stop = should_stop;
+  impl_->next_stats = Clock::now() + impl_->stats_interval;
+  impl_->accept();
+  impl_->on_tick();
+  impl_->io.run();
+  // Every session is closed; its reader thread ends within one read timeout.
+  for (auto& s : impl_->sessions) {
+    {
+      std::lock_guard lk(s->m);
+      s->stop_reader = true;
+    }
+    s->space.notify_all();
+    if (s->reader_thread.joinable()) impl_->zombies.push_back(s);
+  }
+  impl_->sessions.clear();
+  impl_->reap(true);
+}
+
+void Server::stop() {
+  asio::post(impl_->io, [this] { impl_->shutdown(); });
+}
+
+ServeStats Server::stats() const { return impl_->snapshot(); }
+
+void Server::on_stats(std::chrono::milliseconds interval, std::function<void(const ServeStats&)> f) {
+  impl_->stats_interval = interval;
+  impl_->stats_fn = std::move(f);
+}
+
+}  // namespace shmbus::bridge

@@ -1,0 +1,81 @@
+// shmbus-bridge serve: forwards one local bus to TCP subscribers (PROTOCOL.md).
+//
+// Threads: one io_context thread owns every socket, timer and session state
+// machine; each subscriber that finished its handshake gets one reader thread
+// that owns its shmbus::Consumer (its own reader slot, named tcp:IP:PORT),
+// sleeps in read_batch() on the bus's futex, encodes batches into the
+// subscriber's bounded buffer and hands it to the io thread. The two meet
+// under a per-subscriber mutex once per batch, never per message.
+#pragma once
+
+#include <shmbus/bus.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace shmbus::bridge {
+
+// What happens to a subscriber whose buffer is full.
+enum class SlowPolicy : std::uint8_t {
+  disconnect,  // close it with ErrorCode::slow and the sequence to resume from
+  skip,        // drop what does not fit; it gets a loss frame with the exact count
+  block,       // stop reading the bus for it: its back-pressure holds a `block` bus's producer
+};
+
+struct ServeOptions {
+  std::string bus;
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;  // 0: any free port (see Server::port())
+  std::optional<std::string> token;  // required from clients when set
+  SlowPolicy slow = SlowPolicy::disconnect;
+  std::uint32_t max_subscribers = 64;       // connections at once, handshaking ones included
+  std::uint32_t max_frame = 1u << 20;       // largest batch body sent
+  std::uint32_t max_handshake = 16 + 200 + 1024;  // largest hello body accepted
+  std::chrono::milliseconds handshake_timeout{5000};
+  std::chrono::milliseconds idle_timeout{15000};  // nothing received from a subscriber
+  std::chrono::milliseconds heartbeat{1000};      // sent when nothing else was
+  std::size_t buffer_bytes = 4u << 20;            // per subscriber, encoded frames waiting
+  std::uint32_t batch_messages = 256;             // messages read from the bus at once
+  Trust trust{};
+};
+
+struct ServeStats {
+  std::uint64_t subscribers = 0;  // now
+  std::uint64_t accepted = 0;     // connections so far
+  std::uint64_t messages = 0;     // messages queued to subscribers
+  std::uint64_t bytes = 0;        // bytes written to sockets
+  std::uint64_t dropped = 0;      // messages skipped (--slow skip)
+  // Connections closed, by reason.
+  std::uint64_t closed_slow = 0, closed_idle = 0, closed_protocol = 0, closed_handshake = 0,
+                closed_refused = 0, closed_peer = 0, closed_end = 0;
+};
+
+class Server {
+ public:
+  // Binds the listening socket (throws std::runtime_error with one line).
+  explicit Server(ServeOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  std::uint16_t port() const noexcept;
+  // Serves until stop() (from any thread) or `should_stop` returns true
+  // (polled every 100 ms). Tells every subscriber, releases every reader slot.
+  void run(const std::function<bool()>& should_stop = {});
+  void stop();
+  ServeStats stats() const;
+  // Called every `interval` from the io thread with the current stats.
+  void on_stats(std::chrono::milliseconds interval, std::function<void(const ServeStats&)> f);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shmbus::bridge

@@ -1,0 +1,412 @@
+// shmbus-bridge serve, in process on loopback: a real bus, a real Producer,
+// the server on its own thread, and subscribers over TCP (the blocking Client,
+// or raw sockets for hostile input).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <shmbus/shmbus.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client.hpp"
+#include "log.hpp"
+#include "protocol.hpp"
+#include "server.hpp"
+
+namespace shmbus::bridge {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::string unique_name(const char* tag) {
+  static std::atomic<int> n{0};
+  return std::string("bt-") + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+}
+
+struct ScopedBus {
+  std::string name;
+  Bus bus;
+  ScopedBus(const char* tag, Policy policy = Policy::block, std::uint64_t capacity = 4096)
+      : name(unique_name(tag)), bus(Bus::create(name, BusOptions{capacity, 128, policy, 64})) {}
+  ~ScopedBus() {
+    try {
+      Bus::remove(name);
+    } catch (...) {
+    }
+  }
+};
+
+// A server on its own thread; stopped and joined by the destructor.
+struct RunningServer {
+  Server server;
+  std::thread thread;
+  explicit RunningServer(ServeOptions o) : server(std::move(o)) {
+    thread = std::thread([this] { server.run(); });
+  }
+  ~RunningServer() {
+    server.stop();
+    thread.join();
+  }
+  std::uint16_t port() const { return server.port(); }
+};
+
+ServeOptions options_for(const ScopedBus& b) {
+  ServeOptions o;
+  o.bus = b.name;
+  o.port = 0;
+  return o;
+}
+
+ClientOptions client_for(const ScopedBus& b, std::uint16_t port) {
+  ClientOptions c;
+  c.port = port;
+  c.bus = b.name;
+  return c;
+}
+
+std::string payload_for(std::uint64_t seq) { return "message " + std::to_string(seq); }
+
+void publish_range(Producer& p, std::uint64_t n) {
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::string s = payload_for(p.next_seq());
+    ASSERT_TRUE(p.publish(std::as_bytes(std::span<const char>(s.data(), s.size()))));
+  }
+}
+
+// Reads until end of stream; checks sequences and payloads on the way.
+struct Received {
+  std::uint64_t messages = 0, lost = 0, first = UINT64_MAX, next = 0;
+  bool ended = false, payloads_ok = true;
+  std::string error;  // what the client threw, if anything
+};
+
+Received read_to_end(Client& c) {
+  Received r;
+  r.next = c.welcome().first_seq;
+  while (true) {
+    Event e;
+    try {
+      e = c.next();
+    } catch (const ClientError& x) {
+      r.error = x.what();
+      ADD_FAILURE() << "client: " << x.what();
+      return r;
+    }
+    if (e.kind == Event::Kind::end) {
+      r.ended = true;
+      break;
+    }
+    if (e.kind == Event::Kind::loss) {
+      r.lost += e.loss.count;
+      r.next += e.loss.count;
+      continue;
+    }
+    for (BatchMessage m : e.batch) {
+      if (r.first == UINT64_MAX) r.first = m.seq;
+      const std::string want = payload_for(m.seq);
+      if (m.seq != r.next ||
+          std::string_view(reinterpret_cast<const char*>(m.payload.data()), m.payload.size()) != want) {
+        r.payloads_ok = false;
+      }
+      r.next = m.seq + 1;
+      ++r.messages;
+    }
+  }
+  return r;
+}
+
+// A raw TCP connection for hostile input.
+struct Raw {
+  int fd = -1;
+  explicit Raw(std::uint16_t port, int rcvbuf = 0) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    // A small receive window (set before connecting) makes a stalled reader stall early.
+    if (rcvbuf > 0) ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ~Raw() {
+    if (fd >= 0) ::close(fd);
+  }
+  void send(std::span<const std::byte> b) const { (void)::send(fd, b.data(), b.size(), MSG_NOSIGNAL); }
+  // Everything until the server closes, or `limit` passes.
+  std::vector<std::byte> read_all(std::chrono::milliseconds limit) const {
+    std::vector<std::byte> out;
+    const auto deadline = Clock::now() + limit;
+    while (Clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      std::byte buf[4096];
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) return out;
+      out.insert(out.end(), buf, buf + n);
+    }
+    out.push_back(std::byte{0xEE});  // marker: the server did not close
+    return out;
+  }
+};
+
+// The error frame a closed connection ended with.
+std::optional<ErrorFrame> last_error(const std::vector<std::byte>& bytes, std::string& text) {
+  std::span<const std::byte> s(bytes);
+  std::optional<ErrorFrame> e;
+  while (true) {
+    FrameHeader h;
+    if (parse_header(s, 1 << 20, h) != DecodeStatus::ok || s.size() - kFrameHeaderSize < h.length) break;
+    if (h.type == FrameType::error) {
+      ErrorFrame f;
+      if (decode_error(s.subspan(kFrameHeaderSize, h.length), f) == DecodeStatus::ok) {
+        text = std::string(f.text);
+        e = f;
+      }
+    }
+    s = s.subspan(kFrameHeaderSize + h.length);
+  }
+  return e;
+}
+
+class BridgeServer : public ::testing::Test {
+ protected:
+  void SetUp() override { set_quiet(true); }
+};
+
+TEST_F(BridgeServer, ForwardsEveryMessageInOrderWithItsSequenceThenEndOfStream) {
+  ScopedBus b("fwd");
+  RunningServer s(options_for(b));
+  constexpr std::uint64_t kCount = 50000;
+  std::thread producer([&] {
+    Producer p(b.bus, ProducerOptions{.wait_for_readers = 1, .wait_for_readers_timeout = 5s});
+    publish_range(p, kCount);
+  });  // the destructor closes the bus: end of stream
+  Client c(client_for(b, s.port()));
+  EXPECT_EQ(c.welcome().policy, 1u);
+  EXPECT_EQ(c.welcome().record_size, 128u);
+  EXPECT_EQ(c.welcome().max_payload, b.bus.info().max_payload);
+  const Received r = read_to_end(c);
+  producer.join();
+  EXPECT_TRUE(r.ended);
+  EXPECT_EQ(r.first, 0u);
+  EXPECT_EQ(r.messages, kCount);
+  EXPECT_EQ(r.lost, 0u);
+  EXPECT_TRUE(r.payloads_ok);
+}
+
+TEST_F(BridgeServer, StartsAtTheRequestedSequenceOrRefusesOneNotRetained) {
+  ScopedBus b("start", Policy::overwrite, 64);
+  {
+    Producer p(b.bus);
+    publish_range(p, 200);  // 136..199 retained
+    p.detach();
+  }
+  RunningServer s(options_for(b));
+  auto co = client_for(b, s.port());
+  co.start = StartKind::sequence;
+  co.start_seq = 150;
+  {
+    Client c(co);
+    EXPECT_EQ(c.welcome().first_seq, 150u);
+    Event e = c.next();
+    ASSERT_EQ(e.kind, Event::Kind::batch);
+    EXPECT_EQ(e.batch.first_seq(), 150u);
+  }
+  co.start_seq = 10;
+  try {
+    Client c(co);
+    ADD_FAILURE() << "seq 10 is long gone";
+  } catch (const ClientError& e) {
+    ASSERT_TRUE(e.code);
+    EXPECT_EQ(*e.code, ErrorCode::not_retained);
+  }
+  co.start = StartKind::latest;
+  co.start_seq = 0;
+  Client latest(co);
+  EXPECT_EQ(latest.welcome().first_seq, 200u);
+}
+
+TEST_F(BridgeServer, RefusesAnotherBusAWrongTokenAndAnotherVersion) {
+  ScopedBus b("refuse");
+  auto o = options_for(b);
+  o.token = "correct horse";
+  RunningServer s(o);
+  auto co = client_for(b, s.port());
+  co.token = "correct horse";
+  { Client ok(co); }
+  co.token = "wrong";
+  try {
+    Client c(co);
+    ADD_FAILURE();
+  } catch (const ClientError& e) {
+    ASSERT_TRUE(e.code);
+    EXPECT_EQ(*e.code, ErrorCode::bad_token);
+  }
+  co.token = "correct horse";
+  co.bus = "another-bus";
+  try {
+    Client c(co);
+    ADD_FAILURE();
+  } catch (const ClientError& e) {
+    ASSERT_TRUE(e.code);
+    EXPECT_EQ(*e.code, ErrorCode::unknown_bus);
+  }
+  Hello h;
+  h.version = 2;
+  h.bus = b.name;
+  std::vector<std::byte> f;
+  append_hello(f, h);
+  Raw r(s.port());
+  r.send(f);
+  std::string text;
+  const auto e = last_error(r.read_all(3s), text);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code, ErrorCode::bad_version);
+  EXPECT_NE(text.find("version 2"), std::string::npos) << text;
+}
+
+TEST_F(BridgeServer, HostileConnectionsAreClosedAloneWhileASubscriberCarriesOn) {
+  ScopedBus b("hostile");
+  auto o = options_for(b);
+  o.handshake_timeout = 300ms;
+  o.max_subscribers = 40;
+  RunningServer s(o);
+  Producer p(b.bus);
+  auto co = client_for(b, s.port());
+  Client good(co);
+
+  // Garbage.
+  Raw garbage(s.port());
+  std::vector<std::byte> junk(64, std::byte{0xAB});
+  garbage.send(junk);
+  // A hello header claiming a 4 GiB body.
+  Raw huge(s.port());
+  const std::byte hdr[8] = {std::byte{0xFF}, std::byte{0xFF}, std::byte{0xFF}, std::byte{0xFF},
+                            std::byte{1}, std::byte{0}, std::byte{0}, std::byte{0}};
+  huge.send(hdr);
+  // A handshake that never finishes: half a header, then silence.
+  Raw slowloris(s.port());
+  slowloris.send(std::span<const std::byte>(hdr, 3));
+  // More connections than the limit allows.
+  std::vector<std::unique_ptr<Raw>> crowd;
+  for (int i = 0; i < 60; ++i) crowd.push_back(std::make_unique<Raw>(s.port()));
+
+  std::string text;
+  auto e = last_error(garbage.read_all(3s), text);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code, ErrorCode::bad_request);
+  e = last_error(huge.read_all(3s), text);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code, ErrorCode::bad_request);
+  EXPECT_NE(text.find("length 4294967295"), std::string::npos) << text;
+  e = last_error(slowloris.read_all(3s), text);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code, ErrorCode::timeout);
+  int refused = 0;
+  for (auto& r : crowd) {
+    const auto bytes = r->read_all(2s);
+    const auto f = last_error(bytes, text);
+    if (f && f->code == ErrorCode::too_many) ++refused;
+  }
+  EXPECT_GE(refused, 20);  // 40 slots, of which the good client and the hostile three took some
+
+  // The good subscriber never noticed.
+  publish_range(p, 1000);
+  p.close();
+  const Received r = read_to_end(good);
+  EXPECT_EQ(r.messages, 1000u);
+  EXPECT_TRUE(r.payloads_ok);
+  const ServeStats st = s.server.stats();
+  EXPECT_GE(st.closed_protocol, 2u);
+  EXPECT_GE(st.closed_handshake, 1u);
+  EXPECT_GE(st.closed_refused, 20u);
+}
+
+TEST_F(BridgeServer, StalledSubscriberIsDisconnectedWithItsResumePointAndOthersGetEverything) {
+  ScopedBus b("stall", Policy::block, 1024);
+  auto o = options_for(b);
+  // Generous enough that the reading subscriber never overflows it on a
+  // loaded machine; the stalled one overflows it whatever the scheduling.
+  o.buffer_bytes = 1 << 20;
+  RunningServer s(o);
+  auto co = client_for(b, s.port());
+  Raw stalled(s.port(), 4096);  // completes the handshake, then never reads
+  {
+    Hello h;
+    h.bus = b.name;
+    std::vector<std::byte> f;
+    append_hello(f, h);
+    stalled.send(f);
+  }
+  Client reader(co);
+  constexpr std::uint64_t kCount = 300000;  // ~10 MB of frames
+  std::thread producer([&] {
+    // Paced (1000 messages every 2 ms) so that the reading subscriber keeps
+    // up even on a loaded machine, while the stalled one overflows anyway.
+    Producer p(b.bus);
+    for (std::uint64_t i = 0; i < kCount / 1000; ++i) {
+      publish_range(p, 1000);
+      std::this_thread::sleep_for(2ms);
+    }
+  });
+  const Received r = read_to_end(reader);
+  producer.join();
+  EXPECT_EQ(r.messages, kCount);
+  EXPECT_TRUE(r.payloads_ok);
+  EXPECT_EQ(s.server.stats().closed_slow, 1u);
+}
+
+TEST_F(BridgeServer, SkipPolicyTellsASlowSubscriberExactlyHowManyItMissed) {
+  ScopedBus b("skip", Policy::block, 1024);
+  auto o = options_for(b);
+  o.buffer_bytes = 16 * 1024;
+  o.slow = SlowPolicy::skip;
+  RunningServer s(o);
+  auto co = client_for(b, s.port());
+  Client slow(co);
+  Producer p(b.bus);
+  constexpr std::uint64_t kCount = 100000;
+  publish_range(p, kCount);  // nobody reads `slow` meanwhile: its buffer overflows
+  p.close();
+  const Received r = read_to_end(slow);
+  EXPECT_TRUE(r.ended);
+  EXPECT_TRUE(r.payloads_ok);  // every delivered message at its right sequence
+  EXPECT_GT(r.lost, 0u);
+  EXPECT_EQ(r.messages + r.lost, kCount);
+  EXPECT_EQ(s.server.stats().dropped, r.lost);
+}
+
+TEST_F(BridgeServer, StopTellsSubscribersAndReleasesReaderSlots) {
+  ScopedBus b("stop");
+  auto o = options_for(b);
+  auto srv = std::make_unique<RunningServer>(o);
+  Client c(client_for(b, srv->port()));
+  const auto readers = [&] { return Inspector::open(b.name).snapshot().readers; };
+  ASSERT_EQ(readers().size(), 1u);
+  EXPECT_EQ(readers()[0].name.rfind("tcp:127.0.0.1:", 0), 0u) << readers()[0].name;
+  srv.reset();  // stop() and join
+  try {
+    (void)c.next();
+    ADD_FAILURE() << "expected the server's shutdown error";
+  } catch (const ClientError& e) {
+    ASSERT_TRUE(e.code) << e.what();
+    EXPECT_EQ(*e.code, ErrorCode::shutdown);
+  }
+  EXPECT_TRUE(readers().empty());
+}
+
+}  // namespace
+}  // namespace shmbus::bridge

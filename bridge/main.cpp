@@ -1,5 +1,8 @@
 // shmbus-bridge: forwards a local bus to TCP subscribers (serve). Wiring only:
 // the server is server.cpp, the wire format protocol.cpp (PROTOCOL.md).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -60,8 +63,13 @@ void split_host_port(const std::string& s, std::string& host, std::uint16_t& por
   port = static_cast<std::uint16_t>(v);
 }
 
+// Throws std::invalid_argument unless `host` is a numeric IPv4 or IPv6 address.
 bool is_loopback(const std::string& host) {
-  return host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost";
+  in_addr v4{};
+  in6_addr v6{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  throw std::invalid_argument(fmt::format("--listen: '{}' is not an IP address", host));
 }
 
 std::chrono::milliseconds ms(const std::string& d) {
@@ -104,7 +112,14 @@ int serve(const ServeArgs& a) {
     print_error(kProgram, "--heartbeat must be positive and shorter than --idle-timeout");
     return exit_usage;
   }
-  if (!is_loopback(o.host) && a.token_file.empty()) {
+  bool loopback = false;
+  try {
+    loopback = is_loopback(o.host);
+  } catch (const std::invalid_argument& e) {
+    print_error(kProgram, e.what());
+    return exit_usage;
+  }
+  if (!loopback && a.token_file.empty()) {
     print_error(kProgram, fmt::format("--listen {}: not a loopback address; --token-file is required", o.host));
     return exit_usage;
   }

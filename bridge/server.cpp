@@ -213,7 +213,7 @@ struct Session : std::enable_shared_from_this<Session> {
                   &srv.counters.closed_handshake);
     }
     ConsumerOptions co;
-    co.name = peer;
+    co.name = peer.substr(0, 31);  // the reader table's name limit (long IPv6 addresses are cut)
     co.start = h.start == StartKind::earliest ? Start::earliest
                : h.start == StartKind::latest ? Start::latest
                                               : Start::sequence;

@@ -164,6 +164,7 @@ int serve(const ServeArgs& a) {
 
 int main(int argc, char** argv) {
   CLI::App app{"shmbus-bridge: a shmbus bus over TCP (see bridge/PROTOCOL.md)"};
+  add_version_flag(app, kProgram);
   app.require_subcommand(1);
   ServeArgs sa;
   auto* s = app.add_subcommand("serve", "Serve a local bus to TCP subscribers");

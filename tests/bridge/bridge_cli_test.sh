@@ -22,6 +22,10 @@ expect() {  # expect RC PATTERN -- ARGS...
   fi
 }
 
+if ! "$BRIDGE" --version | grep -q '^shmbus-bridge [0-9]'; then
+  echo "FAIL: --version"
+  exit 1
+fi
 expect 2 "subcommand is required" --
 expect 2 "BUS is required" -- serve
 expect 2 "token-file is required" -- serve b --listen 0.0.0.0:0

@@ -13,14 +13,14 @@ packages=(
   nlohmann-json3-dev                 # --json output
   libzmq3-dev cppzmq-dev             # ZeroMQ, the benchmark's comparison transport
   procps                             # ps/pgrep used by tests
-  clang-14 libclang-rt-14-dev        # libFuzzer for the fuzz stage of .ci/run (tests/fuzz)
   help2man                           # man pages generated from --help
   python3-dev python3-pybind11 pybind11-dev   # the Python module
   python3-pytest                     # its tests
   python3-prometheus-client          # parses shmbus-inspect metrics in the tests
   curl                               # scrapes the metrics endpoint in the tests
 )
-# Optional, not installed here: python3-matplotlib (or gnuplot-nox) for the
+# Optional, not installed here: clang-14 libclang-rt-14-dev for libFuzzer
+# (tests/fuzz/run.sh); python3-matplotlib (or gnuplot-nox) for the
 # benchmark charts of bench/plot.py; scripts/bench.sh installs it when missing.
 
 missing=()

@@ -2,6 +2,14 @@
 # tree, and build/... (or build-bench/..., scripts/bench.sh's build directory,
 # laid out the same way) in this build once it is built, for the parts it builds.
 file(GLOB docs "${SOURCE_DIR}/docs/*.md")
+# The Python module is left out of sanitizer builds (SHMBUS_BUILD_PYTHON=OFF).
+set(python_built ON)
+if(EXISTS "${BUILD_DIR}/CMakeCache.txt")
+  file(STRINGS "${BUILD_DIR}/CMakeCache.txt" python_opt REGEX "^SHMBUS_BUILD_PYTHON:BOOL=")
+  if(python_opt MATCHES "=(OFF|FALSE|0)$")
+    set(python_built OFF)
+  endif()
+endif()
 set(missing "")
 foreach(doc "${SOURCE_DIR}/README.md" ${docs})
   file(READ "${doc}" text)
@@ -21,6 +29,9 @@ foreach(doc "${SOURCE_DIR}/README.md" ${docs})
       # A part this build leaves out (e.g. -DSHMBUS_BUILD_BENCH=OFF in the
       # sanitizer builds) has no directory here: nothing of it to check.
       string(REGEX REPLACE "/.*$" "" part "${rel}")
+      if(part STREQUAL "python" AND NOT python_built)
+        continue()
+      endif()
       if(NOT IS_DIRECTORY "${BUILD_DIR}/${part}")
         continue()
       endif()

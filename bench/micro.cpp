@@ -61,11 +61,7 @@ struct TempBus {
   std::optional<shmbus::Bus> bus;
 };
 
-std::uint32_t record_for_payload(std::uint32_t payload) {
-  std::uint32_t r = 64;
-  while (shmbus::max_payload_for(r) < payload) r += 64;
-  return r;
-}
+std::uint32_t record_for_payload(std::uint32_t payload) { return shmbus::record_size_for(payload); }
 
 void record_sizes(benchmark::internal::Benchmark* b) {
   for (int r = 64; r <= 4096; r *= 2) b->Arg(r);

@@ -35,11 +35,7 @@ std::string bus_name(const RunConfig& cfg, const char* suffix) {
 
 }  // namespace
 
-std::uint32_t shmbus_record_size(std::uint32_t msg_size) {
-  std::uint32_t r = 64;
-  while (shmbus::max_payload_for(r) < msg_size) r += 64;
-  return r;
-}
+std::uint32_t shmbus_record_size(std::uint32_t msg_size) { return shmbus::record_size_for(msg_size); }
 
 void shmbus_create(const RunConfig& cfg) {
   shmbus::BusOptions o;

@@ -196,6 +196,7 @@ int run_dump(const DumpArgs& a) {
   std::uint64_t corrupt = 0;
   std::vector<std::uint64_t> missing;
   json records = json::array();
+  json gaps = json::array();
   for (std::uint64_t seq = from; seq < end; ++seq) {
     const auto rec = insp.record(seq);
     if (!rec) {
@@ -205,6 +206,19 @@ int run_dump(const DumpArgs& a) {
       if (a.format == DumpFormat::text || a.format == DumpFormat::hex) {
         print_out(fmt::format("seq {}  not readable: overwritten, uncommitted or corrupt\n", seq));
       }
+      continue;
+    }
+    if (rec->gap_to != 0) {
+      // A gap marker: no message; the stream continues at gap_to.
+      const std::uint64_t to = std::min(rec->gap_to, end);  // > seq (read_gap checks)
+      const std::string what = rec->gap_lost ? fmt::format("{} never published (a gap)", tools::plural(rec->gap_to - seq, "message"))
+                                             : std::string("the bus starts there");
+      if (a.format == DumpFormat::json) {
+        gaps.push_back(json{{"seq", seq}, {"continues_at", rec->gap_to}, {"lost", rec->gap_lost ? rec->gap_to - seq : 0}});
+      } else {
+        print_out(fmt::format("seq {}  gap: continues at seq {}, {}\n", seq, rec->gap_to, what));
+      }
+      seq = to - 1;
       continue;
     }
     ++shown;
@@ -235,6 +249,7 @@ int run_dump(const DumpArgs& a) {
                     {"from", from},
                     {"to", end},
                     {"missing", missing},
+                    {"gaps", std::move(gaps)},
                     {"records", std::move(records)}});
   }
   std::fflush(stdout);

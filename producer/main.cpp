@@ -322,6 +322,8 @@ Failure publish_failure(PublishStatus st, std::chrono::nanoseconds timeout,
               "too_large"};
     case PublishStatus::closed:
       return {"the producer role was closed", "closed"};
+    case PublishStatus::invalid:  // skip_to only, which this program does not use
+      return {"sequence already used", "invalid"};
     case PublishStatus::ok:
       break;
   }
@@ -469,6 +471,11 @@ int run(const Options& o, const CLI::App& app) {
     BusOptions bo;
     bo.capacity = o.capacity;
     bo.record_size = o.record_size;
+    // Synthetic messages without --record-size: records sized to --size, the
+    // smallest that fit (fewer bytes per message to move than the default).
+    if (o.synthetic && app.get_option("--record-size")->count() == 0) {
+      if (const std::uint32_t fit = record_size_for(o.size); fit != 0) bo.record_size = fit;
+    }
     bo.policy = o.policy == "overwrite" ? Policy::overwrite : Policy::block;
     bo.max_readers = o.max_readers;
     bo.mode = static_cast<mode_t>(std::stoul(o.mode, nullptr, 8));
@@ -616,7 +623,8 @@ int main(int argc, char** argv) {
       ->needs(create)
       ->capture_default_str();
   app.add_option("--record-size", o.record_size,
-                 "Bytes per record incl. its 24-byte header, a multiple of 64 (with --create)")
+                 "Bytes per record incl. its 24-byte header, a multiple of 8 (with --create; "
+                 "with --count, the default is the smallest that fits --size)")
       ->needs(create)
       ->capture_default_str();
   app.add_option("--policy", o.policy, "When the ring is full: block or overwrite (with --create)")

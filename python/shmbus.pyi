@@ -36,7 +36,7 @@ class Bus:
     def create(name: str, *, capacity: int = 65536, record_size: int = 256,
                policy: Policy = "block", max_readers: int = 16, mode: int = 0o600) -> Bus:
         """Creates a bus exclusively (Error if it exists). record_size includes
-        a 24-byte header and is a multiple of 64; capacity is a power of two."""
+        a 24-byte header and is a multiple of 8; capacity is a power of two."""
     @staticmethod
     def open_or_create(name: str, *, capacity: int = 65536, record_size: int = 256,
                        policy: Policy = "block", max_readers: int = 16, mode: int = 0o600) -> Bus: ...

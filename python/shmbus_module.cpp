@@ -169,6 +169,8 @@ struct PyProducer {
         throw py::error_already_set();
       case shmbus::PublishStatus::closed:
         throw std::runtime_error("bus '" + bus.name() + "': producer is closed");
+      case shmbus::PublishStatus::invalid:
+        throw py::value_error("bus '" + bus.name() + "': sequence already used");
     }
   }
 

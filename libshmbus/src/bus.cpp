@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +22,13 @@ const char* to_string(Policy p) noexcept {
 
 std::uint32_t max_payload_for(std::uint32_t record_size) noexcept {
   return record_size > layout::kRecordHeaderSize ? record_size - layout::kRecordHeaderSize : 0;
+}
+
+std::uint32_t record_size_for(std::uint32_t payload) noexcept {
+  if (payload > max_record_size - layout::kRecordHeaderSize) return 0;
+  const std::uint32_t r = (layout::kRecordHeaderSize + payload + layout::kRecordAlign - 1) / layout::kRecordAlign *
+                          layout::kRecordAlign;
+  return std::max(r, layout::kMinRecordSize);
 }
 
 void validate_name(std::string_view name) {

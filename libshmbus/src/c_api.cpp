@@ -139,6 +139,8 @@ shmbus_status publish_failure(const shmbus_producer* p, shmbus::PublishStatus s,
       return fail(SHMBUS_TIMEOUT, bus + "ring still full when the timeout ran out");
     case shmbus::PublishStatus::closed:
       return fail(SHMBUS_CLOSED, bus + "the producer was closed");
+    case shmbus::PublishStatus::invalid:
+      return fail(SHMBUS_INVALID_ARGUMENT, bus + "sequence already used");
     case shmbus::PublishStatus::ok: break;
   }
   return SHMBUS_OK;

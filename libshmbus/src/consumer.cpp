@@ -50,7 +50,8 @@ const char* to_string(EndReason r) noexcept {
 namespace {
 constexpr std::uint64_t kLivenessPeriodNs = 50'000'000;  // producer death noticed within this
 constexpr std::size_t kCopyBudget = 4u << 20;             // overwrite copy buffer, bytes
-enum class Step { message, empty, lost, corrupt };
+// `moved`: the cursor crossed a gap that lost nothing (never leaves try_read).
+enum class Step { message, empty, lost, corrupt, moved };
 }  // namespace
 
 struct Consumer::Impl {
@@ -152,6 +153,12 @@ struct Consumer::Impl {
   // One attempt at record `cursor`. `out` is filled for Step::message (and
   // its seq for Step::corrupt); `copy_to` receives the payload in overwrite.
   Step try_read(Message& out, std::byte* copy_to) noexcept {
+    Step s = try_read_once(out, copy_to);
+    while (s == Step::moved) [[unlikely]] s = try_read_once(out, copy_to);
+    return s;
+  }
+
+  Step try_read_once(Message& out, std::byte* copy_to) noexcept {
     const std::uint64_t c = cursor;
     layout::RecordHeader* r = seg.record(c);
     // Pairs with the producer's release store of the commit tag.
@@ -164,8 +171,10 @@ struct Consumer::Impl {
       const std::uint32_t len = std::atomic_ref<std::uint32_t>(r->length).load(std::memory_order_relaxed);
       const std::uint64_t ts = std::atomic_ref<std::uint64_t>(r->timestamp_ns).load(std::memory_order_relaxed);
       const std::byte* src = detail::Segment::payload(r);
+      std::optional<detail::Gap> gap;
       if (overwrite) {
         if (len <= max_payload) detail::load_shared_words(copy_to, src, len);
+        else gap = detail::read_gap(r, c);
         // Seqlock re-check: pairs with the producer's release fence after its
         // BUSY store (begin_write). A changed tag means the copy may be torn:
         // discard it.
@@ -174,6 +183,8 @@ struct Consumer::Impl {
         src = copy_to;
       }
       if (len > max_payload) [[unlikely]] {
+        if (!overwrite) gap = detail::read_gap(r, c);
+        if (gap) return cross_gap(c, *gap);
         out.seq = c;
         cursor = c + 1;
         return Step::corrupt;
@@ -200,9 +211,21 @@ struct Consumer::Impl {
     const std::uint64_t t = r->tag.load(std::memory_order_acquire);
     const std::uint64_t tseq = (t & ~layout::kBusyBit) - 1;
     if (t == 0 || tseq <= c) return Step::empty;  // raced with nothing: read again
+    // Being written while no message was ever published: a bus starting at a
+    // later sequence is writing its start markers (Producer::skip_to), which
+    // skip nothing. Judged once committed.
+    if ((t & layout::kBusyBit) && h->head.load(std::memory_order_acquire) == 0) return Step::empty;
     if ((tseq & mask) != (c & mask)) {           // a tag that cannot be in this slot
       cursor = c + 1;
       return Step::corrupt;
+    }
+    if (t == tseq + 1) {
+      // A gap marker past us (Producer::skip_to): it knows exactly where the
+      // stream goes on.
+      const std::optional<detail::Gap> gap = detail::read_gap(r, tseq);
+      // Pairs with the producer's release fence after its BUSY store.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (gap && r->tag.load(std::memory_order_relaxed) == t) return cross_gap(c, *gap);
     }
     // Everything up to tseq - capacity is certainly gone; head (untrusted,
     // so only used when plausible) may say more is.
@@ -213,6 +236,20 @@ struct Consumer::Impl {
     lost += last_lost;
     cursor = n;
     return Step::lost;
+  }
+
+  // The cursor `c` is at or before a gap that ends at gap.to: move there.
+  // Counted as lost unless the bus started at gap.to (nothing was skipped).
+  Step cross_gap(std::uint64_t c, detail::Gap gap) noexcept {
+    cursor = gap.to;
+    if (gap.lost) {
+      last_lost = gap.to - c;
+      lost += last_lost;
+    }
+    // Published at once: in `block` the producer waits for every reader to
+    // cross the gap before it writes past it.
+    release();
+    return gap.lost ? Step::lost : Step::moved;
   }
 
   // True when no more data can come: the producer closed the bus, or the

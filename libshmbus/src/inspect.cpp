@@ -143,9 +143,14 @@ std::optional<RecordView> Inspector::record(std::uint64_t seq) const {
   // be rewriting the record meanwhile, in either policy once we are behind.
   v.timestamp_ns = std::atomic_ref<std::uint64_t>(r->timestamp_ns).load(std::memory_order_relaxed);
   v.length = std::atomic_ref<std::uint32_t>(r->length).load(std::memory_order_relaxed);
-  const std::uint32_t n = std::min(v.length, seg.max_payload());
-  v.payload.resize(n);
-  if (n) detail::load_shared_words(v.payload.data(), detail::Segment::payload(r), n);
+  if (const std::optional<detail::Gap> gap = detail::read_gap(r, seq)) {
+    v.gap_to = gap->to;
+    v.gap_lost = gap->lost;
+  } else {
+    const std::uint32_t n = std::min(v.length, seg.max_payload());
+    v.payload.resize(n);
+    if (n) detail::load_shared_words(v.payload.data(), detail::Segment::payload(r), n);
+  }
   // Same torn-read check as an overwrite consumer: pairs with the producer's
   // release fence after its BUSY store.
   std::atomic_thread_fence(std::memory_order_acquire);
@@ -205,6 +210,7 @@ std::vector<Problem> Inspector::check() const {
     layout::RecordHeader* r = seg.record(i);
     const std::uint64_t t = r->tag.load(std::memory_order_acquire);
     const std::uint32_t len = std::atomic_ref<std::uint32_t>(r->length).load(std::memory_order_relaxed);
+    const bool gap = t != 0 && !(t & layout::kBusyBit) && detail::read_gap(r, t - 1).has_value();
     // Pairs with the producer's release fence after its BUSY store.
     std::atomic_thread_fence(std::memory_order_acquire);
     if (r->tag.load(std::memory_order_relaxed) != t) continue;  // being written right now
@@ -224,7 +230,7 @@ std::vector<Problem> Inspector::check() const {
     }
     if (seq > h1 + (busy ? cap : 0)) add(where, "sequence is beyond head " + std::to_string(h1));
     else if (seq + cap < h0) add(where, "stale: the ring is at head " + std::to_string(h0) + ", a write was lost");
-    if (!busy && len > seg.max_payload())
+    if (!busy && !gap && len > seg.max_payload())
       add(where, "length " + std::to_string(len) + " exceeds the record's payload capacity " +
                      std::to_string(seg.max_payload()));
   }

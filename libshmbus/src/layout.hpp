@@ -50,7 +50,9 @@
 //
 // A bookmark does not hold the producer back: only active reader slots do.
 //
-// Record (record_size bytes, a multiple of 64; 64-byte aligned):
+// Record (record_size bytes, a multiple of 8; 8-byte aligned, so a record may
+// share a cache line with its neighbours: 128-byte payloads take 152 bytes,
+// not 192):
 //
 //    0                   1                   2                   3
 //    0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
@@ -63,7 +65,8 @@
 //   +                                                               +
 //   |                                                               |
 //   +---------------------------------------------------------------+
-//   |                   length (u32, <= record_size - 24)           | 16
+//   |                   length (u32, <= record_size - 24, or a gap  | 16
+//   |                   marker: kGapLost / kGapStart)               |
 //   +---------------------------------------------------------------+
 //   |                   reserved (u32, 0)                           | 20
 //   +---------------------------------------------------------------+
@@ -76,6 +79,16 @@
 // so a consumer still copying the previous occupant sees the tag change and
 // discards its copy (seqlock); in a `block` bus no live reader can be on a
 // record being overwritten, so the BUSY store is skipped.
+//
+// Gap markers (Producer::skip_to): a committed record whose length is
+// kGapLost or kGapStart carries no message; its first 8 payload bytes hold
+// the sequence the stream continues at (greater than the marker's own). A
+// reader at the marker moves its cursor there, counting the sequences in
+// between as lost (kGapLost) or not (kGapStart: a bus that never carried a
+// message starting at a later sequence). skip_to writes a marker into every
+// slot of the gap that lies within one ring of its end, highest first and the
+// lowest last, so a reader that lands anywhere in the gap finds one, and a
+// takeover that finds the lowest marker committed knows the whole gap is.
 //
 // Versioning: bump kLayoutVersion whenever any offset, size, field meaning or
 // protocol rule here changes. Readers refuse any other version. New fields go
@@ -94,11 +107,17 @@ inline constexpr std::uint64_t kMagic = 0x3130'5355'424d'4853ULL;  // "SHMBUS01"
 //    cursor crosses it (version 1 readers woke it on every cursor update).
 // 3: the bookmark table after the reader table (durable reader names), and
 //    header.removed (a bus removed by force ends every stream, stops its producer).
-inline constexpr std::uint32_t kLayoutVersion = 3;
+// 4: records are a multiple of 8 bytes (was 64), and gap markers.
+inline constexpr std::uint32_t kLayoutVersion = 4;
 inline constexpr std::uint32_t kCacheLine = 64;
 inline constexpr std::uint32_t kPageSize = 4096;
 inline constexpr std::uint32_t kRecordHeaderSize = 24;
 inline constexpr std::uint32_t kMinRecordSize = 64;
+inline constexpr std::uint32_t kRecordAlign = 8;
+// RecordHeader::length values that mark a gap (never a payload length: those
+// are below max_record_size).
+inline constexpr std::uint32_t kGapLost = 0xFFFF'FFFF;
+inline constexpr std::uint32_t kGapStart = 0xFFFF'FFFE;
 inline constexpr std::uint32_t kReaderNameSize = 32;
 inline constexpr std::uint64_t kBusyBit = std::uint64_t{1} << 63;
 
@@ -283,7 +302,9 @@ static_assert(offsetof(RecordHeader, tag) == 0);
 static_assert(offsetof(RecordHeader, timestamp_ns) == 8);
 static_assert(offsetof(RecordHeader, length) == 16);
 static_assert(offsetof(RecordHeader, reserved) == 20);
-static_assert(kMinRecordSize % kCacheLine == 0 && kMinRecordSize > kRecordHeaderSize);
+static_assert(kMinRecordSize % kRecordAlign == 0 && kMinRecordSize >= kRecordHeaderSize + 8);
+static_assert(kRecordHeaderSize % kRecordAlign == 0 && alignof(RecordHeader) == kRecordAlign);
+static_assert(kGapStart > (1u << 20) && kGapLost > kGapStart);  // above any payload length
 
 constexpr std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
 

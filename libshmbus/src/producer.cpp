@@ -42,6 +42,7 @@ const char* to_string(PublishStatus s) noexcept {
     case PublishStatus::too_large: return "too large";
     case PublishStatus::timeout: return "timeout";
     case PublishStatus::closed: return "closed";
+    case PublishStatus::invalid: return "invalid";
   }
   return "?";
 }
@@ -156,6 +157,16 @@ struct Producer::Impl {
     return false;
   }
 
+  // Writes the gap marker for sequence m (see layout.hpp): its payload is
+  // the sequence the stream continues at.
+  void write_gap_marker(std::uint64_t m, std::uint64_t target, std::uint32_t kind) noexcept {
+    layout::RecordHeader* r = seg.record(m);
+    begin_write(r, m);
+    const std::uint64_t word = target;
+    write_payload(r, std::as_bytes(std::span<const std::uint64_t, 1>(&word, 1)));
+    finish_write(r, m, kind, now_stamp());
+  }
+
   std::uint64_t now_stamp() noexcept {
     switch (opt.timestamps) {
       case Timestamps::coarse: return detail::coarse_realtime_ns();
@@ -199,10 +210,14 @@ void Producer::Impl::acquire_role() {
   // committing a record and storing head left committed records past head:
   // skip them, or the sequence would repeat. A half-written record (tag not
   // yet seq + 1) is simply overwritten.
+  // A committed gap marker is followed (skip_to commits the gap's lowest
+  // marker last, so the whole gap is written once it is).
   std::uint64_t s = h->head.load(std::memory_order_acquire);
   for (std::uint64_t i = 0; i < cap; ++i) {
-    if (seg.record(s)->tag.load(std::memory_order_acquire) != s + 1) break;
-    ++s;
+    layout::RecordHeader* r = seg.record(s);
+    if (r->tag.load(std::memory_order_acquire) != s + 1) break;
+    const std::optional<detail::Gap> gap = detail::read_gap(r, s);
+    s = gap ? gap->to : s + 1;
   }
   next = s;
   h->head.store(s, std::memory_order_release);
@@ -420,6 +435,37 @@ PublishResult Producer::publish(std::span<const std::byte> payload, std::chrono:
   Impl::finish_write(r, s, static_cast<std::uint32_t>(payload.size()), p.now_stamp());
   p.publish_head(s + 1);
   return {PublishStatus::ok, s};
+}
+
+PublishResult Producer::skip_to(std::uint64_t seq, std::chrono::nanoseconds timeout) noexcept {
+  Impl& p = *impl_;
+  if (p.refused()) [[unlikely]] return {PublishStatus::closed, 0};
+  const std::uint64_t from = p.next;
+  if (seq < from) return {PublishStatus::invalid, 0};
+  if (seq == from) return {PublishStatus::ok, seq};
+  // The gap [from, seq) gets a marker in each of its slots within one ring
+  // of seq. In `block`, what those slots hold must have been read first:
+  // for a gap shorter than the ring that is what publishing up to seq - 1
+  // needs; for a longer one, every reader must have read up to `from` (the
+  // markers then fill the whole ring).
+  const std::uint64_t lo = seq - from > p.cap ? seq - p.cap : from;
+  const std::uint64_t last_needed = std::min(seq - 1, from + p.cap - 1);
+  if (!p.overwrite && last_needed >= p.limit && !p.wait_for_space(last_needed, timeout))
+    return {p.closed ? PublishStatus::closed : PublishStatus::timeout, 0};
+  // A bus that never carried a message starts at seq: nothing is lost.
+  const std::uint32_t kind = from == 0 ? layout::kGapStart : layout::kGapLost;
+  // Highest first, the lowest last: a takeover that finds the lowest
+  // committed knows the rest are (Impl::acquire_role).
+  for (std::uint64_t m = seq; m-- > lo;) p.write_gap_marker(m, seq, kind);
+  if (!p.overwrite) {
+    if (kind == layout::kGapStart) {
+      // Joiners start at seq, not at markers for messages that never were.
+      p.h->oldest.store(seq, std::memory_order_relaxed);
+    }
+    p.limit = 0;  // rescan before the next write: the floor moved
+  }
+  p.publish_head(seq);
+  return {PublishStatus::ok, seq};
 }
 
 Claim Producer::claim(std::size_t size, std::chrono::nanoseconds timeout) noexcept {

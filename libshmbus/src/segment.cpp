@@ -70,9 +70,9 @@ void validate_options(std::string_view name, const BusOptions& o) {
     fail(Errc::invalid_options, name,
          "capacity " + num(o.capacity) + " is not a power of two between 2 and 2^32");
   if (o.record_size < layout::kMinRecordSize || o.record_size > max_record_size ||
-      o.record_size % layout::kCacheLine != 0)
+      o.record_size % layout::kRecordAlign != 0)
     fail(Errc::invalid_options, name,
-         "record size " + num(o.record_size) + " is not a multiple of 64 between 64 and " +
+         "record size " + num(o.record_size) + " is not a multiple of 8 between 64 and " +
              num(max_record_size));
   if (o.max_readers < 1 || o.max_readers > max_readers_limit)
     fail(Errc::invalid_options, name,
@@ -117,7 +117,7 @@ std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std
   const std::uint64_t size = h.segment_size;
   if (header_size != sizeof(layout::SegmentHeader))
     return problem(Errc::corrupt, "header size " + num(header_size) + " is not " + num(sizeof(layout::SegmentHeader)));
-  if (record_size < layout::kMinRecordSize || record_size > max_record_size || record_size % layout::kCacheLine)
+  if (record_size < layout::kMinRecordSize || record_size > max_record_size || record_size % layout::kRecordAlign)
     return problem(Errc::corrupt, "record size " + num(record_size) + " is impossible");
   if (max_readers < 1 || max_readers > max_readers_limit)
     return problem(Errc::corrupt, "max readers " + num(max_readers) + " is impossible");

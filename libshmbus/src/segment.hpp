@@ -99,6 +99,27 @@ class Segment {
 // bus head - capacity. The field is untrusted: clamped to what can exist.
 std::uint64_t oldest_retained(const Segment& s, std::uint64_t head) noexcept;
 
+// A gap marker (layout.hpp): where the stream continues, and whether the
+// sequences in between count as lost.
+struct Gap {
+  std::uint64_t to;
+  bool lost;
+};
+
+// The gap marker in record `r`, committed for sequence `seq` (the caller has
+// checked the tag), or nullopt if it holds a message. Untrusted: a target not
+// after `seq`, or absurdly far, is not a gap (the caller sees a corrupt
+// record). In `overwrite` the caller re-checks the tag afterwards, as for a
+// payload copy.
+inline std::optional<Gap> read_gap(layout::RecordHeader* r, std::uint64_t seq) noexcept {
+  const std::uint32_t len = std::atomic_ref<std::uint32_t>(r->length).load(std::memory_order_relaxed);
+  if (len != layout::kGapLost && len != layout::kGapStart) return std::nullopt;
+  const std::uint64_t to =
+      std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(Segment::payload(r))).load(std::memory_order_relaxed);
+  if (to <= seq || to - seq > (std::uint64_t{1} << 48)) return std::nullopt;
+  return Gap{to, len == layout::kGapLost};
+}
+
 // Reclaims reader slot `i` if its owner is dead. Returns true if it did.
 bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept;
 

@@ -178,8 +178,9 @@ TEST(BusOptionsValidation, ImpossibleOptionsAreRejectedBeforeAnythingIsCreated) 
       {"capacity 2^33", with([](BusOptions& o) { o.capacity = std::uint64_t{1} << 33; })},
       {"record size 0", with([](BusOptions& o) { o.record_size = 0; })},
       {"record size 32 (too small)", with([](BusOptions& o) { o.record_size = 32; })},
-      {"record size 100", with([](BusOptions& o) { o.record_size = 100; })},
+      {"record size 100 (not a multiple of 8)", with([](BusOptions& o) { o.record_size = 100; })},
       {"record size 130", with([](BusOptions& o) { o.record_size = 130; })},
+      {"record size 60 (too small)", with([](BusOptions& o) { o.record_size = 60; })},
       {"record size above max", with([](BusOptions& o) { o.record_size = max_record_size + 64; })},
       {"max readers 0", with([](BusOptions& o) { o.max_readers = 0; })},
       {"max readers 1025", with([](BusOptions& o) { o.max_readers = 1025; })},
@@ -201,6 +202,7 @@ TEST(BusOptionsValidation, BoundaryOptionsAreAccepted) {
   const BusOptions cases[] = {
       with([](BusOptions& o) { o.capacity = 2; }),
       with([](BusOptions& o) { o.record_size = 64; }),
+      with([](BusOptions& o) { o.record_size = 152; }),  // a multiple of 8: records share cache lines
       with([](BusOptions& o) { o.record_size = 4096; }),
       with([](BusOptions& o) { o.max_readers = 1; }),
       with([](BusOptions& o) { o.max_readers = 1024; }),

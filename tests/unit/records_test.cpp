@@ -109,7 +109,9 @@ TEST_P(RecordFaking, HalfWrittenRecordOfADeadProducerIsNeverDelivered) {
 TEST_P(RecordFaking, RecordWithAnImpossibleLengthIsReportedCorruptAndSkipped) {
   // Use the last slot of the ring, so an over-read would run off the mapping.
   constexpr std::uint64_t kCap = 8;
-  for (std::uint32_t bad_length : {128u - 24u + 1u, 4096u, 0xffffffffu}) {
+  // (0xffffffff and 0xfffffffe mark gaps; a gap marker with an impossible
+  // target is the next test's.)
+  for (std::uint32_t bad_length : {128u - 24u + 1u, 4096u, 0xfffffffdu}) {
     SCOPED_TRACE(bad_length);
     ScopedName name("corrupt-len");
     Bus bus = Bus::create(name, opts(kCap, GetParam()));
@@ -133,6 +135,29 @@ TEST_P(RecordFaking, RecordWithAnImpossibleLengthIsReportedCorruptAndSkipped) {
     ASSERT_EQ(r.status, ReadStatus::message);
     EXPECT_EQ(r.message.seq, kCap);
     EXPECT_EQ(text(r.message.payload), "after");
+  }
+}
+
+TEST_P(RecordFaking, AGapMarkerWithAnImpossibleTargetIsReportedCorruptAndSkipped) {
+  constexpr std::uint64_t kCap = 8;
+  for (const std::uint64_t target : {std::uint64_t{0}, std::uint64_t{kCap - 1}, ~std::uint64_t{0}}) {
+    SCOPED_TRACE(target);
+    ScopedName name("corrupt-gap");
+    Bus bus = Bus::create(name, opts(kCap, GetParam()));
+    Consumer c(bus);
+    Producer p(bus);
+    for (std::uint64_t i = 0; i < kCap; ++i) ASSERT_TRUE(p.publish(bytes(std::to_string(i))));
+    RawSegment raw(name.path());
+    raw.record_header(kCap - 1).length = 0xffffffffu;  // a gap marker
+    std::memcpy(raw.payload(kCap - 1), &target, sizeof target);  // ... going nowhere sensible
+    for (std::uint64_t s = 0; s < kCap - 1; ++s) ASSERT_EQ(c.next(1s).message.seq, s);
+    ReadResult r = c.next(1s);
+    ASSERT_EQ(r.status, ReadStatus::corrupt) << to_string(r.status);
+    EXPECT_EQ(r.message.seq, kCap - 1);
+    ASSERT_TRUE(p.publish(bytes("after"), 2s));
+    r = c.next(1s);
+    ASSERT_EQ(r.status, ReadStatus::message);
+    EXPECT_EQ(r.message.seq, kCap);
   }
 }
 

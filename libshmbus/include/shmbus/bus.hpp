@@ -49,7 +49,7 @@ struct Trust {
 
 struct BusOptions {
   std::uint64_t capacity = 65536;  // records in the ring; a power of two, >= 2
-  std::uint32_t record_size = 256; // bytes per record, header included; a multiple of 64
+  std::uint32_t record_size = 256; // bytes per record, header included; a multiple of 8
   Policy policy = Policy::block;
   std::uint32_t max_readers = 16;  // reader slots, 1..1024
   mode_t mode = 0600;              // permission bits of the segment
@@ -70,6 +70,10 @@ inline constexpr std::size_t max_name_length = 200;
 
 // Bytes of payload a record of `record_size` bytes can carry.
 std::uint32_t max_payload_for(std::uint32_t record_size) noexcept;
+// The smallest valid record size that carries `payload` bytes (0 if none
+// does: more than max_record_size - 24). Records are a multiple of 8 bytes
+// and may share cache lines, so 128-byte payloads take 152 bytes.
+std::uint32_t record_size_for(std::uint32_t payload) noexcept;
 
 // Checks a bus name: 1..max_name_length characters from [A-Za-z0-9._-], not
 // starting with '.', no "..". Throws Error(Errc::invalid_name) naming the

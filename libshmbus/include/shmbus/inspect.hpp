@@ -93,6 +93,11 @@ struct RecordView {
   std::uint64_t timestamp_ns = 0;
   std::uint32_t length = 0;
   std::vector<std::byte> payload;
+  // A gap marker (Producer::skip_to) holds no message: the stream continues
+  // at gap_to; gap_lost says whether the sequences before it count as lost
+  // (false: the bus started at gap_to).
+  std::uint64_t gap_to = 0;
+  bool gap_lost = false;
 };
 
 struct Problem {

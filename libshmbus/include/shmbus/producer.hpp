@@ -48,6 +48,7 @@ enum class PublishStatus : std::uint8_t {
   too_large,  // payload longer than the bus's max payload
   timeout,    // `block` bus stayed full for the whole timeout
   closed,     // close() was called on this producer, or the bus was removed by force
+  invalid,    // skip_to() a sequence below next_seq()
 };
 
 const char* to_string(PublishStatus s) noexcept;
@@ -99,6 +100,20 @@ class Producer {
   [[nodiscard]] std::size_t publish_batch(std::span<const std::span<const std::byte>> payloads,
                                           std::chrono::nanoseconds timeout = forever) noexcept;
 
+  // The next message gets sequence `seq` (>= next_seq()); for a bus that
+  // republishes another bus's messages under their own sequence numbers.
+  // On a bus that has never carried a message the stream simply starts at
+  // `seq`: a reader waiting at 0 or starting at the earliest record begins
+  // there, nothing counted as lost. Otherwise the sequences skipped are a
+  // gap: every reader crossing it reports them as lost (ReadStatus::lost,
+  // PollResult::lost), exactly as if they had been overwritten. Writes a gap
+  // marker into every slot of the gap within one ring of `seq` (at most
+  // capacity records; no message is published). In a `block` bus it first
+  // waits, like publish(), until the records it overwrites have been read.
+  // Returns {ok, seq}; {invalid} if seq < next_seq(); timeout or closed as
+  // publish() does.
+  [[nodiscard]] PublishResult skip_to(std::uint64_t seq, std::chrono::nanoseconds timeout = forever) noexcept;
+
   // Marks end-of-stream, wakes every waiter and gives up the producer role.
   // Consumers drain what was published and then see end_of_stream. The
   // destructor does this too (as does the death of the process).
@@ -111,6 +126,8 @@ class Producer {
   // Consumers currently attached and alive (rescans the reader table).
   std::uint32_t live_readers() const;
 
+  // Sequence the next message will get: after a takeover, the one after the
+  // last committed record (or gap).
   std::uint64_t next_seq() const noexcept;
   const Bus& bus() const noexcept;
 

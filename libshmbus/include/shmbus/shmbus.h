@@ -54,7 +54,7 @@ extern "C" {
 typedef enum shmbus_status {
   SHMBUS_OK = 0,
   SHMBUS_INVALID_NAME = 1,       /* empty, too long, '/', "..", leading '.' or '-' */
-  SHMBUS_INVALID_OPTIONS = 2,    /* capacity not a power of two, record size not a multiple of 64, ... */
+  SHMBUS_INVALID_OPTIONS = 2,    /* capacity not a power of two, record size not a multiple of 8, ... */
   SHMBUS_ALREADY_EXISTS = 3,     /* create on a bus that exists */
   SHMBUS_NOT_FOUND = 4,          /* open on a bus that does not exist */
   SHMBUS_PERMISSION_DENIED = 5,  /* the segment exists but may not be opened, mapped or removed */
@@ -108,7 +108,7 @@ typedef enum shmbus_policy {
 
 typedef struct shmbus_bus_options {
   uint64_t capacity;     /* records in the ring, a power of two >= 2 (default 65536) */
-  uint32_t record_size;  /* bytes per record, 24-byte header included, multiple of 64 (default 256) */
+  uint32_t record_size;  /* bytes per record, 24-byte header included, multiple of 8 (default 256) */
   uint32_t policy;       /* shmbus_policy (default SHMBUS_POLICY_BLOCK) */
   uint32_t max_readers;  /* reader slots, 1..1024 (default 16) */
   uint32_t mode;         /* permission bits of the segment (default 0600) */

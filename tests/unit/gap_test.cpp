@@ -1,0 +1,232 @@
+// Producer::skip_to: a bus that starts at a later sequence, and gaps that
+// every reader crossing them counts as lost, in both policies, for readers
+// already attached, late joiners, a takeover and the inspector.
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "shmbus/inspect.hpp"
+#include "test_support.hpp"
+
+namespace shmbus::test {
+namespace {
+
+BusOptions opts(Policy policy, std::uint64_t capacity = 16) {
+  BusOptions o;
+  o.capacity = capacity;
+  o.policy = policy;
+  o.record_size = 64;
+  o.max_readers = 4;
+  return o;
+}
+
+void publish_seq(Producer& p, std::uint64_t seq) {
+  const std::string m = "m" + std::to_string(seq);
+  const PublishResult r = p.publish(bytes(m));
+  ASSERT_EQ(r.status, PublishStatus::ok);
+  ASSERT_EQ(r.seq, seq);
+}
+
+void expect_message(Consumer& c, std::uint64_t seq) {
+  const ReadResult r = c.next(2s);
+  ASSERT_EQ(r.status, ReadStatus::message) << "waiting for seq " << seq << ", got " << to_string(r.status);
+  EXPECT_EQ(r.message.seq, seq);
+  EXPECT_EQ(text(r.message.payload), "m" + std::to_string(seq));
+}
+
+void expect_lost(Consumer& c, std::uint64_t n) {
+  const ReadResult r = c.next(2s);
+  ASSERT_EQ(r.status, ReadStatus::lost) << "expected " << n << " lost, got " << to_string(r.status);
+  EXPECT_EQ(r.lost, n);
+}
+
+void expect_clean(const std::string& name) {
+  const auto problems = Inspector::open(name).check();
+  for (const Problem& p : problems) ADD_FAILURE() << p.where << ": " << p.what;
+}
+
+class Gaps : public ::testing::TestWithParam<Policy> {};
+
+INSTANTIATE_TEST_SUITE_P(BothPolicies, Gaps, ::testing::Values(Policy::block, Policy::overwrite),
+                         [](const auto& p) { return std::string(to_string(p.param)); });
+
+TEST_P(Gaps, AFreshBusStartsAtTheSequenceWithNothingLost) {
+  for (const std::uint64_t start : {std::uint64_t{5}, std::uint64_t{1000}}) {  // within a ring, and far past it
+    SCOPED_TRACE("start " + std::to_string(start));
+    ScopedName name("gapstart");
+    Bus bus = Bus::create(name, opts(GetParam()));
+    Consumer early(bus);  // waiting at 0 before the bus starts
+    Producer p(bus);
+    // In `block` the producer waits for `early` to cross the start markers,
+    // so it runs on its own thread, as it would in its own process.
+    std::thread producer([&] {
+      const PublishResult r = p.skip_to(start);
+      EXPECT_EQ(r.status, PublishStatus::ok);
+      EXPECT_EQ(r.seq, start);
+      EXPECT_EQ(p.next_seq(), start);
+      for (std::uint64_t s = start; s < start + 3; ++s) publish_seq(p, s);
+    });
+    for (std::uint64_t s = start; s < start + 3; ++s) expect_message(early, s);
+    producer.join();
+    Consumer late(bus);  // earliest: the first message, not a marker
+    for (std::uint64_t s = start; s < start + 3; ++s) expect_message(late, s);
+    EXPECT_EQ(early.lost(), 0u);
+    EXPECT_EQ(late.lost(), 0u);
+    expect_clean(name.str());
+  }
+}
+
+TEST_P(Gaps, AGapWithinTheRingIsReportedAsExactlyTheMissingSequences) {
+  ScopedName name("gapsmall");
+  Bus bus = Bus::create(name, opts(GetParam()));
+  Consumer c(bus);
+  Producer p(bus);
+  for (std::uint64_t s = 0; s < 5; ++s) publish_seq(p, s);
+  ASSERT_EQ(p.skip_to(12).status, PublishStatus::ok);
+  publish_seq(p, 12);
+  publish_seq(p, 13);
+  for (std::uint64_t s = 0; s < 5; ++s) expect_message(c, s);
+  expect_lost(c, 7);
+  expect_message(c, 12);
+  expect_message(c, 13);
+  EXPECT_EQ(c.lost(), 7u);
+  EXPECT_EQ(c.delivered(), 7u);
+  expect_clean(name.str());
+}
+
+TEST_P(Gaps, AGapLongerThanTheRingIsReportedExactlyByEveryReader) {
+  ScopedName name("gapbig");
+  Bus bus = Bus::create(name, opts(GetParam()));
+  Consumer before(bus);
+  Producer p(bus);
+  for (std::uint64_t s = 0; s < 3; ++s) publish_seq(p, s);
+  Consumer middle(bus, ConsumerOptions{.start = Start::latest});  // at 3, the gap's first sequence
+  for (std::uint64_t s = 0; s < 3; ++s) expect_message(before, s);
+  EXPECT_EQ(before.next(1ms).status, ReadStatus::timeout);  // publishes its cursor: a block skip needs it
+  std::thread producer([&] {
+    EXPECT_EQ(p.skip_to(100).status, PublishStatus::ok);
+    publish_seq(p, 100);
+  });
+  expect_lost(before, 97);
+  expect_lost(middle, 97);  // in `block` both must cross before 100 can be written
+  expect_message(before, 100);
+  expect_message(middle, 100);
+  producer.join();
+  // Joining now: the oldest retained record is a marker or the message.
+  Consumer late(bus);
+  const ReadResult r = late.next(2s);
+  if (r.status == ReadStatus::lost) expect_message(late, 100);
+  else EXPECT_EQ(r.message.seq, 100u);
+  expect_clean(name.str());
+}
+
+TEST_P(Gaps, AReaderStartingInsideAGapMovesToItsEnd) {
+  ScopedName name("gapinside");
+  Bus bus = Bus::create(name, opts(GetParam()));
+  Producer p(bus);
+  publish_seq(p, 0);
+  ASSERT_EQ(p.skip_to(10).status, PublishStatus::ok);
+  publish_seq(p, 10);
+  Consumer c(bus, ConsumerOptions{.start = Start::sequence, .start_seq = 4});
+  expect_lost(c, 6);
+  expect_message(c, 10);
+}
+
+TEST_P(Gaps, ReadBatchCountsTheGapInItsResult) {
+  ScopedName name("gapbatch");
+  Bus bus = Bus::create(name, opts(GetParam()));
+  Consumer c(bus);
+  Producer p(bus);
+  publish_seq(p, 0);
+  ASSERT_EQ(p.skip_to(9).status, PublishStatus::ok);
+  publish_seq(p, 9);
+  Message out[8];
+  PollResult pr;
+  std::uint64_t got = 0, lost = 0;
+  std::vector<std::uint64_t> seqs;
+  while (got < 2) {
+    const auto batch = c.read_batch(out, pr, 2s);
+    ASSERT_FALSE(pr.end_of_stream);
+    ASSERT_TRUE(!batch.empty() || pr.lost != 0) << "timed out";
+    lost += pr.lost;
+    for (const Message& m : batch) seqs.push_back(m.seq);
+    got += batch.size();
+  }
+  EXPECT_EQ(lost, 8u);
+  EXPECT_THAT(seqs, ::testing::ElementsAre(0u, 9u));
+}
+
+TEST_P(Gaps, ASequenceAlreadyUsedIsRefusedAndTheSameOneIsANoOp) {
+  ScopedName name("gapbad");
+  Bus bus = Bus::create(name, opts(GetParam()));
+  Consumer c(bus);
+  Producer p(bus);
+  publish_seq(p, 0);
+  publish_seq(p, 1);
+  EXPECT_EQ(p.skip_to(1).status, PublishStatus::invalid);
+  EXPECT_EQ(p.skip_to(0).status, PublishStatus::invalid);
+  const PublishResult same = p.skip_to(2);
+  EXPECT_EQ(same.status, PublishStatus::ok);
+  EXPECT_EQ(same.seq, 2u);
+  publish_seq(p, 2);
+  for (std::uint64_t s = 0; s < 3; ++s) expect_message(c, s);
+  EXPECT_EQ(c.lost(), 0u);
+}
+
+TEST_P(Gaps, ATakeoverContinuesAfterTheGap) {
+  ScopedName name("gaptake");
+  Bus bus = Bus::create(name, opts(GetParam()));
+  Consumer c(bus);
+  {
+    Producer p(bus);
+    publish_seq(p, 0);
+    expect_message(c, 0);
+    EXPECT_EQ(c.next(1ms).status, ReadStatus::timeout);  // publishes the cursor: a block skip needs it
+    ASSERT_EQ(p.skip_to(40).status, PublishStatus::ok);
+    p.detach();
+  }
+  Producer q(bus);
+  EXPECT_EQ(q.next_seq(), 40u);
+  expect_lost(c, 39);  // before 40 is written: in `block` the reader must cross first
+  publish_seq(q, 40);
+  expect_message(c, 40);
+}
+
+TEST_P(Gaps, TheInspectorShowsAMarkerAsAGap) {
+  ScopedName name("gapinspect");
+  Bus bus = Bus::create(name, opts(GetParam()));
+  Producer p(bus);
+  publish_seq(p, 0);
+  ASSERT_EQ(p.skip_to(6).status, PublishStatus::ok);
+  publish_seq(p, 6);
+  const Inspector insp = Inspector::open(name.str());
+  const auto marker = insp.record(1);
+  ASSERT_TRUE(marker.has_value());
+  EXPECT_EQ(marker->gap_to, 6u);
+  EXPECT_TRUE(marker->gap_lost);
+  EXPECT_TRUE(marker->payload.empty());
+  const auto message = insp.record(6);
+  ASSERT_TRUE(message.has_value());
+  EXPECT_EQ(message->gap_to, 0u);
+  EXPECT_EQ(text(message->payload), "m6");
+}
+
+TEST(GapsBlock, ASkipWaitsForReadersLikeAPublish) {
+  ScopedName name("gapwait");
+  Bus bus = Bus::create(name, opts(Policy::block, 4));
+  Consumer c(bus);
+  Producer p(bus);
+  for (std::uint64_t s = 0; s < 4; ++s) publish_seq(p, s);  // full
+  EXPECT_EQ(p.skip_to(6, 20ms).status, PublishStatus::timeout);
+  EXPECT_EQ(p.next_seq(), 4u);
+  for (std::uint64_t s = 0; s < 4; ++s) expect_message(c, s);
+  EXPECT_EQ(c.next(1ms).status, ReadStatus::timeout);  // a reader that waits publishes its cursor
+  ASSERT_EQ(p.skip_to(6, 2s).status, PublishStatus::ok);
+  publish_seq(p, 6);
+  expect_lost(c, 2);
+  expect_message(c, 6);
+}
+
+}  // namespace
+}  // namespace shmbus::test

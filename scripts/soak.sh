@@ -5,8 +5,8 @@
 # is killed with SIGKILL and a new one attached from the latest record.
 # Every consumer checks every message it gets (gaps, duplicates,
 # checksums). Records the bus's head once a second and reports throughput
-# over time (CSV, and a chart when python3-matplotlib is installed) and the
-# totals; also the producer's fd count and RSS, which must stay flat.
+# over time (CSV and an SVG chart) and the totals; also the producer's fd
+# count and RSS, which must stay flat.
 #
 #   scripts/soak.sh [--messages N] [--minutes M] [--size B] [--restart-every S] [--out DIR]
 #
@@ -24,7 +24,7 @@ while (($#)); do
     --restart-every) restart_every=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "soak.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -63,15 +63,23 @@ prod=$!
 
 csv=$out/throughput.csv
 echo "seconds,head,msgs_per_s,producer_fds,producer_rss_kib,restarts" >"$csv"
-t0=$SECONDS last_head=0 restarts=0 failures=0 next_restart=$restart_every
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+t0=$SECONDS t0_ms=$(now_ms) last_ms=$t0_ms last_head=0 restarts=0 failures=0 next_restart=$restart_every
 while kill -0 "$prod" 2>/dev/null; do
   sleep 1
   el=$((SECONDS - t0))
-  head=$("$inspect" show "$bus" --json --interval 0 2>/dev/null | grep -o '"head": *[0-9]*' | head -1 | grep -o '[0-9]*$' || echo "$last_head")
-  fds=$(ls "/proc/$prod/fd" 2>/dev/null | wc -l)
-  rss=$(awk '/VmRSS/ {print $2}' "/proc/$prod/status" 2>/dev/null || echo 0)
-  echo "$el,$head,$((head - last_head)),$fds,$rss,$restarts" >>"$csv"
-  last_head=$head
+  head=$("$inspect" show "$bus" --json --interval 0 2>/dev/null | grep -o '"head": *[0-9]*' | head -1 | grep -o '[0-9]*$' || true)
+  head=${head:-$last_head}
+  # The producer may have finished since kill -0: under pipefail a failed
+  # ls must not end the script (it would skip the totals).
+  fds=$( (ls "/proc/$prod/fd" 2>/dev/null || true) | wc -l)
+  rss=$(awk '/VmRSS/ {print $2}' "/proc/$prod/status" 2>/dev/null || true)
+  ((fds > 0)) || break  # the producer is gone: no sample of it
+  # A sample takes longer than the 1 s sleep (shmbus-inspect runs each
+  # time): the rate is over the time that really passed.
+  ms=$(now_ms)
+  echo "$(((ms - t0_ms) / 1000)).$(((ms - t0_ms) % 1000 / 100)),$head,$(((head - last_head) * 1000 / (ms > last_ms ? ms - last_ms : 1))),$fds,${rss:-0},$restarts" >>"$csv"
+  last_head=$head last_ms=$ms
   if ((el >= next_restart)); then
     k=$((RANDOM % 4))
     kill -9 "${slot_pid[$k]}" 2>/dev/null || true
@@ -97,22 +105,41 @@ published=$(grep -o '"messages":[0-9]*' "$out/producer.json" | grep -o '[0-9]*$'
 secs=$((SECONDS - t0))
 fd_range=$(awk -F, 'NR > 2 {print $4}' "$csv" | sort -n | sed -n '1p;$p' | paste -sd- -)
 rss_range=$(awk -F, 'NR > 2 {print $5}' "$csv" | sort -n | sed -n '1p;$p' | paste -sd- -)
-echo "soak: $published messages in $secs s ($((published / (secs > 0 ? secs : 1))) msgs/s), 4 verifying consumers, $restarts consumer restarts; $verified messages verified by consumers that finished, $lost lost, $errors consumers with verification errors, $failures processes failed; producer fds $fd_range, RSS $rss_range KiB" | tee "$out/summary.txt" >&2
+# Throughput range over the full samples (the first and last are partial).
+rate_range=$(awk -F, 'NR > 2 {print $3}' "$csv" | sed '$d' | sort -n | awk '{v[NR] = $1} END {if (NR) printf "%d..%d (median %d)", v[1], v[NR], v[int((NR + 1) / 2)]}')
+echo "soak: $published messages in $secs s ($((published / (secs > 0 ? secs : 1))) msgs/s; per second: ${rate_range:-no samples}), 4 verifying consumers, $restarts consumer restarts (SIGKILL); $verified messages verified by consumers that finished, $lost lost, $errors consumers with verification errors, $failures processes failed; producer fds $fd_range, RSS $rss_range KiB" | tee "$out/summary.txt" >&2
 
-if python3 -c 'import matplotlib' 2>/dev/null; then
-  python3 - "$csv" "$out/throughput.png" <<'PY'
+# The chart: an SVG drawn by plain Python (no plotting package needed).
+python3 - "$csv" "$out/throughput.svg" <<'PY'
 import csv, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 rows = list(csv.DictReader(open(sys.argv[1])))
-t = [int(r["seconds"]) for r in rows]
+t = [float(r["seconds"]) for r in rows]
 m = [int(r["msgs_per_s"]) / 1e6 for r in rows]
-plt.figure(figsize=(8, 3))
-plt.plot(t, m)
-plt.xlabel("seconds"); plt.ylabel("M msgs/s"); plt.title("shmbus soak: throughput, 4 verifying consumers")
-plt.tight_layout(); plt.savefig(sys.argv[2])
+rs = [int(r["restarts"]) for r in rows]
+W, H, L, R, T, B = 900, 340, 60, 20, 40, 45
+tmax = max(t + [1.0])
+top = max(m + [0.1]) * 1.1
+x = lambda v: L + (W - L - R) * v / tmax
+y = lambda v: H - B - (H - T - B) * v / top
+out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
+       '<rect width="100%" height="100%" fill="white"/>',
+       '<text x="10" y="18" font-size="13">shmbus soak: messages per second (producer head, sampled each second), 4 verifying consumers</text>']
+for i in range(6):
+    v = top * i / 5
+    out.append(f'<line x1="{L}" x2="{W - R}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ddd"/>')
+    out.append(f'<text x="{L - 5}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.2f} M</text>')
+for i in range(11):
+    v = tmax * i / 10
+    out.append(f'<text x="{x(v):.1f}" y="{H - B + 15}" text-anchor="middle">{v:.0f}</text>')
+out.append(f'<text x="{(L + W - R) / 2}" y="{H - 8}" text-anchor="middle">seconds (dashed: a consumer SIGKILLed and restarted)</text>')
+for i in range(1, len(rows)):
+    if rs[i] != rs[i - 1]:
+        out.append(f'<line x1="{x(t[i]):.1f}" x2="{x(t[i]):.1f}" y1="{T}" y2="{H - B}" stroke="#e88" stroke-dasharray="3,3"/>')
+pts = " ".join(f"{x(a):.1f},{y(b):.1f}" for a, b in zip(t, m))
+out.append(f'<polyline fill="none" stroke="#1f5fa8" stroke-width="1.5" points="{pts}"/>')
+out.append(f'<line x1="{L}" x2="{L}" y1="{T}" y2="{H - B}" stroke="black"/><line x1="{L}" x2="{W - R}" y1="{H - B}" y2="{H - B}" stroke="black"/>')
+out.append('</svg>')
+open(sys.argv[2], "w").write("\n".join(out) + "\n")
 PY
-  echo "soak: chart in $out/throughput.png" >&2
-fi
+echo "soak: chart in $out/throughput.svg" >&2
 ((errors == 0 && failures == 0))

@@ -26,10 +26,7 @@
 // Messages are the multi-process tests' (tests/multiprocess/payload.hpp): a
 // pure function of the sequence, so a consumer checks every byte alone. The
 // producer's last message is an 8-byte end marker; consumers stop there.
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,6 +46,7 @@
 #include <thread>
 #include <vector>
 
+#include "child_process.hpp"
 #include "payload.hpp"
 #include "shmbus/shmbus.hpp"
 
@@ -209,121 +207,22 @@ int run_producer(const std::string& name, std::uint32_t wait_readers) {
 
 // --------------------------------------------------------------- driver ----
 
-// A child process running one role, its stdout on a pipe.
-class Child {
- public:
-  Child(const std::vector<std::string>& args) {
-    std::vector<std::string> a = args;
-    std::vector<char*> argv;
-    static std::string self = "/proc/self/exe";
-    argv.push_back(self.data());
-    for (auto& s : a) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ < 0) throw std::runtime_error("fork");
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the driver
-      if (::getppid() != parent) ::_exit(126);
-      ::dup2(fds[1], STDOUT_FILENO);
-      ::execv("/proc/self/exe", argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    fd_ = fds[0];
-  }
-  ~Child() {
-    if (running()) {
-      ::kill(pid_, SIGKILL);
-      ::kill(pid_, SIGCONT);
-      wait_exit(Clock::now() + 10s);
-    }
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  pid_t pid() const { return pid_; }
-  bool running() {
-    if (exited_) return false;
-    int st = 0;
-    const pid_t r = ::waitpid(pid_, &st, WNOHANG);
-    if (r == pid_) {
-      exited_ = true;
-      status_ = st;
-    }
-    return !exited_;
-  }
-  // The next line of output, or nullopt at EOF or the deadline.
-  std::optional<std::string> line(Clock::time_point deadline) {
-    for (;;) {
-      const auto nl = buf_.find('\n');
-      if (nl != std::string::npos) {
-        std::string l = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return l;
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) return std::nullopt;
-      pollfd p{fd_, POLLIN, 0};
-      const int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
-      if (n < 0 && errno != EINTR) return std::nullopt;
-      if (n <= 0) continue;
-      char tmp[1024];
-      const ssize_t got = ::read(fd_, tmp, sizeof tmp);
-      if (got <= 0) return std::nullopt;
-      buf_.append(tmp, static_cast<std::size_t>(got));
-    }
-  }
-  // Waits for the exit; true if it exited (status in status()).
-  bool wait_exit(Clock::time_point deadline) {
-    while (running()) {
-      if (Clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(1ms);
-    }
-    return true;
-  }
-  int status() const { return status_; }
-  bool exited_ok() const { return exited_ && WIFEXITED(status_) && WEXITSTATUS(status_) == 0; }
-
- private:
-  pid_t pid_ = -1;
-  int fd_ = -1;
-  std::string buf_;
-  bool exited_ = false;
-  int status_ = 0;
-};
+// A child process running one role (this program, re-executed), its stdout
+// on a pipe; killed with the driver, and killed and reaped when dropped.
+using Child = shmbus::test::ChildProcess;
+std::unique_ptr<Child> start_role(std::vector<std::string> args) {
+  args.insert(args.begin(), "/proc/self/exe");
+  return std::make_unique<Child>("/proc/self/exe", std::move(args));
+}
 
 // Runs PROGRAM ARGS..., returns its exit status and everything it printed.
 std::pair<int, std::string> run_capture(const std::vector<std::string>& args) {
-  std::vector<std::string> a = args;
-  std::vector<char*> argv;
-  for (auto& s : a) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return {-1, "pipe2 failed"};
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::dup2(fds[1], STDERR_FILENO);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
+  Child c(args[0], args, Child::Capture::stdout_and_stderr);
   std::string out;
-  char tmp[4096];
-  for (ssize_t n; (n = ::read(fds[0], tmp, sizeof tmp)) != 0;) {
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    out.append(tmp, static_cast<std::size_t>(n));
-  }
-  ::close(fds[0]);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
+  for (auto l = c.line(Clock::now() + kHangBound); l; l = c.line(Clock::now() + kHangBound)) out += *l + "\n";
+  if (!c.eof()) c.kill(SIGKILL);  // hung for kHangBound
+  c.reap();
+  const int st = c.status();
   return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
 }
 
@@ -385,12 +284,12 @@ class Round {
     inspector_.emplace(shmbus::Inspector::open(name_));
 
     for (int k = 0; k < 3; ++k) {
-      consumers_.push_back(std::make_unique<Child>(std::vector<std::string>{"--role", "consumer", name_}));
+      consumers_.push_back(start_role({"--role", "consumer", name_}));
       const auto l = consumers_.back()->line(Clock::now() + 30s);
       if (!l || fields(*l)["kind"] != "ready") return fail("consumer " + std::to_string(k) + " did not start");
       slots_.push_back(static_cast<std::uint32_t>(u64(fields(*l), "slot")));
     }
-    producers_.push_back(std::make_unique<Child>(std::vector<std::string>{"--role", "producer", name_, "3"}));
+    producers_.push_back(start_role({"--role", "producer", name_, "3"}));
     if (!producer_ready()) return fail("producer did not start");
     const auto started = Clock::now();
     const auto delay = std::chrono::microseconds(500 + rng_() % static_cast<std::uint64_t>(o_.run_ms * 700));
@@ -452,7 +351,7 @@ class Round {
     ::kill(p.pid(), SIGKILL);
     if (!p.wait_exit(Clock::now() + 10s)) return fail("killed producer did not exit");
     // A new producer takes the bus over and continues the sequence.
-    producers_.push_back(std::make_unique<Child>(std::vector<std::string>{"--role", "producer", name_, "0"}));
+    producers_.push_back(start_role({"--role", "producer", name_, "0"}));
     if (!producer_ready()) return fail("the new producer did not start (takeover failed?)");
     const auto s = inspector_->snapshot();
     if (s.producer.takeovers != 1) return fail("takeovers counter is " + std::to_string(s.producer.takeovers));

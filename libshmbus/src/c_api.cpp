@@ -547,6 +547,22 @@ shmbus_status shmbus_inspect(const char* name, shmbus_snapshot** out) {
       snap->readers = readers.release();
       snap->reader_count = s.readers.size();
     }
+    if (!s.bookmarks.empty()) {
+      auto bookmarks = std::make_unique<shmbus_bookmark_view[]>(s.bookmarks.size());
+      for (std::size_t i = 0; i < s.bookmarks.size(); ++i) {
+        const shmbus::BookmarkView& b = s.bookmarks[i];
+        shmbus_bookmark_view& v = bookmarks[i];
+        std::memset(&v, 0, sizeof v);
+        v.index = b.index;
+        v.held = b.held ? 1 : 0;
+        v.holder_pid = b.held ? b.holder_pid : 0;
+        std::memcpy(v.name, b.name.data(), std::min(b.name.size(), sizeof v.name - 1));
+        v.cursor = b.cursor;
+        v.updated_ns = b.updated_ns;
+      }
+      snap->bookmarks = bookmarks.release();
+      snap->bookmark_count = s.bookmarks.size();
+    }
     *out = snap.release();
     return SHMBUS_OK;
   });
@@ -555,6 +571,7 @@ shmbus_status shmbus_inspect(const char* name, shmbus_snapshot** out) {
 void shmbus_snapshot_free(shmbus_snapshot* snapshot) {
   if (!snapshot) return;
   delete[] snapshot->readers;
+  delete[] snapshot->bookmarks;
   delete snapshot;
 }
 

@@ -276,6 +276,27 @@ static void test_overwrite_bus_reports_losses(void) {
   CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);
 }
 
+/* The snapshot lists the remembered name once: held (by this process) or
+ * not, and where a resume under it continues. */
+static void check_bookmark(const char* name, int held, uint64_t cursor) {
+  shmbus_snapshot* snap = NULL;
+  size_t k, found = 0;
+  CHECK_STATUS(shmbus_inspect(bus_name2, &snap), SHMBUS_OK);
+  if (!snap) return;
+  CHECK(snap->bookmark_count >= 1 && snap->bookmarks != NULL);
+  for (k = 0; k < snap->bookmark_count; ++k) {
+    const shmbus_bookmark_view* b = &snap->bookmarks[k];
+    if (strcmp(b->name, name) != 0) continue;
+    ++found;
+    CHECK(b->held == held);
+    CHECK(b->holder_pid == (held ? (int32_t)getpid() : 0));
+    CHECK(b->cursor == cursor);
+    CHECK(b->updated_ns > 0);
+  }
+  CHECK(found == 1);
+  shmbus_snapshot_free(snap);
+}
+
 static void test_durable_reader_resumes(void) {
   shmbus_bus* bus = NULL;
   shmbus_producer* p = NULL;
@@ -300,12 +321,18 @@ static void test_durable_reader_resumes(void) {
     CHECK(m.seq == i);
   }
   shmbus_consumer_destroy(c); /* leaves its cursor under its name */
+  check_bookmark("keeper", 0, 4);
 
   c = NULL;
   CHECK_STATUS(shmbus_consumer_open(bus, &co, &c), SHMBUS_OK);
   CHECK(shmbus_consumer_resumed(c) == 1 && shmbus_consumer_resume_gap(c) == 0);
   CHECK_STATUS(shmbus_consumer_next(c, one_second, &m), SHMBUS_READ_MESSAGE);
   CHECK(m.seq == 4);
+  check_bookmark("keeper", 1, 4); /* held by the reader again; updated at its attach */
+  shmbus_consumer_destroy(c);
+  check_bookmark("keeper", 0, 5); /* left at the next sequence to read */
+  c = NULL;
+  CHECK_STATUS(shmbus_consumer_open(bus, &co, &c), SHMBUS_OK);
   co.durable = 2;
   CHECK_STATUS(shmbus_consumer_open(bus, &co, &twin), SHMBUS_INVALID_ARGUMENT);
   shmbus_consumer_destroy(c);

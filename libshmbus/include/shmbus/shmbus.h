@@ -359,6 +359,17 @@ typedef struct shmbus_reader_view {
   uint64_t last_active_ns;    /* CLOCK_REALTIME of its last batch or wait */
 } shmbus_reader_view;
 
+/* A durable reader name remembered in the bus (shmbus_consumer_options.name
+ * with durable): where SHMBUS_START_RESUME under that name continues. */
+typedef struct shmbus_bookmark_view {
+  uint32_t index;             /* its place in the bus's bookmark table */
+  int held;                   /* 1 if a live reader holds the name now */
+  int32_t holder_pid;         /* with held, else 0 */
+  char name[32];              /* NUL-terminated */
+  uint64_t cursor;            /* next sequence a resume under this name reads */
+  uint64_t updated_ns;        /* CLOCK_REALTIME of its holder's last attach or detach */
+} shmbus_bookmark_view;
+
 typedef struct shmbus_snapshot {
   shmbus_bus_info info;
   uint64_t head;
@@ -382,6 +393,10 @@ typedef struct shmbus_snapshot {
   /* readers (slots in use) */
   size_t reader_count;
   shmbus_reader_view* readers;
+  /* remembered reader names (after the readers: the snapshot is allocated
+   * by the library, so older callers are not affected) */
+  size_t bookmark_count;
+  shmbus_bookmark_view* bookmarks;
 } shmbus_snapshot;
 
 /* A consistent-enough copy of a bus's header, counters and reader table,

@@ -38,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <random>
@@ -539,7 +540,27 @@ int usage() {
   return 2;
 }
 
+// A driver killed mid-round (SIGKILL, a ctest timeout) takes its children
+// with it (PR_SET_PDEATHSIG) but leaves that round's bus in /dev/shm: remove
+// the buses of drivers that are gone.
+void remove_buses_of_dead_drivers() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string file = e.path().filename().string();
+    const std::string prefix = "shmbus.chaos-";
+    if (file.rfind(prefix, 0) != 0) continue;
+    const long pid = std::strtol(file.c_str() + prefix.size(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      try {
+        shmbus::Bus::remove(file.substr(std::string("shmbus.").size()));
+      } catch (const std::exception&) {
+      }
+    }
+  }
+}
+
 int run_driver(const Options& o) {
+  remove_buses_of_dead_drivers();
   std::mt19937_64 rng(o.seed);
   Totals t;
   const auto start = Clock::now();

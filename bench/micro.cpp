@@ -5,9 +5,8 @@
 //                              off (0, the default) / coarse (1) / precise (2)
 //   BM_ClaimCommit/RECORD      claim(), fill the payload in place, commit()
 //   BM_ClaimCommitOverwrite/RECORD
-//                              the same on an `overwrite` bus, where claim() hands
-//                              out a private staging buffer and commit() stores it
-//                              into the record word by word
+//                              the same on an `overwrite` bus (also in place: see
+//                              Producer::claim() on the race with a lapped reader)
 //   BM_ConsumerNext/RECORD     Consumer::next() of messages already published
 //   BM_PublishOverwrite/RECORD, BM_ConsumerNextOverwrite/RECORD
 //                              the same on an `overwrite` bus: the producer stores

@@ -472,7 +472,7 @@ int run(const Options& o, const CLI::App& app) {
     bo.capacity = o.capacity;
     bo.record_size = o.record_size;
     // Synthetic messages without --record-size: records sized to --size, the
-    // smallest that fit (fewer bytes per message to move than the default).
+    // fewest cache lines that fit (record_size_for).
     if (o.synthetic && app.get_option("--record-size")->count() == 0) {
       if (const std::uint32_t fit = record_size_for(o.size); fit != 0) bo.record_size = fit;
     }
@@ -624,7 +624,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--record-size", o.record_size,
                  "Bytes per record incl. its 24-byte header, a multiple of 8 (with --create; "
-                 "with --count, the default is the smallest that fits --size)")
+                 "with --count, the default is the fewest 64-byte lines that fit --size)")
       ->needs(create)
       ->capture_default_str();
   app.add_option("--policy", o.policy, "When the ring is full: block or overwrite (with --create)")

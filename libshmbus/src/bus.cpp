@@ -26,8 +26,8 @@ std::uint32_t max_payload_for(std::uint32_t record_size) noexcept {
 
 std::uint32_t record_size_for(std::uint32_t payload) noexcept {
   if (payload > max_record_size - layout::kRecordHeaderSize) return 0;
-  const std::uint32_t r = (layout::kRecordHeaderSize + payload + layout::kRecordAlign - 1) / layout::kRecordAlign *
-                          layout::kRecordAlign;
+  const std::uint32_t r = (layout::kRecordHeaderSize + payload + layout::kCacheLine - 1) / layout::kCacheLine *
+                          layout::kCacheLine;
   return std::max(r, layout::kMinRecordSize);
 }
 

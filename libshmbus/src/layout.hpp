@@ -51,8 +51,8 @@
 // A bookmark does not hold the producer back: only active reader slots do.
 //
 // Record (record_size bytes, a multiple of 8; 8-byte aligned, so a record may
-// share a cache line with its neighbours: 128-byte payloads take 152 bytes,
-// not 192):
+// share a cache line with its neighbours unless record_size is a multiple of
+// 64, as record_size_for() picks):
 //
 //    0                   1                   2                   3
 //    0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1

@@ -86,8 +86,8 @@ TEST(Layout, MaxPayloadIsRecordSizeMinusRecordHeader) {
   EXPECT_EQ(max_payload_for(max_record_size), max_record_size - 24);
   EXPECT_EQ(record_size_for(0), 64u);
   EXPECT_EQ(record_size_for(40), 64u);
-  EXPECT_EQ(record_size_for(41), 72u);
-  EXPECT_EQ(record_size_for(128), 152u);
+  EXPECT_EQ(record_size_for(41), 128u);
+  EXPECT_EQ(record_size_for(128), 192u);
   EXPECT_EQ(record_size_for(max_record_size - 24), max_record_size);
   EXPECT_EQ(record_size_for(max_record_size - 23), 0u);
 }

@@ -2,10 +2,13 @@
 // does the handshake and hands back frames one at a time (PROTOCOL.md). Used
 // by `mirror` and by shmbus-consumer's tcp:// source. Sends a heartbeat
 // whenever one is due, and declares the server dead when nothing at all
-// arrives for three of its heartbeat intervals.
+// arrives for three of its heartbeat intervals. With `tls_ca` it speaks TLS
+// (OpenSSL, set up through Boost.Asio's ssl::context) and accepts only a
+// server certificate that chains to that CA and names the address connected to.
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -24,7 +27,12 @@ struct ClientOptions {
   std::uint64_t start_seq = 0;
   std::string token;
   std::chrono::milliseconds connect_timeout{5000};
+  std::string tls_ca;  // PEM file of the CA(s) to trust; empty: plain TCP
 };
+
+// "HOST:PORT" (IPv6 as "[::1]:PORT"), numeric addresses only. Throws
+// std::invalid_argument naming `what` (e.g. "--listen") and the problem.
+void split_host_port(const std::string& s, const char* what, std::string& host, std::uint16_t& port);
 
 // Connection, handshake or protocol failure; `code` when the server said why.
 class ClientError : public std::runtime_error {
@@ -37,7 +45,7 @@ class ClientError : public std::runtime_error {
 };
 
 struct Event {
-  enum class Kind { batch, loss, end } kind = Kind::batch;
+  enum class Kind { batch, loss, end, none } kind = Kind::batch;  // none: next(wait) timed out
   BatchView batch;      // valid until the next call to next()
   Loss loss;
   std::uint64_t seq = 0;  // Kind::end: the sequence after the last message
@@ -57,23 +65,35 @@ class Client {
   // The next batch, loss or end. Heartbeats are absorbed. Throws ClientError
   // when the server sends an error, the connection breaks or goes silent, or
   // a frame is malformed.
-  Event next();
+  Event next() { return next(std::chrono::milliseconds::max()); }
+  // Like next(), but returns Kind::none when no frame has begun to arrive
+  // within `wait` (a frame that has begun is read to its end).
+  Event next(std::chrono::milliseconds wait);
 
   // Gives up waiting: next() throws ClientError("interrupted") once `f` says so
   // (checked at least every 100 ms).
   void set_interrupt(bool (*f)()) noexcept { interrupt_ = f; }
 
  private:
+  struct Tls;
+  void tls_handshake(const ClientOptions& o);
+  // >0 bytes moved, 0 the peer closed, -1 would block (`want` says on what).
+  long recv_some(std::byte* p, std::size_t n, short& want);
+  long send_some(const std::byte* p, std::size_t n, short& want);
+  bool buffered() const noexcept;  // decrypted bytes waiting (TLS)
   void read_exact(std::byte* p, std::size_t n);
   void send_all(const std::byte* p, std::size_t n);
   void heartbeat_if_due();
+  std::chrono::milliseconds silence() const noexcept;
   int fd_ = -1;
+  std::unique_ptr<Tls> tls_;
   std::string where_;
   Welcome welcome_;
   std::vector<std::byte> body_;
   std::vector<std::byte> out_;
   std::uint64_t next_seq_ = 0;
   std::chrono::steady_clock::time_point last_sent_;
+  std::chrono::steady_clock::time_point last_received_;
   bool (*interrupt_)() = nullptr;
 };
 

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "client.hpp"
 #include "duration.hpp"
 #include "log.hpp"
 #include "program.hpp"
@@ -43,25 +44,9 @@ struct ServeArgs {
   std::string stats_interval = "10s";
   bool json = false;
   bool quiet = false;
+  std::string tls_cert, tls_key;
   TrustArgs trust;
 };
-
-// "HOST:PORT" (IPv6 as "[::1]:PORT"). Throws std::invalid_argument.
-void split_host_port(const std::string& s, std::string& host, std::uint16_t& port) {
-  const auto colon = s.rfind(':');
-  if (colon == std::string::npos || colon + 1 == s.size()) {
-    throw std::invalid_argument(fmt::format("--listen '{}': expected HOST:PORT", s));
-  }
-  host = s.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  const std::string p = s.substr(colon + 1);
-  unsigned v = 0;
-  auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
-  if (ec != std::errc{} || end != p.data() + p.size() || v > 65535) {
-    throw std::invalid_argument(fmt::format("--listen '{}': bad port '{}'", s, p));
-  }
-  port = static_cast<std::uint16_t>(v);
-}
 
 // Throws std::invalid_argument unless `host` is a numeric IPv4 or IPv6 address.
 bool is_loopback(const std::string& host) {
@@ -79,9 +64,9 @@ std::chrono::milliseconds ms(const std::string& d) {
 std::string stats_text(const ServeStats& s) {
   return fmt::format(
       "stats: subscribers={} accepted={} messages={} bytes={} dropped={} closed: slow={} idle={} "
-      "protocol={} handshake={} refused={} peer={} end={}",
+      "protocol={} handshake={} refused={} peer={} end={} tls={}",
       s.subscribers, s.accepted, s.messages, s.bytes, s.dropped, s.closed_slow, s.closed_idle,
-      s.closed_protocol, s.closed_handshake, s.closed_refused, s.closed_peer, s.closed_end);
+      s.closed_protocol, s.closed_handshake, s.closed_refused, s.closed_peer, s.closed_end, s.closed_tls);
 }
 
 std::string stats_json(const ServeStats& s) {
@@ -90,7 +75,7 @@ std::string stats_json(const ServeStats& s) {
                    {"closed", {{"slow", s.closed_slow}, {"idle", s.closed_idle},
                                {"protocol", s.closed_protocol}, {"handshake", s.closed_handshake},
                                {"refused", s.closed_refused}, {"peer", s.closed_peer},
-                               {"end", s.closed_end}}}};
+                               {"end", s.closed_end}, {"tls", s.closed_tls}}}};
   return j.dump();
 }
 
@@ -99,7 +84,7 @@ int serve(const ServeArgs& a) {
   o.bus = a.bus;
   try {
     validate_name(a.bus);
-    split_host_port(a.listen, o.host, o.port);
+    split_host_port(a.listen, "--listen", o.host, o.port);
     o.handshake_timeout = ms(a.handshake_timeout);
     o.idle_timeout = ms(a.idle_timeout);
     o.heartbeat = ms(a.heartbeat);
@@ -140,10 +125,17 @@ int serve(const ServeArgs& a) {
   o.max_frame = a.max_frame;
   o.max_handshake = a.max_handshake;
   o.buffer_bytes = a.buffer;
+  o.tls_cert = a.tls_cert;
+  o.tls_key = a.tls_key;
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    print_error(kProgram, "--tls-cert and --tls-key go together");
+    return exit_usage;
+  }
   set_quiet(a.quiet);
   try {
     Server server(o);
-    log_line(fmt::format("serving bus '{}' on {}:{} (--slow {})", a.bus, o.host, server.port(), a.slow));
+    log_line(fmt::format("serving bus '{}' on {}:{} (--slow {}{})", a.bus, o.host, server.port(), a.slow,
+                         o.tls_cert.empty() ? "" : ", TLS"));
     const auto interval = ms(a.stats_interval);
     const bool json = a.json;
     if (interval.count() > 0) {
@@ -193,6 +185,8 @@ int main(int argc, char** argv) {
       ->check(duration_validator())->capture_default_str();
   s->add_flag("--json", sa.json, "Stats lines as JSON");
   s->add_flag("--quiet", sa.quiet, "No per-connection log lines");
+  s->add_option("--tls-cert", sa.tls_cert, "Serve TLS with this PEM certificate chain (needs --tls-key)");
+  s->add_option("--tls-key", sa.tls_key, "PEM private key of --tls-cert");
   add_trust_options(*s, sa.trust);
   try {
     app.parse(argc, argv);

@@ -3,6 +3,7 @@
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <fmt/format.h>
 #include <shmbus/consumer.hpp>
 
@@ -30,7 +31,7 @@ namespace {
 struct Counters {
   std::atomic<std::uint64_t> subscribers{0}, accepted{0}, messages{0}, bytes{0}, dropped{0},
       closed_slow{0}, closed_idle{0}, closed_protocol{0}, closed_handshake{0}, closed_refused{0},
-      closed_peer{0}, closed_end{0};
+      closed_peer{0}, closed_end{0}, closed_tls{0};
 };
 
 void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
@@ -45,6 +46,7 @@ struct Server::Impl {
   ServeOptions opt;
   asio::io_context io;
   tcp::acceptor acceptor{io};
+  std::unique_ptr<asio::ssl::context> tls;  // set when serving TLS
   asio::steady_timer tick{io};
   std::list<std::shared_ptr<Session>> sessions;  // io thread only
   std::list<std::shared_ptr<Session>> zombies;   // closed, reader thread not yet joined
@@ -68,7 +70,10 @@ struct Session : std::enable_shared_from_this<Session> {
   enum class State { handshake, streaming, closing, closed };
 
   Server::Impl& srv;
-  tcp::socket sock;
+  tcp::socket sock;  // plain TCP; moved into `tls` when serving TLS
+  std::optional<asio::ssl::stream<tcp::socket>> tls;
+  bool tls_ready = false;  // the TLS handshake finished: frames may be written
+  std::optional<std::string> refuse;  // over --max-subscribers: said once the channel is up
   std::string peer;  // "tcp:IP:PORT"
   asio::steady_timer timer;  // handshake deadline, then idle deadline, then close deadline
   State state = State::handshake;
@@ -96,13 +101,55 @@ struct Session : std::enable_shared_from_this<Session> {
     boost::system::error_code ec;
     const auto ep = sock.remote_endpoint(ec);
     peer = ec ? std::string("tcp:?") : fmt::format("tcp:{}:{}", ep.address().to_string(), ep.port());
+    if (srv.tls) tls.emplace(std::move(sock), *srv.tls);
   }
 
-  void start() {
-    sock.set_option(tcp::no_delay(true));
+  tcp::socket& socket() { return tls ? tls->next_layer() : sock; }
+
+  // Runs f(stream) on the TLS stream or the plain socket.
+  template <class F>
+  void with_stream(F&& f) {
+    if (tls) {
+      f(*tls);
+    } else {
+      f(sock);
+    }
+  }
+
+  // `refusal`: over the subscriber limit; told so once the channel is up.
+  void start(std::optional<std::string> refusal = std::nullopt) {
+    refuse = std::move(refusal);
+    boost::system::error_code ignored;
+    socket().set_option(tcp::no_delay(true), ignored);
     arm_timer(srv.opt.handshake_timeout, "handshake not finished in time", ErrorCode::timeout,
               &srv.counters.closed_handshake);
+    if (!tls) return channel_up();
+    tls->async_handshake(asio::ssl::stream_base::server,
+                         [self = shared_from_this()](boost::system::error_code ec) {
+                           if (self->state == State::closed) return;
+                           if (ec) return self->tls_failed(ec);
+                           self->tls_ready = true;
+                           self->channel_up();
+                         });
+  }
+
+  void channel_up() {
+    if (refuse) {
+      return fail(ErrorCode::too_many, *refuse, &srv.counters.closed_refused);
+    }
     read_header();
+  }
+
+  // Nothing can be said to a peer whose TLS handshake failed: log and close.
+  void tls_failed(boost::system::error_code ec) {
+    std::string why = ec.message();
+    if (ec.category() == asio::error::get_ssl_category()) {
+      const char* r = ERR_reason_error_string(ec.value());
+      if (r) why = r;
+    }
+    log_line(fmt::format("{}: closed: tls: TLS handshake failed: {}", peer, why));
+    bump(srv.counters.closed_tls);
+    close_now();
   }
 
   void arm_timer(std::chrono::milliseconds d, const char* reason, ErrorCode code,
@@ -130,22 +177,26 @@ struct Session : std::enable_shared_from_this<Session> {
   }
 
   void read_header() {
-    asio::async_read(sock, asio::buffer(in_header),
-                     [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-                       self->on_header(ec);
-                     });
+    with_stream([&](auto& st) {
+      asio::async_read(st, asio::buffer(in_header),
+                       [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                         self->on_header(ec);
+                       });
+    });
   }
 
   // While closing: whatever the peer still sends is read and dropped, so that
   // closing the socket does not reset the connection and discard the error
   // frame we queued for it.
   void drain() {
-    sock.async_read_some(asio::buffer(in_header),
+    with_stream([&](auto& st) {
+      st.async_read_some(asio::buffer(in_header),
                          [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
                            if (self->state == State::closed) return;
                            if (ec) return self->close_now();
                            self->drain();
                          });
+    });
   }
 
   void on_header(boost::system::error_code ec) {
@@ -171,10 +222,12 @@ struct Session : std::enable_shared_from_this<Session> {
                   &srv.counters.closed_protocol);
     }
     in_body.resize(h.length);
-    asio::async_read(sock, asio::buffer(in_body),
-                     [self = shared_from_this()](boost::system::error_code e, std::size_t) {
-                       self->on_body(e);
-                     });
+    with_stream([&](auto& st) {
+      asio::async_read(st, asio::buffer(in_body),
+                       [self = shared_from_this()](boost::system::error_code e, std::size_t) {
+                         self->on_body(e);
+                       });
+    });
   }
 
   void on_body(boost::system::error_code ec) {
@@ -352,10 +405,12 @@ struct Session : std::enable_shared_from_this<Session> {
       writing = true;
     }
     space.notify_all();
-    asio::async_write(sock, asio::buffer(sending),
-                      [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
-                        self->on_written(ec, n);
-                      });
+    with_stream([&](auto& st) {
+      asio::async_write(st, asio::buffer(sending),
+                        [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+                          self->on_written(ec, n);
+                        });
+    });
   }
 
   void on_written(boost::system::error_code ec, std::size_t n) {
@@ -382,6 +437,11 @@ struct Session : std::enable_shared_from_this<Session> {
   // bounded time to take it.
   void fail(ErrorCode code, const std::string& reason, std::atomic<std::uint64_t>* counter) {
     if (state == State::closed || state == State::closing) return;
+    if (tls && !tls_ready) {  // no channel to send the error on yet
+      log_line(fmt::format("{}: closed: {}: {}", peer, to_string(code), reason));
+      if (counter) bump(*counter);
+      return close_now();
+    }
     begin_closing(code, reason, counter, /*queue_error=*/true);
   }
 
@@ -444,7 +504,7 @@ struct Session : std::enable_shared_from_this<Session> {
     space.notify_all();
     boost::system::error_code ignored;
     timer.cancel();
-    sock.close(ignored);
+    socket().close(ignored);
     srv.remove(shared_from_this());
   }
 };
@@ -481,6 +541,7 @@ ServeStats Server::Impl::snapshot() const {
   s.closed_refused = c.closed_refused.load(std::memory_order_relaxed);
   s.closed_peer = c.closed_peer.load(std::memory_order_relaxed);
   s.closed_end = c.closed_end.load(std::memory_order_relaxed);
+  s.closed_tls = c.closed_tls.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -498,12 +559,11 @@ void Server::Impl::accept() {
     }
     bump(counters.accepted);
     auto s = std::make_shared<Session>(*this, std::move(sock));
-    if (sessions.size() >= opt.max_subscribers) {
-      sessions.push_back(s);
-      s->fail(ErrorCode::too_many,
-              fmt::format("subscriber limit {} reached", opt.max_subscribers), &counters.closed_refused);
+    const bool over = sessions.size() >= opt.max_subscribers;
+    sessions.push_back(s);
+    if (over) {
+      s->start(fmt::format("subscriber limit {} reached", opt.max_subscribers));
     } else {
-      sessions.push_back(s);
       s->start();
     }
     accept();
@@ -540,6 +600,26 @@ Server::Server(ServeOptions options) : impl_(std::make_unique<Impl>()) {
   const auto addr = asio::ip::make_address(impl_->opt.host, ec);
   if (ec) throw std::runtime_error(fmt::format("--listen: '{}' is not an IP address", impl_->opt.host));
   const tcp::endpoint ep(addr, impl_->opt.port);
+  if (!impl_->opt.tls_cert.empty() || !impl_->opt.tls_key.empty()) {
+    if (impl_->opt.tls_cert.empty() || impl_->opt.tls_key.empty()) {
+      throw std::runtime_error("TLS needs both --tls-cert and --tls-key");
+    }
+    auto ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
+    ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                     asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                     asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use);
+    ctx->use_certificate_chain_file(impl_->opt.tls_cert, ec);
+    if (ec) {
+      throw std::runtime_error(fmt::format("--tls-cert {}: cannot load a PEM certificate chain: {}",
+                                           impl_->opt.tls_cert, ec.message()));
+    }
+    ctx->use_private_key_file(impl_->opt.tls_key, asio::ssl::context::pem, ec);
+    if (ec) {
+      throw std::runtime_error(fmt::format("--tls-key {}: cannot load a PEM private key matching the "
+                                           "certificate: {}", impl_->opt.tls_key, ec.message()));
+    }
+    impl_->tls = std::move(ctx);
+  }
   auto& a = impl_->acceptor;
   a.open(ep.protocol(), ec);
   if (!ec) a.set_option(tcp::acceptor::reuse_address(true), ec);

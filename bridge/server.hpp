@@ -42,6 +42,8 @@ struct ServeOptions {
   std::size_t buffer_bytes = 4u << 20;            // per subscriber, encoded frames waiting
   std::uint32_t batch_messages = 256;             // messages read from the bus at once
   Trust trust{};
+  // TLS: PEM certificate chain and private key; both empty for plain TCP.
+  std::string tls_cert, tls_key;
 };
 
 struct ServeStats {
@@ -53,6 +55,7 @@ struct ServeStats {
   // Connections closed, by reason.
   std::uint64_t closed_slow = 0, closed_idle = 0, closed_protocol = 0, closed_handshake = 0,
                 closed_refused = 0, closed_peer = 0, closed_end = 0;
+  std::uint64_t closed_tls = 0;  // TLS handshake failed (wrong CA, plain client...)
 };
 
 class Server {

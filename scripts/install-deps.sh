@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libboost-dev                       # Boost.Interprocess, Boost.Asio (header-only)
+  libssl-dev openssl                 # TLS for shmbus-bridge (Asio SSL); the tests make certificates with openssl
   libgtest-dev libgmock-dev          # GoogleTest
   libbenchmark-dev                   # Google Benchmark
   libcli11-dev                       # argument parsing

@@ -16,6 +16,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -25,6 +27,7 @@
 #include "latency_histogram.hpp"
 #include "message_format.hpp"
 #include "program.hpp"
+#include "source.hpp"
 #include "synthetic.hpp"
 #include "trust.hpp"
 
@@ -32,6 +35,7 @@ namespace {
 
 using namespace shmbus;
 using namespace shmbus::tools;
+using namespace shmbus::consumer;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kProgram = "shmbus-consumer";
@@ -53,6 +57,8 @@ struct Options {
   std::optional<std::string> wait_for_bus;
   std::string wait = "adaptive";
   TrustArgs trust;
+  std::string tls_ca;      // tcp:// only
+  std::string token_file;  // tcp:// only
 };
 
 // stdout, buffered per batch. A closed pipe (EPIPE) stops the consumer quietly.
@@ -268,8 +274,60 @@ bool ended_cleanly(std::string_view stopped_by) {
          stopped_by != to_string(EndReason::removed);
 }
 
+// The first line of --token-file, for tcp://.
+std::string read_token(const std::string& path) {
+  std::ifstream f(path);
+  std::string t;
+  std::getline(f, t);
+  if (!t.empty() && t.back() == '\r') t.pop_back();
+  if (!f || t.empty() || t.size() > bridge::kMaxToken) {
+    throw Reported{fmt::format("--token-file {}: cannot read a token of 1..{} bytes", path, bridge::kMaxToken),
+                   "usage"};
+  }
+  return t;
+}
+
+// tcp://HOST:PORT/BUS: a bridge subscription with the same start choices as a bus.
+std::unique_ptr<Source> open_tcp(const Options& o) {
+  const auto bad = [&](const char* flag) {
+    return Reported{fmt::format("{}: {} applies to a local bus only, not to tcp://", o.bus, flag), "usage"};
+  };
+  if (o.named) throw bad("--name");
+  if (o.follow) throw bad("--follow");
+  if (o.wait_for_bus) throw bad("--wait-for-bus");
+  if (!o.trust.owners.empty() || !o.trust.groups.empty()) throw bad("--trust-owner/--trust-group");
+  if (o.from == "resume") throw bad("--from resume");
+  TcpAddress a;
+  try {
+    a = parse_tcp_url(o.bus);
+  } catch (const std::exception& e) {
+    throw Reported{e.what(), "usage"};
+  }
+  bridge::ClientOptions co;
+  co.host = a.host;
+  co.port = a.port;
+  co.bus = a.bus;
+  co.tls_ca = o.tls_ca;
+  if (!o.token_file.empty()) co.token = read_token(o.token_file);
+  if (o.from.empty() || o.from == "earliest") {
+    co.start = bridge::StartKind::earliest;
+  } else if (o.from == "latest") {
+    co.start = bridge::StartKind::latest;
+  } else {
+    co.start = bridge::StartKind::sequence;
+    std::from_chars(o.from.data(), o.from.data() + o.from.size(), co.start_seq);
+  }
+  // Each poll waits at most kStopCheck, so signals are noticed without an interrupt hook.
+  return std::make_unique<TcpSource>(co);
+}
+
 int run(const Options& o) {
-  validate_name(o.bus);
+  const bool tcp = is_tcp_url(o.bus);
+  if (!tcp) validate_name(o.bus);
+  if (!tcp && (!o.tls_ca.empty() || !o.token_file.empty())) {
+    throw Reported{fmt::format("bus '{}': --tls-ca and --token-file apply to tcp://HOST:PORT/BUS only", o.bus),
+                   "usage"};
+  }
   const std::chrono::nanoseconds idle = parse_duration(o.idle_timeout);
 
   ConsumerOptions co;
@@ -292,6 +350,11 @@ int run(const Options& o) {
     std::from_chars(from.data(), from.data() + from.size(), co.start_seq);
   }
 
+  std::unique_ptr<Source> source;
+  BusSource* local = nullptr;  // the local bus's source, when reading one
+  if (tcp) {
+    source = open_tcp(o);
+  } else {
   Bus bus = open_bus(o);
   Consumer consumer = [&] {
     try {
@@ -312,7 +375,13 @@ int run(const Options& o) {
       throw;
     }
   }();
-  if (co.start == Start::resume && consumer.resume_gap() > 0) {
+  auto bs = std::make_unique<BusSource>(std::move(consumer));
+  local = bs.get();
+  source = std::move(bs);
+  }
+  const auto resume_gap = [&] { return local ? local->consumer().resume_gap() : 0; };
+  if (local && co.start == Start::resume && resume_gap() > 0) {
+    const Consumer& consumer = local->consumer();
     print_error(kProgram, fmt::format("bus '{}': reader '{}': {} message{} after where it stopped {} no "
                                       "longer retained; resuming at seq {} (counted as lost)",
                                       o.bus, o.name, consumer.resume_gap(),
@@ -327,12 +396,12 @@ int run(const Options& o) {
                : o.format == "none"   ? Format::none
                                       : Format::text;
   // Losses can come before the first message: count gaps from where the cursor started.
-  if (o.verify) run.verify.expected = consumer.cursor();
+  if (o.verify) run.verify.expected = source->cursor();
   // A resumed reader whose bookmark is no longer retained starts with a loss.
-  run.lost = consumer.resume_gap();
-  run.verify.gaps = run.verify.reported_lost = consumer.resume_gap();
+  run.lost = resume_gap();
+  run.verify.gaps = run.verify.reported_lost = resume_gap();
 
-  const std::uint64_t start_seq = consumer.cursor();
+  const std::uint64_t start_seq = source->cursor();
   const auto started = Clock::now();
   auto last_activity = started;
   const char* stopped_by = "closed";
@@ -359,7 +428,7 @@ int run(const Options& o) {
     const std::size_t max =
         o.count > 0 ? static_cast<std::size_t>(std::min<std::uint64_t>(256, o.count - run.messages))
                     : 256;
-    const PollResult r = consumer.poll([&](const Message& m) { run.on_message(m); }, max, timeout);
+    const PollResult r = source->poll([&](const Message& m) { run.on_message(m); }, max, timeout);
     run.after_poll(r);
     if (r.count > 0 || r.lost > 0) {
       last_activity = Clock::now();
@@ -381,13 +450,13 @@ int run(const Options& o) {
       print_error(kProgram, fmt::format("bus '{}': {} after seq {}; following (waiting for a new producer)",
                                         o.bus, r.end_reason == EndReason::closed ? "producer closed the bus"
                                                                                  : "producer died",
-                                        consumer.cursor() == 0 ? std::string("(none)")
-                                                               : std::to_string(consumer.cursor() - 1)));
+                                        source->cursor() == 0 ? std::string("(none)")
+                                                            : std::to_string(source->cursor() - 1)));
       last_activity = Clock::now();  // --idle-timeout counts from here
     }
   }
   run.out.flush();
-  const std::uint64_t library_lost = consumer.lost();
+  const std::uint64_t library_lost = source->lost();
 
   bool verify_ok = true;
   if (o.verify) {
@@ -427,10 +496,10 @@ int run(const Options& o) {
         {"library_lost", library_lost},
         {"start_seq", start_seq},
     };
-    if (o.named) {
+    if (o.named && local) {
       j["reader"] = {{"name", o.name},
-                     {"resumed", consumer.resumed()},
-                     {"resume_gap", consumer.resume_gap()}};
+                     {"resumed", local->consumer().resumed()},
+                     {"resume_gap", resume_gap()}};
     }
     if (o.follow) j["streams_followed"] = streams_ended;
     if (!verify_ok) {
@@ -461,8 +530,8 @@ int run(const Options& o) {
                                    kProgram, o.bus, plural(run.messages, "message"), run.lost,
                                    seconds, rate, mbps, stopped_by);
     if (run.first_seq) line += fmt::format("; seq {}..{}", *run.first_seq, run.last_seq);
-    if (o.named && co.start == Start::resume) {
-      line += consumer.resumed() ? fmt::format("; reader '{}' resumed at seq {}", o.name, start_seq)
+    if (o.named && local && co.start == Start::resume) {
+      line += local->consumer().resumed() ? fmt::format("; reader '{}' resumed at seq {}", o.name, start_seq)
                                  : fmt::format("; reader '{}' is new, started at seq {}", o.name, start_seq);
     }
     if (o.follow && streams_ended > 0)
@@ -525,7 +594,10 @@ int main(int argc, char** argv) {
       "--count, --idle-timeout, SIGINT or SIGTERM. The summary goes to stderr.",
       kProgram};
   Options o;
-  app.add_option("bus", o.bus, "Bus name")->required();
+  app.add_option("bus", o.bus,
+                 "Bus name, or tcp://HOST:PORT/BUS to read BUS from a shmbus-bridge (numeric address; "
+                 "IPv6 as [::1])")
+      ->required();
   app.add_option("--from", o.from,
                  "Where to start: earliest (oldest retained), latest (only new), a sequence number, "
                  "or resume (where the reader --name stopped; earliest for a new name). Default: "
@@ -573,6 +645,10 @@ int main(int argc, char** argv) {
       ->check(wait_strategy_check())
       ->capture_default_str();
   add_trust_options(app, o.trust);
+  app.add_option("--tls-ca", o.tls_ca,
+                 "tcp:// only: speak TLS and trust only servers whose certificate chains to this PEM CA "
+                 "and names the address connected to");
+  app.add_option("--token-file", o.token_file, "tcp:// only: present the token in this file's first line");
   add_version_flag(app, kProgram);
 
   const ErrorSink sink{kProgram, wants_json(argc, argv)};
@@ -588,6 +664,9 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a closed stdout is seen as EPIPE and stops the consumer
   try {
     return run(o);
+  } catch (const SourceError& r) {
+    sink.report(r.line, r.code);
+    return exit_failure;
   } catch (const Reported& r) {
     sink.report(r.line, r.code);
     return r.code == "usage" ? exit_usage : exit_failure;

@@ -65,6 +65,28 @@ struct Server::Impl {
   ServeStats snapshot() const;
 };
 
+// The reader slot's name, "tcp:IP:PORT", within the reader table's 31 bytes:
+// a long IPv6 address keeps its head and tail around a '~' and the port whole
+// ("tcp:2001:db8:12~ae:7334:51234"), so the slot still says who it is.
+std::string slot_name(const std::string& ip, std::uint16_t port) {
+  constexpr std::size_t kMax = 31;
+  const std::string tail = fmt::format(":{}", port);
+  if (4 + ip.size() + tail.size() <= kMax) return "tcp:" + ip + tail;
+  const std::size_t room = kMax - 4 - tail.size() - 1;  // for the address, beside the '~'
+  const std::size_t head = room - room / 2;
+  return "tcp:" + ip.substr(0, head) + "~" + ip.substr(ip.size() - room / 2) + tail;
+}
+
+namespace {
+
+std::string peer_slot_name(tcp::socket& sock) {
+  boost::system::error_code ec;
+  const auto ep = sock.remote_endpoint(ec);
+  return ec ? std::string("tcp:?") : shmbus::bridge::slot_name(ep.address().to_string(), ep.port());
+}
+
+}  // namespace
+
 // One TCP subscriber.
 struct Session : std::enable_shared_from_this<Session> {
   enum class State { handshake, streaming, closing, closed };
@@ -266,7 +288,7 @@ struct Session : std::enable_shared_from_this<Session> {
                   &srv.counters.closed_handshake);
     }
     ConsumerOptions co;
-    co.name = peer.substr(0, 31);  // the reader table's name limit (long IPv6 addresses are cut)
+    co.name = peer_slot_name(socket());
     co.start = h.start == StartKind::earliest ? Start::earliest
                : h.start == StartKind::latest ? Start::latest
                                               : Start::sequence;

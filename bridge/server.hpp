@@ -58,6 +58,10 @@ struct ServeStats {
   std::uint64_t closed_tls = 0;  // TLS handshake failed (wrong CA, plain client...)
 };
 
+// The reader slot name of a subscriber at ip:port: "tcp:IP:PORT" in at most
+// 31 bytes (a long IPv6 address is shortened in the middle with '~').
+std::string slot_name(const std::string& ip, std::uint16_t port);
+
 class Server {
  public:
   // Binds the listening socket (throws std::runtime_error with one line).

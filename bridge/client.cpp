@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <fstream>
 
 namespace shmbus::bridge {
 
@@ -38,6 +39,17 @@ void split_host_port(const std::string& s, const char* what, std::string& host, 
     throw std::invalid_argument(fmt::format("{} '{}': bad port '{}'", what, s, p));
   }
   port = static_cast<std::uint16_t>(v);
+}
+
+std::string read_token_file(const std::string& path) {
+  std::ifstream f(path);
+  std::string t;
+  std::getline(f, t);
+  if (!t.empty() && t.back() == '\r') t.pop_back();
+  if (!f || t.empty() || t.size() > kMaxToken) {
+    throw std::runtime_error(fmt::format("--token-file {}: cannot read a token of 1..{} bytes", path, kMaxToken));
+  }
+  return t;
 }
 
 namespace {

@@ -51,6 +51,10 @@ struct Event {
   std::uint64_t seq = 0;  // Kind::end: the sequence after the last message
 };
 
+// The token in the first line of `path` (1..kMaxToken bytes; a trailing CR is
+// dropped). Throws std::runtime_error naming the file.
+std::string read_token_file(const std::string& path);
+
 class Client {
  public:
   // Connects and does the handshake. Throws ClientError (with the server's

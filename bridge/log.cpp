@@ -14,6 +14,10 @@ void set_quiet(bool quiet) noexcept { g_quiet.store(quiet, std::memory_order_rel
 
 void log_line(std::string_view line) noexcept {
   if (g_quiet.load(std::memory_order_relaxed)) return;
+  log_always(line);
+}
+
+void log_always(std::string_view line) noexcept {
   try {
     std::string s = "shmbus-bridge: ";
     for (char c : line) s.push_back(c == '\n' || c == '\r' ? ' ' : c);

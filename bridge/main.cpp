@@ -9,13 +9,12 @@
 
 #include <charconv>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "client.hpp"
 #include "duration.hpp"
 #include "log.hpp"
+#include "mirror.hpp"
 #include "program.hpp"
 #include "protocol.hpp"
 #include "server.hpp"
@@ -79,6 +78,82 @@ std::string stats_json(const ServeStats& s) {
   return j.dump();
 }
 
+struct MirrorArgs {
+  std::string connect;
+  std::string remote_bus;
+  std::string bus;
+  std::string from = "earliest";
+  std::string token_file;
+  std::string tls_ca;
+  std::uint64_t capacity = 65536;
+  std::uint32_t max_readers = 16;
+  std::string backoff_max = "5s";
+  std::string stats_interval = "10s";
+  bool json = false;
+  bool quiet = false;
+  TrustArgs trust;
+};
+
+std::string mirror_stats_text(const MirrorStats& s) {
+  return fmt::format("stats: connected={} connects={} failures={} messages={} gaps={} lost={} next_seq={}",
+                     s.connected ? 1 : 0, s.connects, s.failures, s.messages, s.gaps, s.lost, s.next_seq);
+}
+
+std::string mirror_stats_json(const MirrorStats& s) {
+  nlohmann::json j{{"connected", s.connected}, {"connects", s.connects}, {"failures", s.failures},
+                   {"messages", s.messages},   {"gaps", s.gaps},         {"lost", s.lost},
+                   {"next_seq", s.next_seq}};
+  return j.dump();
+}
+
+int mirror(const MirrorArgs& a) {
+  MirrorOptions o;
+  std::chrono::milliseconds interval{};
+  try {
+    validate_name(a.bus);
+    validate_name(a.remote_bus);
+    split_host_port(a.connect, "--connect", o.remote.host, o.remote.port);
+    (void)is_loopback(o.remote.host);  // numeric address check
+    o.remote.bus = a.remote_bus;
+    o.remote.tls_ca = a.tls_ca;
+    if (a.from == "earliest") {
+      o.remote.start = StartKind::earliest;
+    } else if (a.from == "latest") {
+      o.remote.start = StartKind::latest;
+    } else {
+      o.remote.start = StartKind::sequence;
+      auto [end, ec] = std::from_chars(a.from.data(), a.from.data() + a.from.size(), o.remote.start_seq);
+      if (ec != std::errc{} || end != a.from.data() + a.from.size()) {
+        throw std::invalid_argument(fmt::format("--from '{}': expected earliest, latest or a sequence", a.from));
+      }
+    }
+    o.bus = a.bus;
+    o.capacity = a.capacity;
+    o.max_readers = a.max_readers;
+    o.trust = resolve_trust(a.trust);
+    o.backoff_max = std::max(ms(a.backoff_max), o.backoff_min);
+    interval = ms(a.stats_interval);
+  } catch (const std::exception& e) {
+    print_error(kProgram, e.what());
+    return exit_usage;
+  }
+  set_quiet(a.quiet);
+  try {
+    if (!a.token_file.empty()) o.remote.token = read_token_file(a.token_file);
+    install_stop_handlers();
+    const bool json = a.json;
+    const MirrorEnd end = run_mirror(o, [] { return stop_requested(); }, interval,
+                                     [json](const MirrorStats& s) {
+                                       log_always(json ? mirror_stats_json(s) : mirror_stats_text(s));
+                                     });
+    (void)end;
+  } catch (const std::exception& e) {
+    print_error(kProgram, e.what());
+    return exit_failure;
+  }
+  return exit_ok;
+}
+
 int serve(const ServeArgs& a) {
   ServeOptions o;
   o.bus = a.bus;
@@ -109,16 +184,12 @@ int serve(const ServeArgs& a) {
     return exit_usage;
   }
   if (!a.token_file.empty()) {
-    std::ifstream f(a.token_file);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    std::string t = ss.str();
-    while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
-    if (!f || t.empty() || t.size() > kMaxToken) {
-      print_error(kProgram, fmt::format("--token-file {}: cannot read a token of 1..{} bytes", a.token_file, kMaxToken));
+    try {
+      o.token = read_token_file(a.token_file);
+    } catch (const std::exception& e) {
+      print_error(kProgram, e.what());
       return exit_failure;
     }
-    o.token = std::move(t);
   }
   o.slow = a.slow == "skip" ? SlowPolicy::skip : a.slow == "block" ? SlowPolicy::block : SlowPolicy::disconnect;
   o.max_subscribers = a.max_subscribers;
@@ -188,11 +259,38 @@ int main(int argc, char** argv) {
   s->add_option("--tls-cert", sa.tls_cert, "Serve TLS with this PEM certificate chain (needs --tls-key)");
   s->add_option("--tls-key", sa.tls_key, "PEM private key of --tls-cert");
   add_trust_options(*s, sa.trust);
+
+  MirrorArgs ma;
+  auto* m = app.add_subcommand(
+      "mirror",
+      "Republish a remote bus (served by shmbus-bridge serve) into a local bus with the same sequence "
+      "numbers; reconnects with exponential backoff and resumes at the local bus's next sequence");
+  m->add_option("--connect", ma.connect, "HOST:PORT of the serving bridge (numeric address)")->required();
+  m->add_option("--remote-bus", ma.remote_bus, "Bus name on the serving side")->required();
+  m->add_option("--bus", ma.bus, "Local bus (created with the remote's record size and policy if missing)")
+      ->required();
+  m->add_option("--from", ma.from,
+                "Where a local bus that never carried a message starts: earliest, latest or a sequence "
+                "(an existing one always resumes at its next sequence)")
+      ->capture_default_str();
+  m->add_option("--capacity", ma.capacity, "Records in the local ring when it is created")->capture_default_str();
+  m->add_option("--max-readers", ma.max_readers, "Reader slots of the local bus when it is created")
+      ->capture_default_str();
+  m->add_option("--token-file", ma.token_file, "File holding the token to present");
+  m->add_option("--tls-ca", ma.tls_ca, "Speak TLS; trust only a server certificate from this PEM CA");
+  m->add_option("--backoff-max", ma.backoff_max, "Longest wait between reconnection attempts (from 100ms, doubling)")
+      ->check(duration_validator())->capture_default_str();
+  m->add_option("--stats-interval", ma.stats_interval, "Stats line period on stderr (0: off)")
+      ->check(duration_validator())->capture_default_str();
+  m->add_flag("--json", ma.json, "Stats lines as JSON");
+  m->add_flag("--quiet", ma.quiet, "No per-connection log lines (gaps, stats and errors are still printed)");
+  add_trust_options(*m, ma.trust);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return cli_exit(app, e, kProgram);
   }
   if (s->parsed()) return serve(sa);
+  if (m->parsed()) return mirror(ma);
   return exit_usage;
 }

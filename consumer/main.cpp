@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -274,19 +273,6 @@ bool ended_cleanly(std::string_view stopped_by) {
          stopped_by != to_string(EndReason::removed);
 }
 
-// The first line of --token-file, for tcp://.
-std::string read_token(const std::string& path) {
-  std::ifstream f(path);
-  std::string t;
-  std::getline(f, t);
-  if (!t.empty() && t.back() == '\r') t.pop_back();
-  if (!f || t.empty() || t.size() > bridge::kMaxToken) {
-    throw Reported{fmt::format("--token-file {}: cannot read a token of 1..{} bytes", path, bridge::kMaxToken),
-                   "usage"};
-  }
-  return t;
-}
-
 // tcp://HOST:PORT/BUS: a bridge subscription with the same start choices as a bus.
 std::unique_ptr<Source> open_tcp(const Options& o) {
   const auto bad = [&](const char* flag) {
@@ -308,7 +294,7 @@ std::unique_ptr<Source> open_tcp(const Options& o) {
   co.port = a.port;
   co.bus = a.bus;
   co.tls_ca = o.tls_ca;
-  if (!o.token_file.empty()) co.token = read_token(o.token_file);
+  if (!o.token_file.empty()) co.token = bridge::read_token_file(o.token_file);
   if (o.from.empty() || o.from == "earliest") {
     co.start = bridge::StartKind::earliest;
   } else if (o.from == "latest") {

@@ -34,6 +34,32 @@ expect 2 "not in" -- serve b --slow sometimes
 expect 2 "invalid name" -- serve 'a/b' --listen 127.0.0.1:0
 expect 1 "cannot read a token" -- serve b --listen 127.0.0.1:0 --token-file "$tmp/none"
 expect 2 "not an IP address" -- serve b --listen nohost:1
+expect 2 "go together" -- serve b --listen 127.0.0.1:0 --tls-cert "$tmp/cert.pem"
+expect 1 "cannot load a PEM certificate" -- serve b --listen 127.0.0.1:0 --tls-cert "$tmp/none.pem" --tls-key "$tmp/none.key"
+expect 2 "connect is required" -- mirror --remote-bus a --bus b
+expect 2 "expected HOST:PORT" -- mirror --connect 127.0.0.1 --remote-bus a --bus b
+expect 2 "not an IP address" -- mirror --connect nohost:1 --remote-bus a --bus b
+expect 2 "invalid name" -- mirror --connect 127.0.0.1:1 --remote-bus a --bus 'x/y'
+
+# shmbus-consumer tcp://: usage errors exit 2, a failed connection exits 1, one line each.
+if [[ -n "${CONSUMER:-}" ]]; then
+  cexpect() {  # cexpect RC PATTERN -- ARGS...
+    local want=$1 pattern=$2
+    shift 3
+    local rc=0
+    "$CONSUMER" "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
+    if [[ $rc -ne $want ]] || [[ $(wc -l <"$tmp/err") -ne 1 ]] || ! grep -q -- "$pattern" "$tmp/err"; then
+      echo "FAIL: shmbus-consumer $* exited $rc (expected $want, one line matching '$pattern'): $(cat "$tmp/err")"
+      exit 1
+    fi
+  }
+  cexpect 2 "expected tcp://HOST:PORT/BUS" -- tcp://127.0.0.1:1
+  cexpect 2 "bad port" -- tcp://127.0.0.1:x/b
+  cexpect 2 "applies to a local bus only" -- tcp://127.0.0.1:1/b --name me
+  cexpect 2 "applies to a local bus only" -- tcp://127.0.0.1:1/b --follow
+  cexpect 2 "apply to tcp://HOST:PORT/BUS only" -- b --tls-ca "$tmp/ca.pem"
+  cexpect 1 "cannot connect" -- tcp://127.0.0.1:1/b
+fi
 
 "$BRIDGE" serve b --listen 127.0.0.1:0 --json --stats-interval 0 2>"$tmp/serve.err" &
 pid=$!

@@ -10,9 +10,12 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <shmbus/inspect.hpp>
 #include <shmbus/shmbus.hpp>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "client.hpp"
+#include "synthetic.hpp"
 
 extern char** environ;
 
@@ -29,41 +33,52 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A `shmbus-bridge serve` child; killed (SIGKILL) by the destructor if still running.
-class ServeProcess {
+// A child program with stderr in a log file and stdout on /dev/null; killed
+// (SIGKILL) by the destructor if still running.
+class Child {
  public:
-  ServeProcess(const std::string& bus, std::uint16_t port) : log_(log_path()) {
-    const std::string listen = "127.0.0.1:" + std::to_string(port);
-    std::vector<std::string> args = {SHMBUS_BRIDGE, "serve", bus, "--listen", listen,
-                                     "--stats-interval", "0"};
+  explicit Child(std::vector<std::string> args) : log_(log_path()) {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    EXPECT_EQ(posix_spawn(&pid_, SHMBUS_BRIDGE, &fa, nullptr, argv.data(), environ), 0);
+    EXPECT_EQ(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ), 0);
     posix_spawn_file_actions_destroy(&fa);
-    // Its first line says where it listens.
-    for (int i = 0; i < 500 && port_ == 0; ++i) {
-      std::ifstream f(log_);
-      std::string line;
-      while (std::getline(f, line)) {
-        const auto at = line.find(" on 127.0.0.1:");
-        if (at != std::string::npos) port_ = static_cast<std::uint16_t>(std::stoi(line.substr(at + 14)));
-      }
-      if (port_ == 0) std::this_thread::sleep_for(10ms);
-    }
   }
-  ~ServeProcess() { kill(SIGKILL); ::unlink(log_.c_str()); }
-  std::uint16_t port() const { return port_; }
+  ~Child() {
+    kill(SIGKILL);
+    ::unlink(log_.c_str());
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  // Sends `sig` and returns the wait status.
   int kill(int sig) {
-    if (pid_ <= 0) return 0;
+    if (pid_ <= 0) return status_;
     ::kill(pid_, sig);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
+    return wait();
+  }
+  int wait() {
+    if (pid_ > 0) ::waitpid(pid_, &status_, 0);
     pid_ = 0;
-    return status;
+    return status_;
+  }
+  // Waits up to `limit`; false if it is still running.
+  bool wait_for(std::chrono::milliseconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (pid_ > 0 && std::chrono::steady_clock::now() < until) {
+      if (::waitpid(pid_, &status_, WNOHANG) == pid_) pid_ = 0;
+      else std::this_thread::sleep_for(10ms);
+    }
+    return pid_ == 0;
+  }
+  std::string log() const {
+    std::ifstream f(log_);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
   }
 
  private:
@@ -73,6 +88,37 @@ class ServeProcess {
   }
   std::string log_;
   pid_t pid_ = 0;
+  int status_ = 0;
+};
+
+// A `shmbus-bridge serve` child.
+class ServeProcess {
+ public:
+  ServeProcess(const std::string& bus, std::uint16_t port, std::vector<std::string> extra = {})
+      : child_(args(bus, port, std::move(extra))) {
+    // Its first line says where it listens.
+    for (int i = 0; i < 500 && port_ == 0; ++i) {
+      std::istringstream log(child_.log());
+      std::string line;
+      while (std::getline(log, line)) {
+        const auto at = line.find(" on 127.0.0.1:");
+        if (at != std::string::npos) port_ = static_cast<std::uint16_t>(std::stoi(line.substr(at + 14)));
+      }
+      if (port_ == 0) std::this_thread::sleep_for(10ms);
+    }
+  }
+  std::uint16_t port() const { return port_; }
+  int kill(int sig) { return child_.kill(sig); }
+  std::string log() const { return child_.log(); }
+
+ private:
+  static std::vector<std::string> args(const std::string& bus, std::uint16_t port, std::vector<std::string> extra) {
+    std::vector<std::string> a = {SHMBUS_BRIDGE, "serve", bus, "--listen", "127.0.0.1:" + std::to_string(port),
+                                  "--stats-interval", "0"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  Child child_;
   std::uint16_t port_ = 0;
 };
 
@@ -160,6 +206,118 @@ TEST(BridgeProcess, MillionMessagesThroughServeKilledAndRestartedMidStreamNoGapN
   EXPECT_EQ(duplicates_or_gaps, 0u);
   EXPECT_EQ(bad_payloads, 0u);
   EXPECT_EQ(serve->kill(SIGTERM), 0) << "serve should exit 0 on SIGTERM";
+}
+
+struct RemoveBus {
+  std::string n;
+  ~RemoveBus() {
+    try {
+      Bus::remove(n);
+    } catch (...) {
+    }
+  }
+};
+
+std::size_t live_readers(const std::string& bus) {
+  std::size_t n = 0;
+  for (const ReaderView& r : Inspector::open(bus).snapshot().readers) n += r.liveness == Liveness::alive;
+  return n;
+}
+
+// producer -> source bus -> serve -> mirror -> local bus -> shmbus-consumer --verify,
+// optionally SIGKILLing and restarting the mirror (at a third) and serve (at
+// two thirds) mid-stream. The consumer checks every sequence and payload.
+void mirror_pipeline(bool kill_mirror, bool kill_serve) {
+  const std::uint64_t kCount = SHMBUS_BRIDGE_MESSAGES;
+  constexpr std::uint64_t kCapacity = 1 << 16;
+  const std::string src = "bt-msrc-" + std::to_string(::getpid());
+  const std::string dst = "bt-mdst-" + std::to_string(::getpid());
+  Bus src_bus = Bus::create(src, BusOptions{kCapacity, 128, Policy::block, 8});
+  RemoveBus rm_src{src};
+  // Made here so that the consumer is attached before anything arrives.
+  Bus dst_bus = Bus::create(dst, BusOptions{kCapacity, 128, Policy::block, 8});
+  RemoveBus rm_dst{dst};
+
+  Child consumer({SHMBUS_CONSUMER, dst, "--verify", "--follow", "--count", std::to_string(kCount), "--format",
+                  "none", "--json"});
+  for (int i = 0; i < 500 && live_readers(dst) == 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(live_readers(dst), 1u) << consumer.log();
+
+  // The producer never runs more than half a ring ahead of what the local
+  // bus has, so whatever the mirror lacks after a crash is still retained.
+  std::atomic<bool> give_up{false};
+  std::thread producer([&] {
+    Producer p(src_bus);
+    std::vector<std::byte> buf(64);
+    for (std::uint64_t seq = 0; seq < kCount && !give_up.load(std::memory_order_relaxed);) {
+      if (seq >= dst_bus.head() + kCapacity / 2) {
+        std::this_thread::sleep_for(50us);
+        continue;
+      }
+      tools::synthetic_write(buf, seq, 0);
+      if (p.publish(buf, 100ms)) ++seq;
+    }
+  });
+
+  auto serve = std::make_unique<ServeProcess>(src, 0, std::vector<std::string>{"--slow", "block"});
+  const std::uint16_t port = serve->port();
+  ASSERT_NE(port, 0) << "shmbus-bridge serve did not start";
+  const std::vector<std::string> mirror_args = {SHMBUS_BRIDGE, "mirror", "--connect",
+                                                "127.0.0.1:" + std::to_string(port), "--remote-bus", src,
+                                                "--bus", dst, "--stats-interval", "0", "--backoff-max", "200ms"};
+  auto mirror = std::make_unique<Child>(mirror_args);
+  bool mirror_killed = false, serve_killed = false;
+  const auto deadline = std::chrono::steady_clock::now() + 90s;
+  while (!consumer.wait_for(5ms) && std::chrono::steady_clock::now() < deadline) {
+    const std::uint64_t have = dst_bus.head();
+    if (kill_mirror && !mirror_killed && have >= kCount / 3) {
+      mirror_killed = true;
+      mirror->kill(SIGKILL);  // mid-stream, without warning; the local bus's producer dies with it
+      mirror = std::make_unique<Child>(mirror_args);
+    }
+    if (kill_serve && !serve_killed && have >= 2 * kCount / 3) {
+      serve_killed = true;
+      serve->kill(SIGKILL);
+      serve = std::make_unique<ServeProcess>(src, port, std::vector<std::string>{"--slow", "block"});
+    }
+  }
+  give_up.store(true, std::memory_order_relaxed);
+  producer.join();
+  const int status = consumer.wait();
+  const std::string log = consumer.log();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
+  EXPECT_EQ(kill_mirror, mirror_killed);
+  EXPECT_EQ(kill_serve, serve_killed);
+  const auto line = log.substr(log.rfind("\n{") + 1);  // the JSON summary is the last line
+  const auto j = nlohmann::json::parse(line, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << log;
+  EXPECT_EQ(j["messages"], kCount) << log;
+  EXPECT_EQ(j["first_seq"], 0u) << log;
+  EXPECT_EQ(j["last_seq"], kCount - 1) << log;
+  EXPECT_EQ(j["lost"], 0u) << log;
+  EXPECT_EQ(j["verify"]["ok"], true) << log;
+  EXPECT_EQ(j["verify"]["problems"], 0u) << log;
+  // The source ended its stream: the mirror forwards the end and exits 0.
+  EXPECT_TRUE(mirror->wait_for(10s)) << mirror->log();
+  const int ms = mirror->wait();
+  EXPECT_TRUE(WIFEXITED(ms) && WEXITSTATUS(ms) == 0) << mirror->log();
+  EXPECT_EQ(mirror->log().find("gap:"), std::string::npos) << mirror->log();
+  // The restarted mirror resumed mid-stream, and lived through serve's death.
+  if (kill_mirror) {
+    EXPECT_EQ(mirror->log().find("from seq 0\n"), std::string::npos) << mirror->log();
+  }
+  if (kill_serve) {
+    EXPECT_NE(mirror->log().find("reconnecting in"), std::string::npos) << mirror->log();
+  }
+  std::printf("%s", mirror->log().c_str());
+}
+
+TEST(BridgeProcess, MirrorRepublishesAMillionMessagesWithTheirSequenceNumbers) {
+  mirror_pipeline(false, false);
+}
+
+TEST(BridgeProcess, MirrorAndServeSigkilledMidStreamResumeWithNoGapNoDuplicate) {
+  mirror_pipeline(true, true);
 }
 
 }  // namespace

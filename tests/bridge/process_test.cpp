@@ -225,8 +225,9 @@ std::size_t live_readers(const std::string& bus) {
 }
 
 // producer -> source bus -> serve -> mirror -> local bus -> shmbus-consumer --verify,
-// optionally SIGKILLing and restarting the mirror (at a third) and serve (at
-// two thirds) mid-stream. The consumer checks every sequence and payload.
+// optionally SIGKILLing and restarting serve (at a third: the mirror must
+// reconnect) and then the mirror (once it has moved on after that: the new one
+// must resume mid-stream). The consumer checks every sequence and payload.
 void mirror_pipeline(bool kill_mirror, bool kill_serve) {
   const std::uint64_t kCount = SHMBUS_BRIDGE_MESSAGES;
   constexpr std::uint64_t kCapacity = 1 << 16;
@@ -267,20 +268,26 @@ void mirror_pipeline(bool kill_mirror, bool kill_serve) {
                                                 "--bus", dst, "--stats-interval", "0", "--backoff-max", "200ms"};
   auto mirror = std::make_unique<Child>(mirror_args);
   bool mirror_killed = false, serve_killed = false;
+  std::uint64_t head_after_serve = 0;
+  std::string first_mirror_log;  // the mirror that lived through serve's death
   const auto deadline = std::chrono::steady_clock::now() + 90s;
   while (!consumer.wait_for(5ms) && std::chrono::steady_clock::now() < deadline) {
     const std::uint64_t have = dst_bus.head();
-    if (kill_mirror && !mirror_killed && have >= kCount / 3) {
+    if (kill_serve && !serve_killed && have >= kCount / 3) {
+      serve_killed = true;
+      serve->kill(SIGKILL);  // mid-stream, without warning
+      serve = std::make_unique<ServeProcess>(src, port, std::vector<std::string>{"--slow", "block"});
+      head_after_serve = dst_bus.head();
+    }
+    const std::uint64_t mirror_at = kill_serve ? head_after_serve + kCount / 20 : kCount / 3;
+    if (kill_mirror && !mirror_killed && (serve_killed || !kill_serve) && have >= mirror_at) {
       mirror_killed = true;
-      mirror->kill(SIGKILL);  // mid-stream, without warning; the local bus's producer dies with it
+      first_mirror_log = mirror->log();
+      mirror->kill(SIGKILL);  // the local bus's producer dies with it
       mirror = std::make_unique<Child>(mirror_args);
     }
-    if (kill_serve && !serve_killed && have >= 2 * kCount / 3) {
-      serve_killed = true;
-      serve->kill(SIGKILL);
-      serve = std::make_unique<ServeProcess>(src, port, std::vector<std::string>{"--slow", "block"});
-    }
   }
+  if (first_mirror_log.empty()) first_mirror_log = mirror->log();
   give_up.store(true, std::memory_order_relaxed);
   producer.join();
   const int status = consumer.wait();
@@ -307,7 +314,7 @@ void mirror_pipeline(bool kill_mirror, bool kill_serve) {
     EXPECT_EQ(mirror->log().find("from seq 0\n"), std::string::npos) << mirror->log();
   }
   if (kill_serve) {
-    EXPECT_NE(mirror->log().find("reconnecting in"), std::string::npos) << mirror->log();
+    EXPECT_NE(first_mirror_log.find("reconnecting in"), std::string::npos) << first_mirror_log;
   }
   std::printf("%s", mirror->log().c_str());
 }

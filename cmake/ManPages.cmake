@@ -19,7 +19,8 @@ set(shmbus_man_descriptions
   "shmbus-producer=publish messages to a shmbus shared-memory bus"
   "shmbus-consumer=read, print and verify the messages of a shmbus bus"
   "shmbus-inspect=look inside shmbus buses without disturbing them; metrics"
-  "shmbus-bridge=forward a shmbus bus over TCP")
+  "shmbus-bridge=forward a shmbus bus over TCP"
+  "shmbus-nats=a shmbus bus into NATS JetStream and back")
 set(shmbus_man_pages "")
 foreach(entry IN LISTS shmbus_man_descriptions)
   string(REGEX MATCH "^[^=]+" program "${entry}")

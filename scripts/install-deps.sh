@@ -19,6 +19,8 @@ packages=(
   python3-pytest                     # its tests
   python3-prometheus-client          # parses shmbus-inspect metrics in the tests
   curl                               # scrapes the metrics endpoint in the tests
+  libnats-dev                        # NATS C client: shmbus-nats (the JetStream gateway)
+  nats-server                        # NATS server with JetStream: shmbus-nats tests and benchmark
 )
 # Optional, not installed here: clang-14 libclang-rt-14-dev for libFuzzer
 # (tests/fuzz/run.sh); python3-matplotlib (or gnuplot-nox) for the

@@ -1,0 +1,82 @@
+// shmbus-nats — a connection to a NATS server with JetStream, set up the way
+// both directions need it: the client's own credentials (--creds) and TLS
+// (--tls-ca) options, unlimited reconnects with exponential backoff, and
+// one-line errors for what goes wrong.
+#pragma once
+
+#include <nats/nats.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace shmbus::nats {
+
+// A setup or fatal error: what() is one line for the user.
+class GatewayError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ConnectArgs {
+  std::string server = "nats://127.0.0.1:4222";  // one URL or several, comma-separated
+  std::string creds;      // NATS credentials file (JWT + nkey seed), or empty
+  std::string tls_ca;     // CA certificates (PEM) to verify the server with; enables TLS
+  std::string tls_cert;   // client certificate (PEM), with tls_key
+  std::string tls_key;
+  std::int64_t connect_timeout_ms = 2000;
+  std::int64_t max_backoff_ms = 2000;     // reconnect backoff grows from 50 ms up to this
+  std::int64_t api_timeout_ms = 5000;     // JetStream API requests
+};
+
+// "what: text of the status (the client's detail)", for messages.
+std::string status_text(natsStatus s);
+
+class Connection {
+ public:
+  // Connects (one attempt per URL; an unreachable server is a GatewayError,
+  // not a retry loop) and opens the JetStream context.
+  explicit Connection(const ConnectArgs& args, std::int64_t max_pending_publishes = 0,
+                      jsPubAckHandler ack_handler = nullptr, void* ack_closure = nullptr);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  natsConnection* nc() const noexcept { return nc_; }
+  jsCtx* js() const noexcept { return js_; }
+
+  // Bumped each time the client has reconnected (the client's thread writes,
+  // the gateway's loop reads: relaxed, a counter).
+  std::uint64_t reconnects() const noexcept { return reconnects_.load(std::memory_order_relaxed); }
+  bool connected() const noexcept;
+  // The last asynchronous error the server sent (e.g. a permissions
+  // violation), or empty.
+  std::string last_async_error() const;
+
+  // Throws GatewayError naming the stream if it does not exist or JetStream
+  // cannot be asked (disabled, no permission).
+  void check_stream(const std::string& stream) const;
+
+ private:
+  static void on_disconnected(natsConnection* nc, void* self);
+  static void on_reconnected(natsConnection* nc, void* self);
+  static void on_async_error(natsConnection* nc, natsSubscription* sub, natsStatus err, void* self);
+  static int64_t reconnect_delay(natsConnection* nc, int attempts, void* self);
+
+  natsOptions* opts_ = nullptr;
+  natsConnection* nc_ = nullptr;
+  jsCtx* js_ = nullptr;
+  std::int64_t max_backoff_ms_;
+  std::atomic<std::uint64_t> reconnects_{0};
+  mutable std::mutex error_mutex_;  // the client's threads report errors
+  std::string async_error_;
+};
+
+// A JetStream API failure as one line: "stream 'X' not found", "permission
+// denied ...", "no JetStream at ..." from the status and JetStream error code.
+std::string js_error_text(const std::string& what, natsStatus s, jsErrCode code,
+                          const std::string& async_error);
+
+}  // namespace shmbus::nats

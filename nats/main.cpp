@@ -1,0 +1,199 @@
+// shmbus-nats: a bus into NATS JetStream (out) and a JetStream stream into a
+// local bus (in). Wiring only: out.cpp, in.cpp, connection.cpp (docs/nats.md).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "connection.hpp"
+#include "duration.hpp"
+#include "headers.hpp"
+#include "in.hpp"
+#include "out.hpp"
+#include "program.hpp"
+#include "trust.hpp"
+
+namespace {
+
+using namespace shmbus;
+using namespace shmbus::tools;
+using namespace shmbus::nats;
+
+constexpr const char* kProgram = "shmbus-nats";
+
+struct Common {
+  ConnectArgs connect;
+  std::string stats_interval = "10s";
+  std::string idle_timeout = "0";
+  bool json = false;
+};
+
+void add_connect_options(CLI::App& s, Common& c) {
+  s.add_option("--server", c.connect.server, "NATS server URL(s), comma-separated (nats://HOST:PORT, tls://...)")
+      ->capture_default_str();
+  s.add_option("--creds", c.connect.creds, "NATS credentials file (user JWT and nkey seed), as the NATS client takes it");
+  s.add_option("--tls-ca", c.connect.tls_ca, "CA certificates (PEM) to verify the server with; turns TLS on");
+  s.add_option("--tls-cert", c.connect.tls_cert, "Client certificate (PEM) for servers that verify clients")
+      ->needs(s.add_option("--tls-key", c.connect.tls_key, "Its private key (PEM)"));
+  s.add_option("--connect-timeout", c.connect.connect_timeout_ms, "Connect timeout, ms")->capture_default_str();
+  s.add_option("--max-backoff", c.connect.max_backoff_ms, "Longest wait between reconnect attempts, ms")
+      ->capture_default_str();
+  s.add_option("--stats-interval", c.stats_interval, "Progress line period on stderr (0: off)")
+      ->check(duration_validator())->capture_default_str();
+  s.add_option("--idle-timeout", c.idle_timeout, "Stop after this long with nothing new (0: never)")
+      ->check(duration_validator())->capture_default_str();
+  s.add_flag("--json", c.json, "Progress and summary lines as JSON");
+}
+
+std::chrono::milliseconds ms(const std::string& d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(parse_duration(d));
+}
+
+nlohmann::json out_json(const OutStats& s) {
+  return {{"direction", "out"},      {"published", s.published}, {"acknowledged", s.acknowledged},
+          {"in_flight", s.in_flight}, {"duplicates", s.duplicates}, {"failed", s.failed},
+          {"resyncs", s.resyncs},    {"reconnects", s.reconnects}, {"lost", s.lost},
+          {"first_seq", s.first_seq}, {"next_seq", s.next_seq},   {"seconds", s.seconds},
+          {"msgs_per_s", s.seconds > 0 ? static_cast<double>(s.acknowledged) / s.seconds : 0.0}};
+}
+
+std::string out_text(const OutStats& s) {
+  return fmt::format(
+      "out: published={} acknowledged={} in_flight={} duplicates={} failed={} resyncs={} reconnects={} lost={} "
+      "next_seq={} ({:.0f} msgs/s)",
+      s.published, s.acknowledged, s.in_flight, s.duplicates, s.failed, s.resyncs, s.reconnects, s.lost, s.next_seq,
+      s.seconds > 0 ? static_cast<double>(s.acknowledged) / s.seconds : 0.0);
+}
+
+nlohmann::json in_json(const InStats& s) {
+  return {{"direction", "in"},          {"received", s.received},
+          {"published", s.published},   {"acknowledged", s.acknowledged},
+          {"redelivered", s.redelivered}, {"skipped_duplicates", s.skipped_duplicates},
+          {"gap", s.gap},               {"invalid", s.invalid},
+          {"rewinds", s.rewinds},       {"reconnects", s.reconnects},
+          {"next_seq", s.next_seq},     {"seconds", s.seconds}};
+}
+
+std::string in_text(const InStats& s) {
+  return fmt::format(
+      "in: received={} published={} acknowledged={} redelivered={} skipped_duplicates={} gap={} invalid={} "
+      "rewinds={} reconnects={} next_seq={}",
+      s.received, s.published, s.acknowledged, s.redelivered, s.skipped_duplicates, s.gap, s.invalid, s.rewinds,
+      s.reconnects, s.next_seq);
+}
+
+void line(const std::string& text) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s: %s\n", kProgram, text.c_str());
+  std::fflush(stderr);
+}
+
+// Runs `body`, turning every failure into one line and an exit status.
+template <class F>
+int guarded(const Common& c, F&& body) {
+  const ErrorSink sink{kProgram, c.json, stderr};
+  try {
+    return body();
+  } catch (const GatewayError& e) {
+    sink.report(e.what(), "nats");
+    return exit_failure;
+  } catch (const Error& e) {
+    sink.report(e.what(), errc_name(e.errc()));
+    return exit_code_for(e.errc());
+  } catch (const std::invalid_argument& e) {
+    sink.report(e.what(), "usage");
+    return exit_usage;
+  } catch (const std::exception& e) {
+    sink.report(e.what(), "error");
+    return exit_failure;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "shmbus-nats: a shmbus bus into NATS JetStream and back (docs/nats.md). `out` publishes a bus's messages to "
+      "a stream, resuming after the last one the stream holds; `in` republishes a stream into a local bus under "
+      "the source bus's sequence numbers, acknowledging only what is committed. Errors are one line on stderr "
+      "(exit 1; 2 for a bad command line); progress and a final summary go to stderr."};
+  add_version_flag(app, kProgram);
+  app.require_subcommand(1);
+
+  Common oc;
+  OutOptions oo;
+  TrustArgs otrust;
+  std::string out_subject;
+  auto* out = app.add_subcommand("out", "Publish a bus's messages to a JetStream stream");
+  out->add_option("BUS", oo.bus, "Bus to read")->required();
+  out->add_option("--stream", oo.stream, "JetStream stream to publish to (must exist, or --create-stream)")
+      ->required();
+  out->add_option("--subject", out_subject, "Subject to publish on (default: shmbus.BUS); one bus per subject");
+  out->add_option("--max-in-flight", oo.max_in_flight, "Publishes awaiting the server's ack at most")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))->capture_default_str();
+  out->add_option("--ack-timeout", oo.ack_timeout_ms, "A publish unanswered this long (ms) is retried after a resync")
+      ->check(CLI::Range(std::int64_t{100}, std::int64_t{600000}))->capture_default_str();
+  out->add_flag("--follow", oo.follow, "Keep going across producer close, crash and takeover");
+  out->add_flag("--create-stream", oo.create_stream, "Create the stream (file storage, the subject) if missing");
+  out->add_option("--count", oo.count, "Stop after N messages");
+  add_connect_options(*out, oc);
+  add_trust_options(*out, otrust);
+
+  Common ic;
+  InOptions io;
+  std::uint64_t capacity = BusOptions{}.capacity;
+  std::uint32_t record_size = BusOptions{}.record_size;
+  auto* in = app.add_subcommand("in", "Republish a JetStream stream into a local bus");
+  in->add_option("BUS", io.bus, "Local bus to publish to (created if missing)")->required();
+  in->add_option("--stream", io.stream, "JetStream stream to read")->required();
+  in->add_option("--durable", io.durable, "Durable pull consumer name (created or taken over)")->required();
+  in->add_option("--subject", io.subject, "Only messages on this subject (default: the whole stream)");
+  in->add_option("--batch", io.batch, "Messages per fetch")->check(CLI::Range(1, 100000))->capture_default_str();
+  in->add_option("--ack-wait", io.ack_wait_ms, "The server redelivers what stays unacknowledged this long, ms")
+      ->check(CLI::Range(std::int64_t{1000}, std::int64_t{3600000}))->capture_default_str();
+  in->add_option("--capacity", capacity, "Records in the ring, when the bus is created")->capture_default_str();
+  in->add_option("--record-size", record_size, "Bytes per record, when the bus is created")->capture_default_str();
+  in->add_option("--count", io.count, "Stop after N messages published");
+  add_connect_options(*in, ic);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli_exit(app, e, ErrorSink{kProgram, wants_json(argc, argv), stderr});
+  }
+  install_stop_handlers();
+  const auto stop = [] { return stop_requested(); };
+  if (out->parsed()) {
+    return guarded(oc, [&] {
+      validate_name(oo.bus);
+      oo.subject = out_subject;
+      oo.connect = oc.connect;
+      oo.trust = resolve_trust(otrust);
+      oo.stats_interval = ms(oc.stats_interval);
+      oo.idle_timeout = parse_duration(oc.idle_timeout);
+      const bool json = oc.json;
+      const OutStats s = run_out(oo, stop, [json](const OutStats& p) { line(json ? out_json(p).dump() : out_text(p)); });
+      line(json ? out_json(s).dump() : out_text(s));
+      nats_Close();
+      return s.end == "producer_died" || s.end == "removed" ? exit_failure : exit_ok;
+    });
+  }
+  if (in->parsed()) {
+    return guarded(ic, [&] {
+      validate_name(io.bus);
+      io.connect = ic.connect;
+      io.stats_interval = ms(ic.stats_interval);
+      io.idle_timeout = parse_duration(ic.idle_timeout);
+      io.create.capacity = capacity;
+      io.create.record_size = record_size;
+      const bool json = ic.json;
+      const InStats s = run_in(io, stop, [json](const InStats& p) { line(json ? in_json(p).dump() : in_text(p)); });
+      line(json ? in_json(s).dump() : in_text(s));
+      nats_Close();
+      return exit_ok;
+    });
+  }
+  return exit_usage;
+}

@@ -1,0 +1,332 @@
+#include "out.hpp"
+
+#include <fmt/format.h>
+#include <shmbus/consumer.hpp>
+
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "headers.hpp"
+
+namespace shmbus::nats {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Written by the client's ack thread, read by the publishing loop. Relaxed
+// counters; `resync` is a flag the loop polls (acq_rel not needed: the loop
+// waits for every publish in flight to complete, through the client's own
+// locking, before it acts on anything the handler saw).
+struct AckState {
+  std::atomic<std::uint64_t> acked{0};
+  std::atomic<std::uint64_t> duplicates{0};
+  std::atomic<std::uint64_t> failed{0};
+  std::atomic<bool> resync{false};
+  std::mutex mutex;
+  std::string first_error;  // under mutex
+  bool fatal = false;       // under mutex: not a transient failure
+};
+
+void on_ack(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure) {
+  auto* st = static_cast<AckState*>(closure);
+  if (pae != nullptr) {
+    st->failed.fetch_add(1, std::memory_order_relaxed);
+    const natsStatus s = pae->Err;
+    // A server restarting answers with timeouts, closed connections or no
+    // responders until JetStream has loaded the stream again: retried.
+    const bool transient = s == NATS_TIMEOUT || s == NATS_NO_RESPONDERS || s == NATS_CONNECTION_CLOSED ||
+                           s == NATS_CONNECTION_DISCONNECTED || s == NATS_IO_ERROR || s == NATS_STALE_CONNECTION;
+    {
+      std::lock_guard lock(st->mutex);
+      if (st->first_error.empty()) {
+        st->first_error = pae->ErrText != nullptr && *pae->ErrText != '\0'
+                              ? fmt::format("{} (JetStream error {})", pae->ErrText, static_cast<int>(pae->ErrCode))
+                              : std::string(natsStatus_GetText(s));
+      }
+      if (!transient && pae->ErrCode != 0) st->fatal = true;
+    }
+    st->resync.store(true, std::memory_order_relaxed);
+  } else if (pa != nullptr) {
+    if (pa->Duplicate) st->duplicates.fetch_add(1, std::memory_order_relaxed);
+    st->acked.fetch_add(1, std::memory_order_relaxed);
+  }
+  natsMsg_Destroy(msg);
+}
+
+struct Resume {
+  std::uint64_t seq = 0;
+  bool found = false;       // the stream holds a message of this bus on the subject
+  std::string other_bus;    // the last message came from another bus (identity)
+};
+
+// The last message on the subject and what it says. Throws GatewayError if
+// the stream cannot be asked or the message is not ours.
+Resume find_resume(const Connection& c, const std::string& stream, const std::string& subject,
+                   const std::string& identity) {
+  natsMsg* last = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  const natsStatus s = js_GetLastMsg(&last, c.js(), stream.c_str(), subject.c_str(), nullptr, &code);
+  Resume r;
+  if (s == NATS_NOT_FOUND && code != JSStreamNotFoundErr) return r;  // nothing on the subject yet
+  if (s != NATS_OK) {
+    throw GatewayError(js_error_text(fmt::format("stream '{}': last message on '{}'", stream, subject), s, code,
+                                     c.last_async_error()));
+  }
+  const char* seq_value = nullptr;
+  const char* bus_value = nullptr;
+  natsMsgHeader_Get(last, kSeqHeader, &seq_value);
+  natsMsgHeader_Get(last, kBusHeader, &bus_value);
+  const std::optional<std::uint64_t> seq = parse_seq(seq_value);
+  const std::string bus = bus_value != nullptr ? std::string(bus_value).substr(0, 256) : std::string();
+  natsMsg_Destroy(last);
+  if (!seq || bus.empty()) {
+    throw GatewayError(fmt::format(
+        "stream '{}': the last message on '{}' has no valid {}/{} headers: it was not published by "
+        "shmbus-nats out; give this bus a subject of its own (--subject)",
+        stream, subject, kSeqHeader, kBusHeader));
+  }
+  if (bus != identity) {
+    r.other_bus = bus;
+    return r;
+  }
+  if (*seq == UINT64_MAX) throw GatewayError(fmt::format("stream '{}': impossible {} {}", stream, kSeqHeader, *seq));
+  r.found = true;
+  r.seq = *seq + 1;
+  return r;
+}
+
+void create_stream_if_missing(const Connection& c, const std::string& stream, const std::string& subject) {
+  jsStreamInfo* si = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  natsStatus s = js_GetStreamInfo(&si, c.js(), stream.c_str(), nullptr, &code);
+  if (si != nullptr) jsStreamInfo_Destroy(si);
+  if (s == NATS_OK) return;
+  if (code != JSStreamNotFoundErr) {
+    throw GatewayError(js_error_text(fmt::format("stream '{}'", stream), s, code, c.last_async_error()));
+  }
+  jsStreamConfig cfg;
+  jsStreamConfig_Init(&cfg);
+  cfg.Name = stream.c_str();
+  const char* subjects[] = {subject.c_str()};
+  cfg.Subjects = subjects;
+  cfg.SubjectsLen = 1;
+  cfg.Storage = js_FileStorage;
+  si = nullptr;
+  s = js_AddStream(&si, c.js(), &cfg, nullptr, &code);
+  if (si != nullptr) jsStreamInfo_Destroy(si);
+  if (s != NATS_OK) {
+    throw GatewayError(js_error_text(fmt::format("creating stream '{}'", stream), s, code, c.last_async_error()));
+  }
+}
+
+}  // namespace
+
+OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
+                 const std::function<void(const OutStats&)>& progress) {
+  const std::string subject = o.subject.empty() ? default_subject(o.bus) : o.subject;
+  OpenOptions oo;
+  oo.trust = o.trust;
+  Bus bus = Bus::open(o.bus, oo);
+  const std::string identity = bus_identity(bus.name(), bus.info().creation_time_ns);
+
+  AckState acks;
+  Connection conn(o.connect, o.max_in_flight, &on_ack, &acks);
+  if (o.create_stream) create_stream_if_missing(conn, o.stream, subject);
+  conn.check_stream(o.stream);
+
+  OutStats st;
+  const auto started = Clock::now();
+  auto snapshot = [&] {
+    st.acknowledged = acks.acked.load(std::memory_order_relaxed);
+    st.duplicates = acks.duplicates.load(std::memory_order_relaxed);
+    st.failed = acks.failed.load(std::memory_order_relaxed);
+    const std::uint64_t answered = st.acknowledged + st.failed;
+    st.in_flight = st.published > answered ? st.published - answered : 0;
+    st.reconnects = conn.reconnects();
+    st.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    return st;
+  };
+
+  // A consumer positioned at `seq`, or at the oldest record if `seq` is gone.
+  auto attach = [&](std::uint64_t seq, bool found) {
+    ConsumerOptions co;
+    co.name = "nats-out";
+    if (!found) {
+      co.start = Start::earliest;
+      return Consumer(bus, co);
+    }
+    co.start = Start::sequence;
+    co.start_seq = seq;
+    try {
+      return Consumer(bus, co);
+    } catch (const Error& e) {
+      if (e.errc() != Errc::not_retained) throw;
+      if (seq > bus.head()) {
+        throw GatewayError(fmt::format(
+            "bus '{}': the stream already holds sequence {} but the bus has only reached {}", o.bus, seq - 1,
+            bus.head()));
+      }
+    }
+    const std::uint64_t oldest = bus.oldest();
+    st.lost += oldest > seq ? oldest - seq : 0;
+    fmt::print(stderr, "shmbus-nats: bus '{}': sequences {}..{} are no longer retained; {} lost, resuming at {}\n",
+               o.bus, seq, oldest - 1, oldest - seq, oldest);
+    co.start = Start::earliest;
+    return Consumer(bus, co);
+  };
+
+  auto locate = [&] {
+    const Resume r = find_resume(conn, o.stream, subject, identity);
+    if (!r.other_bus.empty()) {
+      fmt::print(stderr, "shmbus-nats: the last message on '{}' came from bus {}, not {}; starting at the earliest record\n",
+                 subject, r.other_bus, identity);
+    }
+    return r;
+  };
+
+  Resume where = locate();
+  Consumer consumer = attach(where.seq, where.found);
+  st.first_seq = consumer.cursor();
+  st.next_seq = st.first_seq;
+
+  jsPubOptions po;
+  jsPubOptions_Init(&po);
+  po.MaxWait = o.ack_timeout_ms;
+  std::string msg_id = identity + "#";
+  const std::size_t id_prefix = msg_id.size();
+  msg_id.reserve(id_prefix + 24);
+  std::array<char, 24> seq_text{};
+  std::array<char, 24> time_text{};
+  std::array<Message, 256> batch{};
+
+  auto last_progress = Clock::now();
+  auto last_data = Clock::now();
+  bool ended = false;
+
+  // Waits until every publish in flight is answered (or the user insists).
+  auto drain = [&](bool for_stop) {
+    jsPubOptions wait;
+    jsPubOptions_Init(&wait);
+    wait.MaxWait = 200;
+    const auto limit = Clock::now() + std::chrono::milliseconds(o.ack_timeout_ms * 2 + 1000);
+    while (true) {
+      const natsStatus s = js_PublishAsyncComplete(conn.js(), &wait);
+      if (s == NATS_OK) return true;
+      if (for_stop && Clock::now() > limit) return false;
+      if (!for_stop && stop()) return false;
+    }
+  };
+
+  // After a failed publish: wait for the rest, find where the stream ends, go on from there.
+  auto resync = [&] {
+    drain(false);
+    {
+      std::lock_guard lock(acks.mutex);
+      if (acks.fatal) throw GatewayError(fmt::format("stream '{}': publish refused: {}", o.stream, acks.first_error));
+      fmt::print(stderr, "shmbus-nats: publish failed ({}); resuming after the stream's last message\n",
+                 acks.first_error);
+      acks.first_error.clear();
+    }
+    acks.resync.store(false, std::memory_order_relaxed);
+    // The server may still be loading the stream: retry the lookup with backoff.
+    std::chrono::milliseconds backoff{50};
+    while (!stop()) {
+      try {
+        where = locate();
+        break;
+      } catch (const GatewayError& e) {
+        const std::string what = e.what();
+        if (what.find("not found") != std::string::npos || what.find("permission") != std::string::npos) throw;
+        std::this_thread::sleep_for(backoff);
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+      }
+    }
+    if (stop()) return;
+    consumer = attach(where.seq, where.found);
+    st.next_seq = consumer.cursor();
+    ++st.resyncs;
+  };
+
+  while (!stop()) {
+    if (acks.resync.load(std::memory_order_relaxed)) {
+      resync();
+      continue;
+    }
+    if (o.count != 0 && st.published >= o.count) {
+      st.end = "count";
+      break;
+    }
+    PollResult pr;
+    std::size_t want = batch.size();
+    if (o.count != 0) want = static_cast<std::size_t>(std::min<std::uint64_t>(want, o.count - st.published));
+    const auto got = consumer.read_batch(std::span<Message>(batch.data(), want), pr, std::chrono::milliseconds(100));
+    st.lost += pr.lost;
+    for (const Message& m : got) {
+      natsMsg* msg = nullptr;
+      natsStatus s = natsMsg_Create(&msg, subject.c_str(), nullptr, reinterpret_cast<const char*>(m.payload.data()),
+                                    static_cast<int>(m.payload.size()));
+      format_u64(seq_text.data(), m.seq);
+      format_u64(time_text.data(), m.timestamp_ns);
+      if (s == NATS_OK) s = natsMsgHeader_Set(msg, kSeqHeader, seq_text.data());
+      if (s == NATS_OK) s = natsMsgHeader_Set(msg, kTimeHeader, time_text.data());
+      if (s == NATS_OK) s = natsMsgHeader_Set(msg, kBusHeader, identity.c_str());
+      if (s != NATS_OK) {
+        natsMsg_Destroy(msg);
+        throw GatewayError(fmt::format("cannot build a message: {}", status_text(s)));
+      }
+      msg_id.resize(id_prefix);
+      msg_id.append(seq_text.data());
+      po.MsgId = msg_id.c_str();
+      // With max_in_flight publishes unanswered the client stalls up to its
+      // StallWait and reports a timeout: wait on, unless told to stop.
+      while (true) {
+        s = js_PublishMsgAsync(conn.js(), &msg, &po);
+        if (s == NATS_OK) break;
+        if (s == NATS_TIMEOUT && !stop() && !acks.resync.load(std::memory_order_relaxed)) continue;
+        break;
+      }
+      if (s != NATS_OK) {
+        natsMsg_Destroy(msg);
+        if (s == NATS_TIMEOUT || s == NATS_CONNECTION_CLOSED || s == NATS_CONNECTION_DISCONNECTED) {
+          acks.resync.store(true, std::memory_order_relaxed);
+          break;  // the rest of the batch is republished after the resync
+        }
+        throw GatewayError(fmt::format("publish to '{}': {}", subject, status_text(s)));
+      }
+      ++st.published;
+      st.next_seq = m.seq + 1;
+    }
+    if (!got.empty()) last_data = Clock::now();
+    if (pr.end_of_stream && !o.follow) {
+      st.end = to_string(pr.end_reason);
+      ended = true;
+      break;
+    }
+    if (o.idle_timeout.count() > 0 && got.empty() && Clock::now() - last_data > o.idle_timeout) {
+      st.end = "idle";
+      break;
+    }
+    if (o.stats_interval.count() > 0 && Clock::now() - last_progress >= o.stats_interval) {
+      last_progress = Clock::now();
+      progress(snapshot());
+    }
+  }
+  if (st.end.empty()) st.end = "signal";
+  (void)ended;
+  drain(true);
+  // Answers that arrived after the last drain are counted too.
+  snapshot();
+  if (acks.resync.load(std::memory_order_relaxed)) {
+    std::lock_guard lock(acks.mutex);
+    if (!acks.first_error.empty()) {
+      fmt::print(stderr, "shmbus-nats: {} publishes failed at the end ({}); a restart republishes them\n", st.failed,
+                 acks.first_error);
+    }
+  }
+  return st;
+}
+
+}  // namespace shmbus::nats

@@ -19,6 +19,12 @@ std::string status_text(natsStatus s) {
   return out;
 }
 
+bool is_fatal(const GatewayError& e) {
+  const std::string_view what = e.what();
+  return what.find("not found") != std::string_view::npos || what.find("permission") != std::string_view::npos ||
+         what.find("not enabled") != std::string_view::npos;
+}
+
 std::string js_error_text(const std::string& what, natsStatus s, jsErrCode code,
                           const std::string& async_error) {
   const std::string lower_async = [&] {

@@ -6,11 +6,14 @@
 
 #include <nats/nats.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace shmbus::nats {
 
@@ -73,6 +76,30 @@ class Connection {
   mutable std::mutex error_mutex_;  // the client's threads report errors
   std::string async_error_;
 };
+
+// True for an error no retry can cure: a stream or consumer that does not
+// exist, a permission the server refuses, JetStream disabled.
+bool is_fatal(const GatewayError& e);
+
+// Calls f() until it returns without a GatewayError, backing off from 50 ms
+// to 2 s between attempts while the errors are transient (a server
+// restarting answers with timeouts and no responders until JetStream has
+// loaded its streams again). A fatal error, `give_up` later, or stop()
+// rethrows the last error.
+template <class F, class Stop>
+auto retry_transient(F&& f, Stop&& stop, std::chrono::milliseconds give_up = std::chrono::seconds(30)) {
+  const auto deadline = std::chrono::steady_clock::now() + give_up;
+  std::chrono::milliseconds backoff{50};
+  while (true) {
+    try {
+      return f();
+    } catch (const GatewayError& e) {
+      if (is_fatal(e) || stop() || std::chrono::steady_clock::now() + backoff > deadline) throw;
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+  }
+}
 
 // A JetStream API failure as one line: "stream 'X' not found", "permission
 // denied ...", "no JetStream at ..." from the status and JetStream error code.

@@ -102,10 +102,14 @@ class PullConsumer {
   natsSubscription* sub_ = nullptr;
 };
 
-bool fatal_text(const std::string& what) {
-  return what.find("not found") != std::string::npos || what.find("permission") != std::string::npos ||
-         what.find("not enabled") != std::string::npos;
-}
+bool fatal_text(const std::string& what) { return is_fatal(GatewayError(what)); }
+
+// The bus's producer role is given up without marking end-of-stream however
+// `in` ends: the source has not ended, readers wait for the next `in`.
+struct DetachOnExit {
+  Producer& p;
+  ~DetachOnExit() { p.detach(); }
+};
 
 }  // namespace
 
@@ -114,12 +118,13 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
   BusOptions bo = o.create;
   Bus bus = Bus::open_or_create(o.bus, bo);
   Producer producer(bus);  // exclusive; takes over after a crash
+  DetachOnExit detach_on_exit{producer};
   const std::uint32_t max_payload = bus.info().max_payload;
 
   Connection conn(o.connect);
-  conn.check_stream(o.stream);
+  retry_transient([&] { conn.check_stream(o.stream); }, stop);
   PullConsumer pull(conn, o);
-  pull.subscribe_from(pull.floor_next());
+  retry_transient([&] { pull.subscribe_from(pull.floor_next()); }, stop);
 
   InStats st;
   const auto started = Clock::now();
@@ -268,7 +273,6 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
   }
   if (st.end.empty()) st.end = "signal";
   natsConnection_Flush(conn.nc());  // the last acks
-  producer.detach();  // the source has not ended: readers wait for the next `in`
   return snapshot();
 }
 

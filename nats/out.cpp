@@ -46,7 +46,10 @@ void on_ack(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure)
                               ? fmt::format("{} (JetStream error {})", pae->ErrText, static_cast<int>(pae->ErrCode))
                               : std::string(natsStatus_GetText(s));
       }
-      if (!transient && pae->ErrCode != 0) st->fatal = true;
+      // Anything else (a broken chain, JSStreamWrongLastMsgIDErr, included)
+      // is resynced; a resync finds out if the stream is gone.
+      (void)transient;
+      if (pae->ErrCode == JSStreamNotFoundErr) st->fatal = true;
     }
     st->resync.store(true, std::memory_order_relaxed);
   } else if (pa != nullptr) {
@@ -60,16 +63,42 @@ struct Resume {
   std::uint64_t seq = 0;
   bool found = false;       // the stream holds a message of this bus on the subject
   std::string other_bus;    // the last message came from another bus (identity)
+  std::string last_id;      // Nats-Msg-Id of the stream's last message (any subject), or empty
 };
+
+// The Nats-Msg-Id of the last message in the whole stream: the first publish
+// after a (re)start expects it, so nothing can land between.
+std::string stream_last_id(const Connection& c, const std::string& stream) {
+  jsStreamInfo* si = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  natsStatus s = js_GetStreamInfo(&si, c.js(), stream.c_str(), nullptr, &code);
+  if (s != NATS_OK) {
+    throw GatewayError(js_error_text(fmt::format("stream '{}'", stream), s, code, c.last_async_error()));
+  }
+  const std::uint64_t last = si->State.Msgs == 0 ? 0 : si->State.LastSeq;
+  jsStreamInfo_Destroy(si);
+  if (last == 0) return {};
+  natsMsg* m = nullptr;
+  s = js_GetMsg(&m, c.js(), stream.c_str(), last, nullptr, &code);
+  if (s != NATS_OK) {
+    throw GatewayError(js_error_text(fmt::format("stream '{}': message {}", stream, last), s, code, c.last_async_error()));
+  }
+  const char* id = nullptr;
+  natsMsgHeader_Get(m, "Nats-Msg-Id", &id);
+  std::string out = id != nullptr ? std::string(id).substr(0, 512) : std::string();
+  natsMsg_Destroy(m);
+  return out;
+}
 
 // The last message on the subject and what it says. Throws GatewayError if
 // the stream cannot be asked or the message is not ours.
 Resume find_resume(const Connection& c, const std::string& stream, const std::string& subject,
                    const std::string& identity) {
+  Resume r;
+  r.last_id = stream_last_id(c, stream);
   natsMsg* last = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
   const natsStatus s = js_GetLastMsg(&last, c.js(), stream.c_str(), subject.c_str(), nullptr, &code);
-  Resume r;
   if (s == NATS_NOT_FOUND && code != JSStreamNotFoundErr) return r;  // nothing on the subject yet
   if (s != NATS_OK) {
     throw GatewayError(js_error_text(fmt::format("stream '{}': last message on '{}'", stream, subject), s, code,
@@ -134,8 +163,8 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
 
   AckState acks;
   Connection conn(o.connect, o.max_in_flight, &on_ack, &acks);
-  if (o.create_stream) create_stream_if_missing(conn, o.stream, subject);
-  conn.check_stream(o.stream);
+  if (o.create_stream) retry_transient([&] { create_stream_if_missing(conn, o.stream, subject); }, stop);
+  retry_transient([&] { conn.check_stream(o.stream); }, stop);
 
   OutStats st;
   const auto started = Clock::now();
@@ -187,7 +216,7 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
     return r;
   };
 
-  Resume where = locate();
+  Resume where = retry_transient(locate, stop);
   Consumer consumer = attach(where.seq, where.found);
   st.first_seq = consumer.cursor();
   st.next_seq = st.first_seq;
@@ -198,6 +227,12 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
   std::string msg_id = identity + "#";
   const std::size_t id_prefix = msg_id.size();
   msg_id.reserve(id_prefix + 24);
+  // Each publish expects the previous one to be the stream's last message
+  // (Nats-Expected-Last-Msg-Id): if a publish is lost (a connection dropped
+  // with it in flight) every later one is refused, never stored after a
+  // hole; the resync then starts again from the stream's real end.
+  std::string prev_id = where.last_id;
+  prev_id.reserve(std::max<std::size_t>(prev_id.size(), id_prefix + 24));
   std::array<char, 24> seq_text{};
   std::array<char, 24> time_text{};
   std::array<Message, 256> batch{};
@@ -215,6 +250,7 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
     while (true) {
       const natsStatus s = js_PublishAsyncComplete(conn.js(), &wait);
       if (s == NATS_OK) return true;
+      if (s != NATS_TIMEOUT) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // not connected
       if (for_stop && Clock::now() > limit) return false;
       if (!for_stop && stop()) return false;
     }
@@ -247,6 +283,7 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
     if (stop()) return;
     consumer = attach(where.seq, where.found);
     st.next_seq = consumer.cursor();
+    prev_id.assign(where.last_id);
     ++st.resyncs;
   };
 
@@ -280,6 +317,7 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
       msg_id.resize(id_prefix);
       msg_id.append(seq_text.data());
       po.MsgId = msg_id.c_str();
+      po.ExpectLastMsgId = prev_id.empty() ? nullptr : prev_id.c_str();
       // With max_in_flight publishes unanswered the client stalls up to its
       // StallWait and reports a timeout: wait on, unless told to stop.
       while (true) {
@@ -289,15 +327,20 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
         break;
       }
       if (s != NATS_OK) {
+        // The connection dropped (I/O error, reconnecting) or the client is
+        // stalled: whatever happens to the publishes in flight, the resync
+        // starts again from the stream's real end.
         natsMsg_Destroy(msg);
-        if (s == NATS_TIMEOUT || s == NATS_CONNECTION_CLOSED || s == NATS_CONNECTION_DISCONNECTED) {
-          acks.resync.store(true, std::memory_order_relaxed);
-          break;  // the rest of the batch is republished after the resync
+        {
+          std::lock_guard lock(acks.mutex);
+          if (acks.first_error.empty()) acks.first_error = status_text(s);
         }
-        throw GatewayError(fmt::format("publish to '{}': {}", subject, status_text(s)));
+        acks.resync.store(true, std::memory_order_relaxed);
+        break;  // the rest of the batch is republished after the resync
       }
       ++st.published;
       st.next_seq = m.seq + 1;
+      prev_id.assign(msg_id);
     }
     if (!got.empty()) last_data = Clock::now();
     if (pr.end_of_stream && !o.follow) {

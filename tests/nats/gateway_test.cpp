@@ -1,0 +1,226 @@
+// shmbus-nats end to end against a real nats-server -js: shmbus-producer ->
+// bus A -> `shmbus-nats out` -> stream -> `shmbus-nats in` -> bus B ->
+// shmbus-consumer --verify (each payload carries its own sequence, so B must
+// hold every message under the source's sequence, once). Then the same with
+// `out` SIGKILLed, `in` SIGKILLed and the server restarted mid-stream; and
+// the errors a user meets first.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <shmbus/inspect.hpp>
+#include <shmbus/shmbus.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <string>
+
+#include "nats_fixture.hpp"
+
+namespace shmbus::nats::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kNats = SHMBUS_NATS;
+const std::string kProducer = SHMBUS_PRODUCER;
+const std::string kConsumer = SHMBUS_CONSUMER;
+constexpr std::uint64_t kMessages = SHMBUS_NATS_MESSAGES;
+
+std::string log_path(const std::string& what) {
+  static int n = 0;
+  return "/tmp/shmbus-nats-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + "-" + what + ".log";
+}
+
+std::uint64_t head_of(const std::string& bus) {
+  try {
+    return Inspector::open(bus).snapshot().head;
+  } catch (const Error&) {
+    return 0;
+  }
+}
+
+bool exited_ok(int status) { return status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+
+// Everything one pipeline needs: names, the server, the processes.
+class Pipeline {
+ public:
+  explicit Pipeline(std::uint64_t count)
+      : count_(count), tag_(std::to_string(::getpid()) + "-" + std::to_string(serial_++)) {
+    a_ = "nt-a-" + tag_;
+    b_ = "nt-b-" + tag_;
+    stream_ = "NT" + tag_;
+    subject_ = "shmbus." + a_;
+    // A holds every message, so whatever `out` has not published when it is
+    // killed is still there when it comes back; B's consumer attaches
+    // before `in` starts.
+    const std::uint64_t cap = std::bit_ceil(count_);
+    Bus::create(a_, BusOptions{cap, 64, Policy::block, 8});
+    Bus::create(b_, BusOptions{1 << 16, 64, Policy::block, 8});
+  }
+  ~Pipeline() {
+    for (const auto& n : {a_, b_}) {
+      try {
+        Bus::remove(n);
+      } catch (...) {
+      }
+    }
+    for (const auto& l : logs_) ::unlink(l.c_str());
+  }
+
+  NatsServer server;
+
+  bool create_stream() { return server.create_stream(stream_, subject_); }
+
+  Process start_out() {
+    return spawn({kNats, "out", a_, "--server", server.url(), "--stream", stream_, "--stats-interval", "0",
+                  "--ack-timeout", "1000"},
+                 "out");
+  }
+  Process start_in() {
+    return spawn({kNats, "in", b_, "--server", server.url(), "--stream", stream_, "--durable", "gw", "--stats-interval",
+                  "0"},
+                 "in");
+  }
+  Process start_producer() {
+    return spawn({kProducer, a_, "--count", std::to_string(count_), "--size", "40"}, "producer");
+  }
+  Process start_consumer() {
+    Process p = spawn({kConsumer, b_, "--verify", "--follow", "--count", std::to_string(count_), "--format", "none",
+                       "--json"},
+                      "consumer");
+    // Attached before anything is published to B.
+    EXPECT_TRUE(wait_until(
+        [&] {
+          try {
+            return !Inspector::open(b_).snapshot().readers.empty();
+          } catch (const Error&) {
+            return false;
+          }
+        },
+        10s));
+    return p;
+  }
+  std::uint64_t head_a() const { return head_of(a_); }
+  std::uint64_t head_b() const { return head_of(b_); }
+  std::int64_t stream_messages() { return server.stream_messages(stream_); }
+  const std::string& stream() const { return stream_; }
+  std::uint64_t count() const { return count_; }
+
+ private:
+  Process spawn(const std::vector<std::string>& argv, const std::string& what) {
+    logs_.push_back(log_path(what));
+    return Process(argv, logs_.back());
+  }
+  static inline int serial_ = 0;
+  std::uint64_t count_;
+  std::string tag_, a_, b_, stream_, subject_;
+  std::vector<std::string> logs_;
+};
+
+// Waits for the consumer's verdict and checks what every run must end with:
+// the stream holds each message once, B holds them all under their own
+// sequences, the consumer verified them.
+void expect_exactly_once(Pipeline& p, Process& consumer, Process& in) {
+  const int cs = consumer.wait(60s);
+  EXPECT_TRUE(exited_ok(cs)) << "shmbus-consumer --verify: " << consumer.log_text();
+  EXPECT_EQ(p.head_b(), p.count()) << "bus B";
+  EXPECT_EQ(p.stream_messages(), static_cast<std::int64_t>(p.count())) << "stream";
+  EXPECT_TRUE(exited_ok(in.kill_and_wait(SIGTERM))) << "shmbus-nats in on SIGTERM: " << in.log_text();
+}
+
+TEST(NatsGateway, MessagesThroughJetStreamKeepTheirSequencesExactlyOnce) {
+  Pipeline p(kMessages);
+  ASSERT_TRUE(p.server.ok());
+  ASSERT_TRUE(p.create_stream());
+  Process consumer = p.start_consumer();
+  Process in = p.start_in();
+  Process out = p.start_out();
+  Process producer = p.start_producer();
+  EXPECT_TRUE(exited_ok(producer.wait(60s))) << producer.log_text();
+  // The producer closed A: `out` publishes the rest, waits for the acks, exits 0.
+  const int os = out.wait(60s);
+  EXPECT_TRUE(exited_ok(os)) << "shmbus-nats out: " << out.log_text();
+  EXPECT_NE(out.log_text().find("acknowledged=" + std::to_string(kMessages)), std::string::npos) << out.log_text();
+  expect_exactly_once(p, consumer, in);
+}
+
+TEST(NatsGateway, OutAndInKilledAndServerRestartedMidStreamStillExactlyOnce) {
+  const std::uint64_t n = kMessages / 4;
+  Pipeline p(n);
+  ASSERT_TRUE(p.server.ok());
+  ASSERT_TRUE(p.create_stream());
+  Process consumer = p.start_consumer();
+  Process in = p.start_in();
+  Process out = p.start_out();
+  Process producer = p.start_producer();
+
+  // `out` SIGKILLed with publishes in flight; its successor resumes after the
+  // stream's last message (Nats-Msg-Id drops anything republished).
+  ASSERT_TRUE(wait_until([&] { return p.stream_messages() >= static_cast<std::int64_t>(n / 5); }, 30s));
+  out.kill_and_wait(SIGKILL);
+  const std::int64_t at_out_kill = p.stream_messages();
+  out = p.start_out();
+  // One event at a time: the new `out` is publishing before the next one.
+  ASSERT_TRUE(wait_until([&] { return p.stream_messages() > at_out_kill; }, 30s));
+
+  // `in` SIGKILLed with a fetched batch half committed; its successor takes
+  // B over and skips what B already holds.
+  ASSERT_TRUE(wait_until([&] { return p.head_b() >= 2 * n / 5; }, 30s));
+  in.kill_and_wait(SIGKILL);
+  const std::uint64_t at_in_kill = p.head_b();
+  in = p.start_in();
+  ASSERT_TRUE(wait_until([&] { return p.head_b() > at_in_kill; }, 30s));
+
+  // The server restarted (its file store persists): both reconnect with backoff.
+  ASSERT_TRUE(wait_until([&] { return p.stream_messages() >= static_cast<std::int64_t>(3 * n / 5); }, 30s));
+  ASSERT_TRUE(p.server.restart());
+
+  EXPECT_TRUE(exited_ok(producer.wait(60s))) << producer.log_text();
+  EXPECT_TRUE(exited_ok(out.wait(60s))) << "shmbus-nats out: " << out.log_text();
+  expect_exactly_once(p, consumer, in);
+}
+
+TEST(NatsGateway, UnreachableServerIsOneLineAndExit1) {
+  const std::string bus = "nt-u-" + std::to_string(::getpid());
+  Bus::create(bus, BusOptions{1024, 64, Policy::block, 4});
+  // A port nobody listens on: bound, then closed.
+  const std::string url = "nats://127.0.0.1:" + std::to_string(free_port());
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {kNats, "out", bus, "--server", url, "--stream", "S"},
+           {kNats, "in", bus, "--server", url, "--stream", "S", "--durable", "d"}}) {
+    const std::string log = log_path("unreachable");
+    Process p(args, log);
+    const int st = p.wait(20s);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << p.log_text();
+    const std::string text = p.log_text();
+    EXPECT_NE(text.find("shmbus-nats: cannot connect to " + url), std::string::npos) << text;
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+    ::unlink(log.c_str());
+  }
+  Bus::remove(bus);
+}
+
+TEST(NatsGateway, MissingStreamIsOneLineAndExit1) {
+  NatsServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string bus = "nt-m-" + std::to_string(::getpid());
+  Bus::create(bus, BusOptions{1024, 64, Policy::block, 4});
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {kNats, "out", bus, "--server", server.url(), "--stream", "NOPE"},
+           {kNats, "in", bus, "--server", server.url(), "--stream", "NOPE", "--durable", "d"}}) {
+    const std::string log = log_path("missing");
+    Process p(args, log);
+    const int st = p.wait(20s);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << p.log_text();
+    const std::string text = p.log_text();
+    EXPECT_NE(text.find("shmbus-nats: stream 'NOPE': stream not found"), std::string::npos) << text;
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+    ::unlink(log.c_str());
+  }
+  Bus::remove(bus);
+}
+
+}  // namespace
+}  // namespace shmbus::nats::test

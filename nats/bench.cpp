@@ -94,6 +94,7 @@ double direct_run(const Args& a, const std::string& subject) {
     while ((s = js_PublishMsgAsync(c.js(), &m, &po)) == NATS_TIMEOUT) {
     }
     if (s != NATS_OK) throw GatewayError("direct publish: " + status_text(s));
+    c.published_async();
     prev.assign(id);
   }
   jsPubOptions w;

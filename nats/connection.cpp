@@ -96,7 +96,13 @@ Connection::Connection(const ConnectArgs& a, std::int64_t max_pending, jsPubAckH
 }
 
 Connection::~Connection() {
-  if (js_ != nullptr) jsCtx_Destroy(js_);
+  if (js_ != nullptr) {
+    // Publishes still unanswered are owned by the context until taken back:
+    // take them and free them (a restart republishes from the stream's end).
+    natsMsgList pending{};
+    if (published_async_ && js_PublishAsyncGetPendingList(&pending, js_) == NATS_OK) natsMsgList_Destroy(&pending);
+    jsCtx_Destroy(js_);
+  }
   js_ = nullptr;
   if (nc_ != nullptr) {
     natsConnection_Close(nc_);

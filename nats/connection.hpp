@@ -49,6 +49,10 @@ class Connection {
 
   natsConnection* nc() const noexcept { return nc_; }
   jsCtx* js() const noexcept { return js_; }
+  // After a successful js_PublishMsgAsync: the context then holds a list of
+  // publishes in flight, which the destructor takes back and frees (the
+  // client keeps no such list before the first one).
+  void published_async() noexcept { published_async_ = true; }
 
   // Bumped each time the client has reconnected (the client's thread writes,
   // the gateway's loop reads: relaxed, a counter).
@@ -71,6 +75,7 @@ class Connection {
   natsOptions* opts_ = nullptr;
   natsConnection* nc_ = nullptr;
   jsCtx* js_ = nullptr;
+  bool published_async_ = false;
   std::int64_t max_backoff_ms_;
   std::atomic<std::uint64_t> reconnects_{0};
   mutable std::mutex error_mutex_;  // the client's threads report errors

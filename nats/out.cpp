@@ -322,7 +322,10 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
       // StallWait and reports a timeout: wait on, unless told to stop.
       while (true) {
         s = js_PublishMsgAsync(conn.js(), &msg, &po);
-        if (s == NATS_OK) break;
+        if (s == NATS_OK) {
+          conn.published_async();
+          break;
+        }
         if (s == NATS_TIMEOUT && !stop() && !acks.resync.load(std::memory_order_relaxed)) continue;
         break;
       }

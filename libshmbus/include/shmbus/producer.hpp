@@ -128,7 +128,10 @@ class Producer {
   // capacity records; no message is published). In a `block` bus it first
   // waits, like publish(), until the records it overwrites have been read.
   // Returns {ok, seq}; {invalid} if seq < next_seq(); timeout or closed as
-  // publish() does.
+  // publish() does. A producer killed inside skip_to: a takeover continues
+  // after the gap if its lowest marker was committed, else before it; in
+  // the latter case a reader that already crossed part of the gap has
+  // counted it as lost and waits for the new producer to reach its end.
   [[nodiscard]] PublishResult skip_to(std::uint64_t seq, std::chrono::nanoseconds timeout = forever) noexcept;
 
   // Marks end-of-stream, wakes every waiter and gives up the producer role.

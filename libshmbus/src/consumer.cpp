@@ -52,6 +52,7 @@ constexpr std::uint64_t kLivenessPeriodNs = 50'000'000;  // producer death notic
 constexpr std::size_t kCopyBudget = 4u << 20;             // overwrite copy buffer, bytes
 // `moved`: the cursor crossed a gap that lost nothing (never leaves try_read).
 enum class Step { message, empty, lost, corrupt, moved };
+constexpr std::uint64_t kMaxSequence = std::uint64_t{1} << 62;
 }  // namespace
 
 struct Consumer::Impl {
@@ -415,6 +416,13 @@ void Consumer::Impl::attach() {
   };
   const std::uint64_t hd = bus.head();
   const std::uint64_t oldest = bus.oldest();
+  // Untrusted: no bus publishes 2^62 messages (146 years at 10^9 a second).
+  // Refused here, a cursor never comes near 2^64, where seq + 1 would wrap
+  // to the tag of a record never written.
+  if (hd >= kMaxSequence) {
+    detach();
+    detail::fail(Errc::corrupt, seg.info().name, "head " + std::to_string(hd) + " is impossible");
+  }
   std::uint64_t c = 0;
   switch (opt.start) {
     case Start::earliest: c = oldest; break;

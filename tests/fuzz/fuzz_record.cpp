@@ -84,7 +84,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   {
     shmbus::ConsumerOptions co;
     co.start = shmbus::Start::earliest;
-    shmbus::Consumer c(*f.bus, co);
+    std::optional<shmbus::Consumer> attached;
+    try {
+      attached.emplace(*f.bus, co);
+    } catch (const shmbus::Error& e) {
+      // An impossible head is refused at attach, as one error.
+      if (e.errc() != shmbus::Errc::corrupt || head < (std::uint64_t{1} << 62))
+        shmbus::fuzz::violated("attach refused a plausible bus");
+      return 0;
+    }
+    shmbus::Consumer& c = *attached;
     std::uint64_t cursor = c.cursor();
     for (std::uint64_t i = 0; i < 2 * kCapacity; ++i) {
       const shmbus::ReadResult r = c.next(0ns);

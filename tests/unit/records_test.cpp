@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "shmbus/inspect.hpp"
 #include "test_support.hpp"
 
 namespace shmbus::test {
@@ -158,6 +159,29 @@ TEST_P(RecordFaking, AGapMarkerWithAnImpossibleTargetIsReportedCorruptAndSkipped
     r = c.next(1s);
     ASSERT_EQ(r.status, ReadStatus::message);
     EXPECT_EQ(r.message.seq, kCap);
+  }
+}
+
+TEST_P(RecordFaking, AnImpossibleHeadIsRefusedAtAttach) {
+  // Near 2^64, seq + 1 would wrap to 0, the tag of a record never written.
+  for (const std::uint64_t head : {std::uint64_t{1} << 62, ~std::uint64_t{0}}) {
+    SCOPED_TRACE(head);
+    ScopedName name("corrupt-head");
+    Bus bus = Bus::create(name, opts(8, GetParam()));
+    RawSegment raw(name.path());
+    raw.header().head.store(head);
+    raw.header().oldest.store(head);
+    try {
+      Consumer c(bus);
+      ADD_FAILURE() << "attached to a bus whose head is " << head;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.errc(), Errc::corrupt);
+      EXPECT_NE(std::string(e.what()).find("impossible"), std::string::npos) << e.what();
+    }
+    raw.header().head.store(0);
+    raw.header().oldest.store(0);
+    Consumer c(bus);  // the refused attach left no slot behind
+    EXPECT_EQ(Inspector::open(name.str()).snapshot().readers.size(), 1u);
   }
 }
 

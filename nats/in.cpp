@@ -12,6 +12,7 @@ namespace shmbus::nats {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr std::int64_t kFetchWaitMs = 1000;  // see the fetch in run_in
 
 // The library call that publishes at a chosen sequence (Producer::skip_to),
 // spelled as the library spells it.
@@ -167,10 +168,14 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
     }
     natsMsgList list{};
     jsErrCode code = static_cast<jsErrCode>(0);
-    const natsStatus s = natsSubscription_Fetch(&list, pull.sub(), o.batch, 100, &code);
-    // The client (3.4.1) can return a Count one past the `batch` entries it
-    // allocated when a fetch ends at a server restart (AddressSanitizer: a
-    // read past the list). Never trust it beyond what was asked for.
+    // A fetch waits up to a second: one that times out while messages are
+    // still arriving leaves them queued for the next fetch, and Debian's
+    // client (3.4.1) can then gather more messages than the batch it
+    // allocated (AddressSanitizer saw a read one past the list, a release
+    // build heap corruption). With a long wait a fetch ends by filling its
+    // batch while the stream flows and times out only when it is idle.
+    const natsStatus s = natsSubscription_Fetch(&list, pull.sub(), o.batch, kFetchWaitMs, &code);
+    // Never trust the count beyond what was asked for.
     if (list.Count > o.batch) list.Count = o.batch;
     if (s == NATS_TIMEOUT || (s == NATS_OK && list.Count == 0)) {
       natsMsgList_Destroy(&list);

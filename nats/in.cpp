@@ -173,10 +173,16 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
     // client (3.4.1) can then gather more messages than the batch it
     // allocated (AddressSanitizer saw a read one past the list, a release
     // build heap corruption). With a long wait a fetch ends by filling its
-    // batch while the stream flows and times out only when it is idle.
+    // batch while the stream flows; one that ends short is followed by a
+    // fresh subscription (below), so no fetch ever finds messages queued.
     const natsStatus s = natsSubscription_Fetch(&list, pull.sub(), o.batch, kFetchWaitMs, &code);
     // Never trust the count beyond what was asked for.
     if (list.Count > o.batch) list.Count = o.batch;
+    // A fetch that ended short (its wait ran out) may have left messages on
+    // their way into the subscription's queue, where the next fetch would
+    // meet the client's bug: start the next one on a fresh subscription,
+    // from the last message committed (what was not acknowledged comes again).
+    if (s == NATS_TIMEOUT || (s == NATS_OK && list.Count < o.batch)) need_rewind = true;
     if (s == NATS_TIMEOUT || (s == NATS_OK && list.Count == 0)) {
       natsMsgList_Destroy(&list);
       if (o.idle_timeout.count() > 0 && Clock::now() - last_data > o.idle_timeout) {

@@ -346,7 +346,12 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
       prev_id.assign(msg_id);
     }
     if (!got.empty()) last_data = Clock::now();
-    if (pr.end_of_stream && !o.follow) {
+    if (pr.end_of_stream && !o.follow && !acks.resync.load(std::memory_order_relaxed)) {
+      // Done only when the stream has answered every publish with success:
+      // a publish that failed here (a server restarting under the last
+      // batch) is republished after a resync, never left for a restart.
+      if (!drain(false)) break;  // told to stop
+      if (acks.resync.load(std::memory_order_relaxed)) continue;
       st.end = to_string(pr.end_reason);
       ended = true;
       break;
@@ -361,8 +366,7 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
     }
   }
   if (st.end.empty()) st.end = "signal";
-  (void)ended;
-  drain(true);
+  if (!ended) drain(true);
   // Answers that arrived after the last drain are counted too.
   snapshot();
   if (acks.resync.load(std::memory_order_relaxed)) {

@@ -192,8 +192,14 @@ struct Run {
                        m.seq, m.payload.size(), synthetic_header_size);
         break;
       case SyntheticCheck::bad_checksum:
-        verify.problem(o.bus, "message seq {} ({} bytes) is corrupt: checksum {:016x}, contents give {:016x}",
+        verify.problem(o.bus,
+                       "message seq {} ({} bytes) is corrupt: checksum {:016x}, its seq, send time and length "
+                       "give {:016x}",
                        m.seq, m.payload.size(), f.checksum, synthetic_checksum(m.payload));
+        break;
+      case SyntheticCheck::bad_filler:
+        verify.problem(o.bus, "message seq {} ({} bytes) is corrupt: byte {} differs from the filler of seq {}",
+                       m.seq, m.payload.size(), f.bad_offset, f.seq);
         break;
     }
   }

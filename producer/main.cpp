@@ -402,6 +402,7 @@ void publish_synthetic(Producer& producer, const Options& o, std::chrono::nanose
   const double interval_ns = o.rate > 0 ? 1e9 / o.rate : 0;
   // A clock read per message would cost more than publishing it at full speed.
   const std::uint64_t stamp_every = o.stamp_every ? o.stamp_every : interval_ns > 0 ? 1 : 64;
+  std::uint64_t until_stamp = 0;  // a countdown, not i % stamp_every: no division per message
   for (std::uint64_t i = 0; i < o.count; ++i) {
     if (interval_ns > 0) {
       // Absolute schedule: message i is due at start + i / rate, so a late
@@ -413,8 +414,10 @@ void publish_synthetic(Producer& producer, const Options& o, std::chrono::nanose
     const Claim c = producer.claim(size, timeout);
     if (!c) throw publish_failure(c.status, timeout, producer, o, t);
     const std::span<std::byte> out = c.data.first(size);
-    const std::uint64_t state = synthetic_fill(out, c.seq);
-    synthetic_stamp(out, c.seq, i % stamp_every == 0 ? realtime_ns() : 0, state);
+    synthetic_fill(out, c.seq);
+    const bool stamp = until_stamp == 0;
+    until_stamp = stamp ? stamp_every - 1 : until_stamp - 1;
+    synthetic_stamp(out, c.seq, stamp ? realtime_ns() : 0);
     producer.commit(size);
     if (!t.first_seq) t.first_seq = c.seq;
     t.last_seq = c.seq;

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <cstddef>
 #include <stdexcept>
 #include <vector>
@@ -32,7 +33,13 @@ TEST(Synthetic, EveryFlippedBitIsCaught) {
   SyntheticFields f;
   for (std::size_t i = 0; i < buf.size() * 8; ++i) {
     buf[i / 8] ^= std::byte(1u << (i % 8));
-    EXPECT_EQ(synthetic_check(buf, f), SyntheticCheck::bad_checksum) << "bit " << i;
+    const SyntheticCheck c = synthetic_check(buf, f);
+    if (i / 8 < synthetic_header_size) {
+      EXPECT_EQ(c, SyntheticCheck::bad_checksum) << "bit " << i;
+    } else {
+      EXPECT_EQ(c, SyntheticCheck::bad_filler) << "bit " << i;
+      EXPECT_EQ(f.bad_offset, i / 8) << "bit " << i;
+    }
     buf[i / 8] ^= std::byte(1u << (i % 8));
   }
   EXPECT_EQ(synthetic_check(buf, f), SyntheticCheck::ok);
@@ -54,7 +61,21 @@ TEST(Synthetic, FillerDependsOnTheSequence) {
   // A message moved to another sequence number does not check out.
   std::copy(a.begin() + 24, a.end(), b.begin() + 24);
   SyntheticFields f;
-  EXPECT_EQ(synthetic_check(b, f), SyntheticCheck::bad_checksum);
+  EXPECT_EQ(synthetic_check(b, f), SyntheticCheck::bad_filler);
+  EXPECT_EQ(f.bad_offset, synthetic_filler_offset);
+}
+
+// The format is what other languages implement (python/tests/synthetic.py):
+// fixed bytes for one message pin it down.
+TEST(Synthetic, FormatIsStable) {
+  std::vector<std::byte> buf(37);
+  synthetic_write(buf, 5, 1000);
+  SyntheticFields f;
+  ASSERT_EQ(synthetic_check(buf, f), SyntheticCheck::ok);
+  EXPECT_EQ(f.checksum, 0x13ff1ee762ca0f29u);
+  std::uint64_t first_word = 0;
+  std::memcpy(&first_word, buf.data() + synthetic_filler_offset, 8);
+  EXPECT_EQ(first_word, 0x8f9cc2f91f84b8a4u);
 }
 
 TEST(Duration, ParsesUnits) {

@@ -287,18 +287,34 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
     ++st.resyncs;
   };
 
+  // Done only when the stream has answered every publish with success: a
+  // publish that failed at the end (a server restarting under the last
+  // batch) is republished after a resync, never left for a restart. False
+  // while a resync is due; true if told to stop.
+  auto settled = [&] {
+    if (acks.resync.load(std::memory_order_relaxed)) return false;
+    if (!drain(false)) return true;
+    return !acks.resync.load(std::memory_order_relaxed);
+  };
+
   while (!stop()) {
     if (acks.resync.load(std::memory_order_relaxed)) {
       resync();
       continue;
     }
-    if (o.count != 0 && st.published >= o.count) {
+    // Messages the stream holds from this run on (a resync moves next_seq
+    // back to the stream's real end, so a failed publish is not counted).
+    const std::uint64_t done = st.next_seq > st.first_seq ? st.next_seq - st.first_seq : 0;
+    if (o.count != 0 && done >= o.count) {
+      if (!settled()) continue;  // resync, then republish what failed
+      if (stop()) break;
       st.end = "count";
+      ended = true;
       break;
     }
     PollResult pr;
     std::size_t want = batch.size();
-    if (o.count != 0) want = static_cast<std::size_t>(std::min<std::uint64_t>(want, o.count - st.published));
+    if (o.count != 0) want = static_cast<std::size_t>(std::min<std::uint64_t>(want, o.count - done));
     const auto got = consumer.read_batch(std::span<Message>(batch.data(), want), pr, std::chrono::milliseconds(100));
     st.lost += pr.lost;
     for (const Message& m : got) {
@@ -346,12 +362,9 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
       prev_id.assign(msg_id);
     }
     if (!got.empty()) last_data = Clock::now();
-    if (pr.end_of_stream && !o.follow && !acks.resync.load(std::memory_order_relaxed)) {
-      // Done only when the stream has answered every publish with success:
-      // a publish that failed here (a server restarting under the last
-      // batch) is republished after a resync, never left for a restart.
-      if (!drain(false)) break;  // told to stop
-      if (acks.resync.load(std::memory_order_relaxed)) continue;
+    if (pr.end_of_stream && !o.follow) {
+      if (!settled()) continue;
+      if (stop()) break;
       st.end = to_string(pr.end_reason);
       ended = true;
       break;

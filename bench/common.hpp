@@ -156,9 +156,12 @@ inline constexpr std::uint64_t kWarmupSeq = ~std::uint64_t{0};
 // ------------------------------------------------------------ the run
 // `ring` is the reference (transport_ring.cpp), not a library: the ceiling
 // the others are measured against.
-enum class Transport : std::uint32_t { shmbus, bipc, uds, pipe, zmq, ring };
+// `bridge` (bus -> shmbus-bridge serve -> TCP subscriber) and `tcp` (a plain
+// loopback socket, what the bridge is judged by) are not in the default list.
+enum class Transport : std::uint32_t { shmbus, bipc, uds, pipe, zmq, ring, bridge, tcp };
 inline constexpr Transport kAllTransports[] = {Transport::ring, Transport::shmbus, Transport::bipc,
-                                               Transport::uds,  Transport::pipe,   Transport::zmq};
+                                               Transport::uds,  Transport::pipe,   Transport::zmq,
+                                               Transport::bridge, Transport::tcp};
 const char* name_of(Transport t) noexcept;
 const char* label_of(Transport t) noexcept;  // for the table
 bool has_broadcast(Transport t) noexcept;
@@ -209,6 +212,8 @@ struct RunConfig {
   std::uint32_t ncpus = 0;
   // names of shared objects (bus, queues, ipc endpoint prefix)
   char name[96] = {};
+  // bridge: the loopback port `shmbus-bridge serve` listens on
+  std::uint32_t port = 0;
   // inherited descriptors: fds[2*i] / fds[2*i+1] as the transport defines
   std::int32_t fds[kMaxFds] = {};
   std::uint32_t nfds = 0;

@@ -31,6 +31,7 @@
 
 #include <cstdio>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "common.hpp"
@@ -485,5 +486,21 @@ void run_bipc(Control& c, Role role, int id);
 void run_stream(Control& c, Role role, int id);  // uds and pipe
 void run_zmq(Control& c, Role role, int id);
 void run_ring(Control& c, Role role, int id);  // the reference ring
+void run_bridge(Control& c, Role role, int id);  // bus -> shmbus-bridge serve -> TCP subscriber
+void run_tcp(Control& c, Role role, int id);     // a plain loopback TCP socket
+
+// The `shmbus-bridge serve` process of a bridge run (transport_bridge.cpp).
+struct BridgeServer {
+  int pid = -1;
+  int err_fd = -1;         // its stderr, read for the port it listens on
+  std::uint32_t port = 0;
+};
+// Starts `program serve cfg.name --listen 127.0.0.1:0 --slow block` and
+// waits for the port it listens on; throws with its one-line error.
+BridgeServer bridge_start(const RunConfig& cfg, const std::string& program);
+// SIGTERM, then SIGKILL after 5 s; returns an error if it needed the SIGKILL.
+std::string bridge_stop(BridgeServer& s);
+// n connected loopback TCP pairs: producer's end, consumer's end, ...
+std::vector<int> tcp_pairs(std::uint32_t n);
 
 }  // namespace bench

@@ -38,6 +38,19 @@
 #include "program.hpp"
 #include "roles.hpp"
 
+#ifndef SHMBUS_BENCH_BRIDGE  // built without bridge/: the two transports refuse to run
+#define SHMBUS_BRIDGE_PATH ""
+namespace bench {
+BridgeServer bridge_start(const RunConfig&, const std::string&) {
+  throw std::runtime_error("bridge: shmbus-bench was built without bridge/");
+}
+std::string bridge_stop(BridgeServer&) { return {}; }
+std::vector<int> tcp_pairs(std::uint32_t) { throw std::runtime_error("tcp: shmbus-bench was built without bridge/"); }
+void run_bridge(Control&, Role, int) {}
+void run_tcp(Control&, Role, int) {}
+}  // namespace bench
+#endif
+
 namespace bench {
 
 // Set-up and tear-down of each transport's named objects (transport_*.cpp).
@@ -57,6 +70,8 @@ const char* name_of(Transport t) noexcept {
     case Transport::pipe: return "pipe";
     case Transport::zmq: return "zmq";
     case Transport::ring: return "ring";
+    case Transport::bridge: return "bridge";
+    case Transport::tcp: return "tcp";
   }
   return "?";
 }
@@ -68,11 +83,13 @@ const char* label_of(Transport t) noexcept {
     case Transport::pipe: return "pipe";
     case Transport::zmq: return "ZeroMQ ipc:// PUB/SUB";
     case Transport::ring: return "reference ring (not a library)";
+    case Transport::bridge: return "shmbus → shmbus-bridge serve → TCP subscriber (loopback)";
+    case Transport::tcp: return "plain TCP socket (loopback), batched writes";
   }
   return "?";
 }
 bool has_broadcast(Transport t) noexcept {
-  return t == Transport::shmbus || t == Transport::zmq || t == Transport::ring;
+  return t == Transport::shmbus || t == Transport::zmq || t == Transport::ring || t == Transport::bridge;
 }
 const char* name_of(Mode m) noexcept {
   switch (m) {
@@ -358,6 +375,7 @@ struct Options {
   std::string clock = "tsc";
   double timeout_s = 120;
   std::string json_path;
+  std::string bridge_path = SHMBUS_BRIDGE_PATH;  // the shmbus-bridge program of this build
   bool targets = false;
   bool quick = false;
 };
@@ -429,11 +447,26 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
 
   // Transport set-up in the orchestrator.
   std::vector<int> fds;
+  BridgeServer server;
   switch (cf.transport) {
     case Transport::shmbus: shmbus_create(cfg); break;
     case Transport::bipc: bipc_create(cfg); break;
     case Transport::zmq: zmq_cleanup(cfg); break;
     case Transport::ring: fds.push_back(ring_create(cfg)); break;  // the segment, as fds[0]
+    case Transport::bridge:
+      shmbus_create(cfg);
+      try {
+        server = bridge_start(cfg, o.bridge_path);
+      } catch (...) {
+        shmbus_remove(cfg);
+        throw;
+      }
+      cfg.port = server.port;
+      break;
+    case Transport::tcp:
+      if (cf.mode == Mode::pingpong || cf.mode == Mode::idle) throw std::runtime_error("tcp: full and rate modes only");
+      fds = tcp_pairs(cfg.consumers);
+      break;
     case Transport::uds:
     case Transport::pipe: {
       const bool uds = cf.transport == Transport::uds;
@@ -567,6 +600,15 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
       break;
     case Transport::bipc: bipc_remove(cfg); break;
     case Transport::zmq: zmq_cleanup(cfg); break;
+    case Transport::bridge: {
+      const std::string e = bridge_stop(server);
+      if (!e.empty() && m.ok) {
+        m.ok = false;
+        m.error = e;
+      }
+      shmbus_remove(cfg);
+      break;
+    }
     default: break;
   }
   munmap(mem, sizeof(Control));
@@ -594,6 +636,10 @@ struct Row {
   // the ring's latency ÷ this row's, at p99 (vs_ring) and p50 (vs_ring_p50).
   std::optional<double> vs_ring;
   std::optional<double> vs_ring_p50;
+  // The bridge row ÷ the plain TCP socket of its group, median of per-round
+  // ratios: msgs/s per consumer at full speed, the socket's p99 ÷ the
+  // bridge's at a fixed rate.
+  std::optional<double> vs_tcp;
 };
 
 void aggregate(Row& row) {
@@ -792,6 +838,16 @@ std::vector<Target> check_targets(const Options& o, const std::vector<Row>& rows
       usable(sr) && sr->med.p99 <= 20'000);
   add("idle consumer < 1 % of a core", usable(si), usable(si) ? fmt("%.3f %%", si->med.consumer_cpu) : "",
       usable(si) && si->med.consumer_cpu < 1.0);
+  // Issue 10's bridge targets, measured only with --transports bridge,tcp.
+  const Row* g1 = find(rows, Transport::bridge, Mode::full, 1, 128);
+  const Row* gr = find(rows, Transport::bridge, Mode::rate, 1, 128);
+  add("bridge 1→1, 128 B: ≥ 2 M msgs/s", usable(g1), usable(g1) ? fmt_rate(g1->med.per_consumer_mps) + " msgs/s" : "",
+      usable(g1) && g1->med.per_consumer_mps >= 2e6);
+  add("bridge 1→1, 128 B: ≥ 0.7× the plain TCP socket", g1 && g1->vs_tcp.has_value(),
+      g1 && g1->vs_tcp ? fmt("%.2f×", *g1->vs_tcp) : "", g1 && g1->vs_tcp && *g1->vs_tcp >= 0.7);
+  if (usable(gr))  // reported, no bound
+    t.push_back({"bridge at " + fmt_rate(static_cast<double>(o.rate)) + " msgs/s offered: p99 reported",
+                 "p50 " + fmt_ns(gr->med.p50) + ", p99 " + fmt_ns(gr->med.p99), std::nullopt});
   return t;
 }
 
@@ -823,6 +879,8 @@ int child_main(const std::string& role, int id, int ctl_fd) {
       case Transport::pipe: run_stream(c, r, id); break;
       case Transport::zmq: run_zmq(c, r, id); break;
       case Transport::ring: run_ring(c, r, id); break;
+      case Transport::bridge: run_bridge(c, r, id); break;
+      case Transport::tcp: run_tcp(c, r, id); break;
     }
   } catch (const std::exception& e) {
     set_error(res, e.what());
@@ -857,7 +915,8 @@ int main(int argc, char** argv) {
       "ring (`ring`: the ceiling on this machine). Every receiver checks every sequence number;\n"
       "a run with a loss is FAILED. Machine, placement and a markdown table on stdout,\n"
       "progress on stderr."};
-  app.add_option("--transports", o.transports, "ring (the reference), shmbus, bipc, uds, pipe, zmq")
+  app.add_option("--transports", o.transports, "ring (the reference), shmbus, bipc, uds, pipe, zmq; also (not by default, full and rate "
+                 "modes) bridge (bus → shmbus-bridge serve → TCP subscriber) and tcp (a plain loopback socket)")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--modes", o.modes, "full, rate, pingpong, idle")->delimiter(',')->capture_default_str();
@@ -905,6 +964,8 @@ int main(int argc, char** argv) {
   app.add_option("--clock", o.clock, "tsc (rdtsc calibrated to CLOCK_MONOTONIC) or monotonic")->capture_default_str();
   app.add_option("--timeout", o.timeout_s, "seconds before a run is killed and FAILED")->capture_default_str();
   app.add_option("--json", o.json_path, "write every run and the medians to this file");
+  app.add_option("--bridge-path", o.bridge_path, "the shmbus-bridge program the bridge transport runs")
+      ->capture_default_str();
   app.add_flag("--targets", o.targets, "also print the issue's targets, met or not, as a second table");
   app.add_flag("--quick", o.quick, "tiny counts (a smoke test): 20000 msgs, 2000 round trips, 1 s idle");
   // Set by the orchestrator when it execs a role; hidden from --help.
@@ -1033,7 +1094,7 @@ int main(int argc, char** argv) {
     const std::uint64_t t_start = mono_ns();
     for (const auto& g : groups) {
       const std::size_t first = rows.size();
-      for (const auto& cf : g) rows.push_back(Row{cf, {}, {}, 0, {}, std::nullopt, std::nullopt, std::nullopt});
+      for (const auto& cf : g) rows.push_back(Row{cf, {}, {}, 0, {}, std::nullopt, std::nullopt, std::nullopt, std::nullopt});
       for (int k = 0; k < o.runs; ++k) {
         for (std::size_t j = 0; j < g.size(); ++j) {
           const Config& cf = g[j];
@@ -1058,10 +1119,12 @@ int main(int argc, char** argv) {
       }
       const Row* shm = nullptr;
       const Row* ring = nullptr;
+      const Row* tcp = nullptr;
       for (std::size_t j = first; j < rows.size(); ++j) {
         aggregate(rows[j]);
         if (rows[j].cf.transport == Transport::shmbus) shm = &rows[j];
         if (rows[j].cf.transport == Transport::ring) ring = &rows[j];
+        if (rows[j].cf.transport == Transport::tcp) tcp = &rows[j];
       }
       for (std::size_t j = first; j < rows.size(); ++j) {
         Row& r = rows[j];
@@ -1070,6 +1133,7 @@ int main(int argc, char** argv) {
           r.vs_ring = ratio(r, *ring);
           if (r.cf.mode != Mode::full) r.vs_ring_p50 = ratio(r, *ring, &Metrics::p50);
         }
+        if (tcp && r.cf.transport == Transport::bridge) r.vs_tcp = ratio(r, *tcp);
       }
     }
     std::fprintf(stderr, "%zu runs in %.0f s\n", total_runs, static_cast<double>(mono_ns() - t_start) / 1e9);
@@ -1080,6 +1144,12 @@ int main(int argc, char** argv) {
     }
 
     print_table(o, rows);
+    for (const Row& r : rows)
+      if (r.vs_tcp)
+        std::printf("\n`bridge ÷ tcp`, %s, %u consumer(s), %u B: %s (%s; median of per-round ratios)\n",
+                    mode_label(o, r.cf.mode).c_str(), r.cf.consumers, r.cf.size, fmt_ratio(*r.vs_tcp).c_str(),
+                    r.cf.mode == Mode::full ? "msgs/s per consumer, the bridge's ÷ the plain socket's"
+                                            : "p99 latency, the plain socket's ÷ the bridge's");
     const auto targets = check_targets(o, rows);
     if (o.targets) {
       std::printf("\n| target | measured | met |\n|---|---|---|\n");
@@ -1104,6 +1174,7 @@ int main(int argc, char** argv) {
       jr["status"] = r.failed ? "FAILED" : "ok";
       if (!r.first_error.empty()) jr["first_error"] = r.first_error;
       if (r.vs_shmbus) jr["shmbus_times_better"] = *r.vs_shmbus;
+      if (r.vs_tcp) jr["vs_tcp"] = r.cf.mode == Mode::full ? json{{"msgs_per_s", *r.vs_tcp}} : json{{"p99", *r.vs_tcp}};
       if (r.cf.transport == Transport::ring && r.med.ok && r.cf.mode != Mode::idle) {
         jr["vs_ring"] = r.cf.mode == Mode::full ? json{{"msgs_per_s", 1.0}} : json{{"p50", 1.0}, {"p99", 1.0}};
       } else if (r.vs_ring) {

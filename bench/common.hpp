@@ -159,9 +159,9 @@ inline constexpr std::uint64_t kWarmupSeq = ~std::uint64_t{0};
 // `bridge` (bus -> shmbus-bridge serve -> TCP subscriber) and `tcp` (a plain
 // loopback socket, what the bridge is judged by) are not in the default list.
 enum class Transport : std::uint32_t { shmbus, bipc, uds, pipe, zmq, ring, bridge, tcp };
-inline constexpr Transport kAllTransports[] = {Transport::ring, Transport::shmbus, Transport::bipc,
-                                               Transport::uds,  Transport::pipe,   Transport::zmq,
-                                               Transport::bridge, Transport::tcp};
+inline constexpr Transport kAllTransports[] = {
+    Transport::ring, Transport::shmbus, Transport::bipc,   Transport::uds,
+    Transport::pipe, Transport::zmq,    Transport::bridge, Transport::tcp};
 const char* name_of(Transport t) noexcept;
 const char* label_of(Transport t) noexcept;  // for the table
 bool has_broadcast(Transport t) noexcept;

@@ -492,7 +492,7 @@ void run_tcp(Control& c, Role role, int id);     // a plain loopback TCP socket
 // The `shmbus-bridge serve` process of a bridge run (transport_bridge.cpp).
 struct BridgeServer {
   int pid = -1;
-  int err_fd = -1;         // its stderr, read for the port it listens on
+  int err_fd = -1;  // its stderr, read for the port it listens on
   std::uint32_t port = 0;
 };
 // Starts `program serve cfg.name --listen 127.0.0.1:0 --slow block` and

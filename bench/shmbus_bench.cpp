@@ -45,7 +45,9 @@ BridgeServer bridge_start(const RunConfig&, const std::string&) {
   throw std::runtime_error("bridge: shmbus-bench was built without bridge/");
 }
 std::string bridge_stop(BridgeServer&) { return {}; }
-std::vector<int> tcp_pairs(std::uint32_t) { throw std::runtime_error("tcp: shmbus-bench was built without bridge/"); }
+std::vector<int> tcp_pairs(std::uint32_t) {
+  throw std::runtime_error("tcp: shmbus-bench was built without bridge/");
+}
 void run_bridge(Control&, Role, int) {}
 void run_tcp(Control&, Role, int) {}
 }  // namespace bench
@@ -89,7 +91,8 @@ const char* label_of(Transport t) noexcept {
   return "?";
 }
 bool has_broadcast(Transport t) noexcept {
-  return t == Transport::shmbus || t == Transport::zmq || t == Transport::ring || t == Transport::bridge;
+  return t == Transport::shmbus || t == Transport::zmq || t == Transport::ring ||
+         t == Transport::bridge;
 }
 const char* name_of(Mode m) noexcept {
   switch (m) {
@@ -464,7 +467,8 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
       cfg.port = server.port;
       break;
     case Transport::tcp:
-      if (cf.mode == Mode::pingpong || cf.mode == Mode::idle) throw std::runtime_error("tcp: full and rate modes only");
+      if (cf.mode == Mode::pingpong || cf.mode == Mode::idle)
+        throw std::runtime_error("tcp: full and rate modes only");
       fds = tcp_pairs(cfg.consumers);
       break;
     case Transport::uds:
@@ -841,13 +845,15 @@ std::vector<Target> check_targets(const Options& o, const std::vector<Row>& rows
   // Issue 10's bridge targets, measured only with --transports bridge,tcp.
   const Row* g1 = find(rows, Transport::bridge, Mode::full, 1, 128);
   const Row* gr = find(rows, Transport::bridge, Mode::rate, 1, 128);
-  add("bridge 1→1, 128 B: ≥ 2 M msgs/s", usable(g1), usable(g1) ? fmt_rate(g1->med.per_consumer_mps) + " msgs/s" : "",
+  add("bridge 1→1, 128 B: ≥ 2 M msgs/s", usable(g1),
+      usable(g1) ? fmt_rate(g1->med.per_consumer_mps) + " msgs/s" : "",
       usable(g1) && g1->med.per_consumer_mps >= 2e6);
   add("bridge 1→1, 128 B: ≥ 0.7× the plain TCP socket", g1 && g1->vs_tcp.has_value(),
       g1 && g1->vs_tcp ? fmt("%.2f×", *g1->vs_tcp) : "", g1 && g1->vs_tcp && *g1->vs_tcp >= 0.7);
   if (usable(gr))  // reported, no bound
-    t.push_back({"bridge at " + fmt_rate(static_cast<double>(o.rate)) + " msgs/s offered: p99 reported",
-                 "p50 " + fmt_ns(gr->med.p50) + ", p99 " + fmt_ns(gr->med.p99), std::nullopt});
+    t.push_back(
+        {"bridge at " + fmt_rate(static_cast<double>(o.rate)) + " msgs/s offered: p99 reported",
+         "p50 " + fmt_ns(gr->med.p50) + ", p99 " + fmt_ns(gr->med.p99), std::nullopt});
   return t;
 }
 
@@ -915,8 +921,11 @@ int main(int argc, char** argv) {
       "ring (`ring`: the ceiling on this machine). Every receiver checks every sequence number;\n"
       "a run with a loss is FAILED. Machine, placement and a markdown table on stdout,\n"
       "progress on stderr."};
-  app.add_option("--transports", o.transports, "ring (the reference), shmbus, bipc, uds, pipe, zmq; also (not by default, full and rate "
-                 "modes) bridge (bus → shmbus-bridge serve → TCP subscriber) and tcp (a plain loopback socket)")
+  app.add_option(
+         "--transports", o.transports,
+         "ring (the reference), shmbus, bipc, uds, pipe, zmq; also (not by default, full and rate "
+         "modes) bridge (bus → shmbus-bridge serve → TCP subscriber) and tcp (a plain loopback "
+         "socket)")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--modes", o.modes, "full, rate, pingpong, idle")->delimiter(',')->capture_default_str();
@@ -964,7 +973,8 @@ int main(int argc, char** argv) {
   app.add_option("--clock", o.clock, "tsc (rdtsc calibrated to CLOCK_MONOTONIC) or monotonic")->capture_default_str();
   app.add_option("--timeout", o.timeout_s, "seconds before a run is killed and FAILED")->capture_default_str();
   app.add_option("--json", o.json_path, "write every run and the medians to this file");
-  app.add_option("--bridge-path", o.bridge_path, "the shmbus-bridge program the bridge transport runs")
+  app.add_option("--bridge-path", o.bridge_path,
+                 "the shmbus-bridge program the bridge transport runs")
       ->capture_default_str();
   app.add_flag("--targets", o.targets, "also print the issue's targets, met or not, as a second table");
   app.add_flag("--quick", o.quick, "tiny counts (a smoke test): 20000 msgs, 2000 round trips, 1 s idle");
@@ -1094,7 +1104,9 @@ int main(int argc, char** argv) {
     const std::uint64_t t_start = mono_ns();
     for (const auto& g : groups) {
       const std::size_t first = rows.size();
-      for (const auto& cf : g) rows.push_back(Row{cf, {}, {}, 0, {}, std::nullopt, std::nullopt, std::nullopt, std::nullopt});
+      for (const auto& cf : g)
+        rows.push_back(
+            Row{cf, {}, {}, 0, {}, std::nullopt, std::nullopt, std::nullopt, std::nullopt});
       for (int k = 0; k < o.runs; ++k) {
         for (std::size_t j = 0; j < g.size(); ++j) {
           const Config& cf = g[j];
@@ -1146,10 +1158,12 @@ int main(int argc, char** argv) {
     print_table(o, rows);
     for (const Row& r : rows)
       if (r.vs_tcp)
-        std::printf("\n`bridge ÷ tcp`, %s, %u consumer(s), %u B: %s (%s; median of per-round ratios)\n",
-                    mode_label(o, r.cf.mode).c_str(), r.cf.consumers, r.cf.size, fmt_ratio(*r.vs_tcp).c_str(),
-                    r.cf.mode == Mode::full ? "msgs/s per consumer, the bridge's ÷ the plain socket's"
-                                            : "p99 latency, the plain socket's ÷ the bridge's");
+        std::printf(
+            "\n`bridge ÷ tcp`, %s, %u consumer(s), %u B: %s (%s; median of per-round ratios)\n",
+            mode_label(o, r.cf.mode).c_str(), r.cf.consumers, r.cf.size,
+            fmt_ratio(*r.vs_tcp).c_str(),
+            r.cf.mode == Mode::full ? "msgs/s per consumer, the bridge's ÷ the plain socket's"
+                                    : "p99 latency, the plain socket's ÷ the bridge's");
     const auto targets = check_targets(o, rows);
     if (o.targets) {
       std::printf("\n| target | measured | met |\n|---|---|---|\n");
@@ -1174,7 +1188,9 @@ int main(int argc, char** argv) {
       jr["status"] = r.failed ? "FAILED" : "ok";
       if (!r.first_error.empty()) jr["first_error"] = r.first_error;
       if (r.vs_shmbus) jr["shmbus_times_better"] = *r.vs_shmbus;
-      if (r.vs_tcp) jr["vs_tcp"] = r.cf.mode == Mode::full ? json{{"msgs_per_s", *r.vs_tcp}} : json{{"p99", *r.vs_tcp}};
+      if (r.vs_tcp)
+        jr["vs_tcp"] =
+            r.cf.mode == Mode::full ? json{{"msgs_per_s", *r.vs_tcp}} : json{{"p99", *r.vs_tcp}};
       if (r.cf.transport == Transport::ring && r.med.ok && r.cf.mode != Mode::idle) {
         jr["vs_ring"] = r.cf.mode == Mode::full ? json{{"msgs_per_s", 1.0}} : json{{"p50", 1.0}, {"p99", 1.0}};
       } else if (r.vs_ring) {

@@ -19,6 +19,7 @@
 // left out: at most a few per 64 KiB.
 //
 // Descriptors (tcp): fds[2i] producer's end, fds[2i+1] consumer i's end.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -27,8 +28,6 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <arpa/inet.h>
 
 #include <cerrno>
 #include <chrono>
@@ -61,11 +60,13 @@ class BridgeReceiver {
   template <class F>
   long recv(F&& on_message, std::uint64_t timeout_ns) noexcept {
     try {
-      const auto wait = timeout_ns == kForever ? std::chrono::milliseconds::max()
-                                               : std::chrono::milliseconds((timeout_ns + 999'999) / 1'000'000);
+      const auto wait = timeout_ns == kForever
+                            ? std::chrono::milliseconds::max()
+                            : std::chrono::milliseconds((timeout_ns + 999'999) / 1'000'000);
       const shmbus::bridge::Event ev = client_.next(wait);
       switch (ev.kind) {
-        case shmbus::bridge::Event::Kind::none: return 0;
+        case shmbus::bridge::Event::Kind::none:
+          return 0;
         case shmbus::bridge::Event::Kind::batch: {
           long n = 0;
           for (const shmbus::bridge::BatchMessage m : ev.batch) {
@@ -74,8 +75,10 @@ class BridgeReceiver {
           }
           return n;
         }
-        case shmbus::bridge::Event::Kind::loss: return fail("the bridge reported a loss");
-        case shmbus::bridge::Event::Kind::end: return fail("end of stream");
+        case shmbus::bridge::Event::Kind::loss:
+          return fail("the bridge reported a loss");
+        case shmbus::bridge::Event::Kind::end:
+          return fail("end of stream");
       }
       return fail("unknown event");
     } catch (const std::exception& e) {
@@ -105,7 +108,9 @@ class BridgeReceiver {
 
 class TcpSender {
  public:
-  explicit TcpSender(std::vector<int> fds) : fds_(std::move(fds)) { buf_.reserve(kFlushAt + 65536 + kRecordHeader); }
+  explicit TcpSender(std::vector<int> fds) : fds_(std::move(fds)) {
+    buf_.reserve(kFlushAt + 65536 + kRecordHeader);
+  }
   bool send(const std::byte* p, std::size_t n) noexcept {
     unsigned char h[kRecordHeader] = {};
     std::memcpy(h, &seq_, 8);  // little-endian hosts only, as the bench is x86
@@ -215,37 +220,42 @@ class TcpReceiver {
 
 BridgeServer bridge_start(const RunConfig& cfg, const std::string& program) {
   int err[2];
-  if (::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  if (::pipe2(err, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
     ::dup2(err[1], 2);
-    const char* argv[] = {program.c_str(), "serve", cfg.name, "--listen", "127.0.0.1:0", "--slow", "block",
-                          "--stats-interval", "0", nullptr};
+    const char* argv[] = {program.c_str(), "serve", cfg.name,           "--listen", "127.0.0.1:0",
+                          "--slow",        "block", "--stats-interval", "0",        nullptr};
     execv(program.c_str(), const_cast<char* const*>(argv));
     std::fprintf(stderr, "exec %s: %s\n", program.c_str(), std::strerror(errno));
     _exit(127);
   }
   ::close(err[1]);
   BridgeServer s{pid, err[0], 0};
-  // The first line says where it listens: "... serving bus 'NAME' on 127.0.0.1:PORT (--slow block)".
+  // The first line says where it listens: "... serving bus 'NAME' on 127.0.0.1:PORT (--slow
+  // block)".
   std::string line;
   const std::uint64_t deadline = mono_ns() + 10'000'000'000ull;
   while (line.find('\n') == std::string::npos) {
     pollfd pfd{err[0], POLLIN, 0};
     const std::uint64_t now = mono_ns();
-    if (now > deadline || ::poll(&pfd, 1, static_cast<int>((deadline - now) / 1'000'000) + 1) <= 0) break;
+    if (now > deadline || ::poll(&pfd, 1, static_cast<int>((deadline - now) / 1'000'000) + 1) <= 0)
+      break;
     char b[256];
     const ssize_t got = ::read(err[0], b, sizeof b);
     if (got <= 0) break;
     line.append(b, static_cast<std::size_t>(got));
   }
   const auto at = line.find("127.0.0.1:");
-  if (at != std::string::npos) s.port = static_cast<std::uint32_t>(std::strtoul(line.c_str() + at + 10, nullptr, 10));
+  if (at != std::string::npos)
+    s.port = static_cast<std::uint32_t>(std::strtoul(line.c_str() + at + 10, nullptr, 10));
   if (s.port == 0) {
     bridge_stop(s);
     while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-    throw std::runtime_error("shmbus-bridge serve did not start: " + (line.empty() ? program : line));
+    throw std::runtime_error("shmbus-bridge serve did not start: " +
+                             (line.empty() ? program : line));
   }
   return s;
 }
@@ -275,7 +285,9 @@ std::string bridge_stop(BridgeServer& s) {
 }
 
 std::vector<int> tcp_pairs(std::uint32_t n) {
-  auto fail = [](const char* what) { throw std::runtime_error(std::string("tcp ") + what + ": " + std::strerror(errno)); };
+  auto fail = [](const char* what) {
+    throw std::runtime_error(std::string("tcp ") + what + ": " + std::strerror(errno));
+  };
   const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (lfd < 0) fail("socket");
   sockaddr_in a{};
@@ -308,7 +320,8 @@ std::vector<int> tcp_pairs(std::uint32_t n) {
 void run_bridge(Control& c, Role role, int id) {
   const RunConfig& cfg = c.cfg;
   if (cfg.mode == Mode::pingpong || cfg.mode == Mode::idle) {
-    set_error(role == Role::producer ? c.producer : c.consumer[id], "bridge: full and rate modes only");
+    set_error(role == Role::producer ? c.producer : c.consumer[id],
+              "bridge: full and rate modes only");
     finish_result(role == Role::producer ? c.producer : c.consumer[id], false);
     return;
   }
@@ -331,7 +344,8 @@ void run_bridge(Control& c, Role role, int id) {
 void run_tcp(Control& c, Role role, int id) {
   const RunConfig& cfg = c.cfg;
   if (cfg.mode == Mode::pingpong || cfg.mode == Mode::idle) {
-    set_error(role == Role::producer ? c.producer : c.consumer[id], "tcp: full and rate modes only");
+    set_error(role == Role::producer ? c.producer : c.consumer[id],
+              "tcp: full and rate modes only");
     finish_result(role == Role::producer ? c.producer : c.consumer[id], false);
     return;
   }

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "headers.hpp"
 
@@ -12,17 +13,26 @@ namespace shmbus::nats {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr std::int64_t kFetchWaitMs = 1000;  // see the fetch in run_in
+constexpr std::int64_t kFetchWaitMs = 1000;  // a pull request's expiry
 
-
+// A durable pull consumer read with pull requests of our own: a plain
+// subscription on a fresh inbox, one request at a time to
+// $JS.API.CONSUMER.MSG.NEXT.<stream>.<durable> ({"batch": N, "expires": ns},
+// replying to the inbox). Every data message that reaches the inbox is a
+// delivery, whichever request it answered, so one that arrives after its
+// request expired is simply taken by the next fetch; a header-only status
+// message (404 no messages, 408 request expired, 409 and the like) ends a
+// request. The client's own fetch (natsSubscription_Fetch, libnats 3.4.1)
+// is not used: a fetch that timed out while messages were still arriving
+// left them queued, and the next one returned more than it had room for.
 class PullConsumer {
  public:
-  PullConsumer(const Connection& c, const InOptions& o) : c_(c), o_(o) {}
+  PullConsumer(const Connection& c, const InOptions& o)
+      : c_(c), o_(o), next_subject_(fmt::format("$JS.API.CONSUMER.MSG.NEXT.{}.{}", o.stream, o.durable)) {}
   ~PullConsumer() { reset(); }
   PullConsumer(const PullConsumer&) = delete;
   PullConsumer& operator=(const PullConsumer&) = delete;
 
-  natsSubscription* sub() const noexcept { return sub_; }
   void reset() noexcept {
     if (sub_ != nullptr) natsSubscription_Destroy(sub_);
     sub_ = nullptr;
@@ -44,38 +54,106 @@ class PullConsumer {
     return next;
   }
 
-  // (Re)creates the durable so that it delivers from stream sequence `from`.
+  // (Re)creates the durable so that it delivers from stream sequence
+  // `from`, on a fresh inbox (nothing meant for the old one is read).
   void subscribe_from(std::uint64_t from) {
     reset();
+    const std::string what = fmt::format("stream '{}' consumer '{}'", o_.stream, o_.durable);
     jsErrCode code = static_cast<jsErrCode>(0);
     natsStatus s = js_DeleteConsumer(c_.js(), o_.stream.c_str(), o_.durable.c_str(), nullptr, &code);
     if (s != NATS_OK && !(s == NATS_NOT_FOUND && code == JSConsumerNotFoundErr)) {
-      throw GatewayError(js_error_text(fmt::format("stream '{}' consumer '{}'", o_.stream, o_.durable), s, code,
-                                       c_.last_async_error()));
+      throw GatewayError(js_error_text(what, s, code, c_.last_async_error()));
     }
-    jsSubOptions so;
-    jsSubOptions_Init(&so);
-    so.Stream = o_.stream.c_str();
-    so.Config.Durable = o_.durable.c_str();
-    so.Config.AckPolicy = js_AckAll;
-    so.Config.AckWait = o_.ack_wait_ms * 1'000'000;
-    so.Config.MaxAckPending = 1 << 20;
-    so.Config.DeliverPolicy = from <= 1 ? js_DeliverAll : js_DeliverByStartSequence;
-    so.Config.OptStartSeq = from <= 1 ? 0 : from;
-    const std::string filter = o_.subject.empty() ? std::string(">") : o_.subject;
+    jsConsumerConfig cfg;
+    jsConsumerConfig_Init(&cfg);
+    cfg.Durable = o_.durable.c_str();
+    cfg.AckPolicy = js_AckAll;
+    cfg.AckWait = o_.ack_wait_ms * 1'000'000;
+    cfg.MaxAckPending = 1 << 20;
+    cfg.DeliverPolicy = from <= 1 ? js_DeliverAll : js_DeliverByStartSequence;
+    cfg.OptStartSeq = from <= 1 ? 0 : from;
+    if (!o_.subject.empty()) cfg.FilterSubject = o_.subject.c_str();
+    jsConsumerInfo* ci = nullptr;
     code = static_cast<jsErrCode>(0);
-    s = js_PullSubscribe(&sub_, c_.js(), filter.c_str(), o_.durable.c_str(), nullptr, &so, &code);
+    s = js_AddConsumer(&ci, c_.js(), o_.stream.c_str(), &cfg, nullptr, &code);
+    if (ci != nullptr) jsConsumerInfo_Destroy(ci);
+    if (s != NATS_OK) throw GatewayError(js_error_text(what, s, code, c_.last_async_error()));
+    natsInbox* inbox = nullptr;
+    if ((s = natsInbox_Create(&inbox)) != NATS_OK) throw GatewayError(fmt::format("{}: {}", what, status_text(s)));
+    inbox_ = inbox;
+    natsInbox_Destroy(inbox);
+    s = natsConnection_SubscribeSync(&sub_, c_.nc(), inbox_.c_str());
     if (s != NATS_OK) {
       sub_ = nullptr;
-      throw GatewayError(js_error_text(fmt::format("stream '{}' consumer '{}'", o_.stream, o_.durable), s, code,
-                                       c_.last_async_error()));
+      throw GatewayError(js_error_text(what, s, code, c_.last_async_error()));
     }
+    // Deliveries are taken as fast as the bus takes them: no client-side limit.
+    natsSubscription_SetPendingLimits(sub_, -1, -1);
+  }
+
+  enum class Fetch : std::uint8_t {
+    done,    // the request ended (filled, expired, no messages) or its wait ran out
+    rewind,  // the consumer is gone or changed: recreate it from the last committed
+    failed,  // the request could not be sent (not connected)
+  };
+
+  // Asks for up to `batch` messages and appends what arrives within the
+  // request's expiry to `out` (which owns them). Untrusted: a message
+  // without a reply subject or a Status header is a delivery only if its
+  // reply subject parses (the caller checks it); anything else is dropped.
+  Fetch fetch(std::vector<natsMsg*>& out, int batch, natsStatus& error) {
+    const std::string body =
+        fmt::format(R"({{"batch":{},"expires":{}}})", batch, kFetchWaitMs * 1'000'000);
+    error = natsConnection_PublishRequest(c_.nc(), next_subject_.c_str(), inbox_.c_str(), body.data(),
+                                          static_cast<int>(body.size()));
+    if (error != NATS_OK) return Fetch::failed;
+    // The server ends the request by its expiry; a margin covers the trip.
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kFetchWaitMs + 500);
+    while (static_cast<int>(out.size()) < batch) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return Fetch::done;
+      natsMsg* m = nullptr;
+      const natsStatus s = natsSubscription_NextMsg(&m, sub_, left);
+      if (s == NATS_TIMEOUT) return Fetch::done;
+      if (s != NATS_OK) {
+        error = s;
+        return Fetch::failed;
+      }
+      const char* reply = natsMsg_GetReply(m);
+      if (reply != nullptr && *reply != '\0') {
+        out.push_back(m);
+        continue;
+      }
+      // A status message: "404"/"408" end this request; "409" (consumer
+      // deleted, leadership change, too many requests) and "503" (no
+      // responders: the consumer is gone) call for a fresh consumer.
+      const char* status = nullptr;
+      natsMsgHeader_Get(m, "Status", &status);
+      const std::string code = status != nullptr ? std::string(status).substr(0, 3) : std::string();
+      natsMsg_Destroy(m);
+      if (code == "404" || code == "408") return Fetch::done;
+      if (code == "409" || code == "503") return Fetch::rewind;
+      // Neither a delivery nor a status we know: ignored.
+    }
+    return Fetch::done;
   }
 
  private:
   const Connection& c_;
   const InOptions& o_;
+  std::string next_subject_;
+  std::string inbox_;
   natsSubscription* sub_ = nullptr;
+};
+
+// Destroys the fetched messages however the batch ends.
+struct FetchedBatch {
+  std::vector<natsMsg*> msgs;
+  ~FetchedBatch() { clear(); }
+  void clear() noexcept {
+    for (natsMsg* m : msgs) natsMsg_Destroy(m);
+    msgs.clear();
+  }
 };
 
 bool fatal_text(const std::string& what) { return is_fatal(GatewayError(what)); }
@@ -119,6 +197,7 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
   std::chrono::milliseconds backoff{50};
   bool need_rewind = false;
   bool stopped = false;
+  FetchedBatch fetched;
 
   while (!stop()) {
     if (o.count != 0 && st.published >= o.count) {
@@ -141,56 +220,44 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
         continue;
       }
     }
-    natsMsgList list{};
-    jsErrCode code = static_cast<jsErrCode>(0);
-    // A fetch waits up to a second: one that times out while messages are
-    // still arriving leaves them queued for the next fetch, and Debian's
-    // client (3.4.1) can then gather more messages than the batch it
-    // allocated (AddressSanitizer saw a read one past the list, a release
-    // build heap corruption). With a long wait a fetch ends by filling its
-    // batch while the stream flows; one that ends short is followed by a
-    // fresh subscription (below), so no fetch ever finds messages queued.
-    const natsStatus s = natsSubscription_Fetch(&list, pull.sub(), o.batch, kFetchWaitMs, &code);
-    // Never trust the count beyond what was asked for.
-    if (list.Count > o.batch) list.Count = o.batch;
-    // A fetch that ended short (its wait ran out) may have left messages on
-    // their way into the subscription's queue, where the next fetch would
-    // meet the client's bug: start the next one on a fresh subscription,
-    // from the last message committed (what was not acknowledged comes again).
-    if (s == NATS_TIMEOUT || (s == NATS_OK && list.Count < o.batch)) need_rewind = true;
-    if (s == NATS_TIMEOUT || (s == NATS_OK && list.Count == 0)) {
-      natsMsgList_Destroy(&list);
-      if (o.idle_timeout.count() > 0 && Clock::now() - last_data > o.idle_timeout) {
-        st.end = "idle";
-        break;
-      }
-    } else if (s != NATS_OK) {
-      natsMsgList_Destroy(&list);
-      const std::string what = js_error_text(fmt::format("fetch from consumer '{}'", o.durable), s, code,
-                                             conn.last_async_error());
+    fetched.clear();
+    natsStatus error = NATS_OK;
+    const PullConsumer::Fetch f = pull.fetch(fetched.msgs, o.batch, error);
+    if (f == PullConsumer::Fetch::rewind) need_rewind = true;
+    if (f == PullConsumer::Fetch::failed) {
+      const std::string what = fmt::format("fetch from consumer '{}': {}", o.durable, status_text(error));
       if (fatal_text(what) && conn.connected()) throw GatewayError(what);
       need_rewind = true;  // whatever was in flight comes again
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
       continue;
+    }
+    if (fetched.msgs.empty()) {
+      if (o.idle_timeout.count() > 0 && Clock::now() - last_data > o.idle_timeout) {
+        st.end = "idle";
+        break;
+      }
     } else {
       last_data = Clock::now();
       natsMsg* last_msg = nullptr;  // the last message committed or skipped
       std::uint64_t handled = 0;
-      for (int i = 0; i < list.Count; ++i) {
-        natsMsg* m = list.Msgs[i];
-        if (m == nullptr) continue;
+      for (natsMsg* m : fetched.msgs) {
         ++st.received;
         const char* reply = natsMsg_GetReply(m);
         const std::optional<AckInfo> ai = parse_ack_subject(reply != nullptr ? reply : "");
-        if (ai && ai->delivered > 1) ++st.redelivered;
+        if (!ai) {
+          // Not a JetStream delivery (anyone may publish to an inbox): neither published nor acknowledged.
+          ++st.invalid;
+          continue;
+        }
+        if (ai->delivered > 1) ++st.redelivered;
         const char* seq_value = nullptr;
         natsMsgHeader_Get(m, kSeqHeader, &seq_value);
         const std::optional<std::uint64_t> seq = parse_seq(seq_value);
         if (!seq) {
           last_msg = m;
           ++handled;
-          if (ai) last_committed_sseq = ai->stream_seq;
+          last_committed_sseq = ai->stream_seq;
           ++st.invalid;
           if (!warned_invalid) {
             warned_invalid = true;
@@ -204,12 +271,11 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
           ++st.skipped_duplicates;
           last_msg = m;
           ++handled;
-          if (ai) last_committed_sseq = ai->stream_seq;
+          last_committed_sseq = ai->stream_seq;
           continue;
         }
         const int len = natsMsg_GetDataLength(m);
         if (len < 0 || static_cast<std::uint32_t>(len) > max_payload) {
-          natsMsgList_Destroy(&list);
           throw GatewayError(fmt::format("bus '{}': message {} has {} bytes, more than the bus's {}-byte records hold",
                                          o.bus, *seq, len, max_payload));
         }
@@ -224,7 +290,6 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
             break;
           }
           if (ps != PublishStatus::ok) {
-            natsMsgList_Destroy(&list);
             throw GatewayError(fmt::format("bus '{}': cannot move to sequence {}: {}", o.bus, *seq, to_string(ps)));
           }
           if (bus.head() != 0 || next != 0) st.gap += *seq - next;
@@ -237,19 +302,23 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
           break;
         }
         if (!r) {
-          natsMsgList_Destroy(&list);
           throw GatewayError(fmt::format("bus '{}': publish: {}", o.bus, to_string(r.status)));
         }
         ++st.published;
         last_msg = m;
         ++handled;
-        if (ai) last_committed_sseq = ai->stream_seq;
+        last_committed_sseq = ai->stream_seq;
       }
-      // Everything up to the last message is committed (or skipped): one ack covers it all.
+      // Everything up to the last message is committed (or skipped): one
+      // ack covers it all (AckAll), sent to the delivery's reply subject.
       if (last_msg != nullptr) {
-        if (natsMsg_Ack(last_msg, nullptr) == NATS_OK) st.acknowledged += handled;
+        const char* reply = natsMsg_GetReply(last_msg);
+        if (parse_ack_subject(reply != nullptr ? reply : "") &&
+            natsConnection_PublishString(conn.nc(), reply, "+ACK") == NATS_OK) {
+          st.acknowledged += handled;
+        }
       }
-      natsMsgList_Destroy(&list);
+      fetched.clear();
       backoff = std::chrono::milliseconds(50);
       if (stopped) break;
     }

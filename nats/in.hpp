@@ -10,7 +10,8 @@
 // between were never in the stream and readers of the local bus count them
 // as lost, exactly.
 //
-// The durable pull consumer is acknowledged (AckAll) only after a fetched
+// Messages come from the durable pull consumer through pull requests of our
+// own (in.cpp, PullConsumer). It is acknowledged (AckAll) only after a fetched
 // batch is committed to the bus. Its acknowledged floor is where a restarted
 // `in` goes on: it recreates the durable at the floor, so that messages the
 // dead process had fetched but not committed come again, in stream order,
@@ -50,7 +51,7 @@ struct InStats {
   std::uint64_t redelivered = 0;       // fetched with a delivery count above 1
   std::uint64_t skipped_duplicates = 0;// below the bus's next sequence: acked, not published
   std::uint64_t gap = 0;               // sequences the stream never had (readers count them as lost)
-  std::uint64_t invalid = 0;           // no valid Shmbus-Seq header: acked, not published
+  std::uint64_t invalid = 0;           // no valid Shmbus-Seq header (acked, not published), or not a JetStream delivery
   std::uint64_t rewinds = 0;           // consumer recreated after a reconnect
   std::uint64_t reconnects = 0;
   std::uint64_t next_seq = 0;          // the bus's next sequence

@@ -222,5 +222,47 @@ TEST(NatsGateway, MissingStreamIsOneLineAndExit1) {
   Bus::remove(bus);
 }
 
+// A user the server forbids to publish anywhere (so to call JetStream's API):
+// one line naming the refusal, exit 1, for both directions.
+TEST(NatsGateway, PermissionDeniedIsOneLineAndExit1) {
+  NatsServer server(R"(authorization {
+  users = [ { user: "locked", password: "out", permissions: { publish: { deny: [">"] } } } ]
+})");
+  ASSERT_TRUE(server.ok());
+  const std::string bus = "nt-p-" + std::to_string(::getpid());
+  Bus::create(bus, BusOptions{1024, 64, Policy::block, 4});
+  const std::string url = "nats://locked:out@127.0.0.1:" + std::to_string(server.port());
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {kNats, "out", bus, "--server", url, "--stream", "S"},
+           {kNats, "in", bus, "--server", url, "--stream", "S", "--durable", "d"}}) {
+    const std::string log = log_path("denied");
+    Process p(args, log);
+    const int st = p.wait(30s);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << p.log_text();
+    const std::string text = p.log_text();
+    EXPECT_NE(text.find("permission denied by the server"), std::string::npos) << text;
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+    ::unlink(log.c_str());
+  }
+  Bus::remove(bus);
+}
+
+// A bad command line: one line, exit 2, nothing attempted.
+TEST(NatsGateway, UsageErrorIsOneLineAndExit2) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {kNats, "out", "some-bus"},                                  // no --stream
+           {kNats, "in", "some-bus", "--stream", "S"},                  // no --durable
+           {kNats, "sideways"}}) {
+    const std::string log = log_path("usage");
+    Process p(args, log);
+    const int st = p.wait(10s);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << p.log_text();
+    const std::string text = p.log_text();
+    EXPECT_EQ(text.rfind("shmbus-nats: ", 0), 0u) << text;
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+    ::unlink(log.c_str());
+  }
+}
+
 }  // namespace
 }  // namespace shmbus::nats::test

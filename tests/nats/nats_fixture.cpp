@@ -120,7 +120,7 @@ std::uint16_t free_port() {
   return port;
 }
 
-NatsServer::NatsServer() {
+NatsServer::NatsServer(std::string config) {
   const std::string bin = NATS_SERVER_BINARY;
   if (bin.empty() || ::access(bin.c_str(), X_OK) != 0) {
     ADD_FAILURE() << "nats-server not found: apt-get install nats-server (scripts/install-deps.sh installs it)";
@@ -132,6 +132,10 @@ NatsServer::NatsServer() {
     return;
   }
   dir_ = tmpl;
+  if (!config.empty()) {
+    config_file_ = dir_ + "/server.conf";
+    std::ofstream(config_file_) << config;
+  }
   // The free port may be taken by someone else before the server binds it:
   // then the server exits, and another port is tried.
   for (int attempt = 0; attempt < 10 && !ok_; ++attempt) {
@@ -153,9 +157,13 @@ std::string NatsServer::url() const { return "nats://127.0.0.1:" + std::to_strin
 
 bool NatsServer::start() {
   const std::string log = dir_ + "/server-" + std::to_string(starts_++) + ".log";
-  proc_ = Process({NATS_SERVER_BINARY, "-js", "-a", "127.0.0.1", "-p", std::to_string(port_), "-sd", dir_ + "/store",
-                   "--http_port", "0", "-n", "shmbus-test"},
-                  log);
+  std::vector<std::string> argv{NATS_SERVER_BINARY, "-js", "-a", "127.0.0.1", "-p", std::to_string(port_), "-sd",
+                                dir_ + "/store", "--http_port", "0", "-n", "shmbus-test"};
+  if (!config_file_.empty()) {
+    argv.push_back("-c");
+    argv.push_back(config_file_);
+  }
+  proc_ = Process(argv, log);
   // Ready once it logs so (and still running); an exit means a lost port race.
   bool ready = false;
   wait_until(

@@ -46,8 +46,10 @@ class Process {
 
 class NatsServer {
  public:
-  // Fails the calling test (ADD_FAILURE) if nats-server is missing or does not start.
-  NatsServer();
+  // Fails the calling test (ADD_FAILURE) if nats-server is missing or does
+  // not start. `config`: the text of a server configuration file (users,
+  // permissions), or empty.
+  explicit NatsServer(std::string config = {});
   ~NatsServer();
   NatsServer(const NatsServer&) = delete;
   NatsServer& operator=(const NatsServer&) = delete;
@@ -67,6 +69,7 @@ class NatsServer {
  private:
   bool start();
   std::string dir_;
+  std::string config_file_;
   std::uint16_t port_ = 0;
   Process proc_;
   bool ok_ = false;

@@ -63,7 +63,8 @@ std::optional<AckInfo> parse_ack_subject(std::string_view reply) noexcept {
   const auto sseq = parse_seq(tok[base + 1]);
   const auto pending = parse_seq(tok[base + 4]);
   if (!delivered || !sseq || !pending) return std::nullopt;
-  return AckInfo{*delivered, *sseq, *pending};
+  if (tok[base - 2].empty() || tok[base - 1].empty()) return std::nullopt;
+  return AckInfo{*delivered, *sseq, *pending, tok[base - 2], tok[base - 1]};
 }
 
 std::string default_subject(std::string_view bus) { return "shmbus." + std::string(bus); }

@@ -44,6 +44,8 @@ struct AckInfo {
   std::uint64_t delivered = 0;   // 1 on first delivery, more on redelivery
   std::uint64_t stream_seq = 0;
   std::uint64_t pending = 0;     // messages left for the consumer after this one
+  std::string_view stream;       // the stream and consumer it names (views into the subject)
+  std::string_view consumer;
 };
 std::optional<AckInfo> parse_ack_subject(std::string_view reply) noexcept;
 

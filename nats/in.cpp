@@ -245,8 +245,9 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
         ++st.received;
         const char* reply = natsMsg_GetReply(m);
         const std::optional<AckInfo> ai = parse_ack_subject(reply != nullptr ? reply : "");
-        if (!ai) {
-          // Not a JetStream delivery (anyone may publish to an inbox): neither published nor acknowledged.
+        if (!ai || ai->stream != o.stream || ai->consumer != o.durable) {
+          // Not a delivery of our consumer (anyone may publish to an inbox):
+          // neither published nor acknowledged.
           ++st.invalid;
           continue;
         }
@@ -313,7 +314,8 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
       // ack covers it all (AckAll), sent to the delivery's reply subject.
       if (last_msg != nullptr) {
         const char* reply = natsMsg_GetReply(last_msg);
-        if (parse_ack_subject(reply != nullptr ? reply : "") &&
+        // Only deliveries of our consumer are ever handled (checked above).
+        if (reply != nullptr &&
             natsConnection_PublishString(conn.nc(), reply, "+ACK") == NATS_OK) {
           st.acknowledged += handled;
         }

@@ -32,10 +32,14 @@ TEST(NatsHeaders, AckSubjectBothFormsAndNothingElse) {
   EXPECT_EQ(v1->delivered, 2u);
   EXPECT_EQ(v1->stream_seq, 1001u);
   EXPECT_EQ(v1->pending, 5u);
+  EXPECT_EQ(v1->stream, "S");
+  EXPECT_EQ(v1->consumer, "gw");
   auto v2 = parse_ack_subject("$JS.ACK.dom.hash.S.gw.1.42.42.1700000000000000000.0.tok");
   ASSERT_TRUE(v2);
   EXPECT_EQ(v2->delivered, 1u);
   EXPECT_EQ(v2->stream_seq, 42u);
+  EXPECT_EQ(v2->stream, "S");
+  EXPECT_EQ(v2->consumer, "gw");
   for (const char* bad : {"", "$JS.ACK", "_INBOX.x", "$JS.ACK.S.gw.x.1.1.1.1", "$JS.ACK.S.gw.1.1.1.1",
                           "$JS.NAK.S.gw.1.1.1.1.1", "$JS.ACK.a.b.c.d.e.f.g.h.i.j.k.l.m"}) {
     EXPECT_FALSE(parse_ack_subject(bad).has_value()) << bad;

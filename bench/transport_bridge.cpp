@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "client.hpp"
+#include "fd_io.hpp"
 #include "roles.hpp"
 
 namespace bench {
@@ -132,16 +133,7 @@ class TcpSender {
   bool write_out() noexcept {
     if (err_) return false;
     for (int fd : fds_) {
-      std::size_t off = 0;
-      while (off < buf_.size()) {
-        const ssize_t w = ::write(fd, buf_.data() + off, buf_.size() - off);
-        if (w < 0) {
-          if (errno == EINTR) continue;
-          err_ = errno;
-          return false;
-        }
-        off += static_cast<std::size_t>(w);
-      }
+      if (!write_all(fd, buf_.data(), buf_.size(), err_)) return false;
     }
     buf_.clear();
     return true;
@@ -158,13 +150,8 @@ class TcpReceiver {
 
   template <class F>
   long recv(F&& on_message, std::uint64_t timeout_ns) noexcept {
-    if (timeout_ns != kForever) {
-      pollfd pfd{fd_, POLLIN, 0};
-      const int ms = static_cast<int>((timeout_ns + 999'999) / 1'000'000);
-      const int r = ::poll(&pfd, 1, ms);
-      if (r == 0) return 0;
-      if (r < 0) return errno == EINTR ? 0 : fail("poll", errno);
-    }
+    const int ready = wait_readable(fd_, timeout_ns);
+    if (ready <= 0) return ready == 0 ? 0 : fail("poll", errno);
     long n = 0;
     while (n == 0) {
       const ssize_t got = ::read(fd_, buf_.data() + have_, buf_.size() - have_);
@@ -317,14 +304,21 @@ std::vector<int> tcp_pairs(std::uint32_t n) {
 
 // ------------------------------------------------------------ the roles
 
+// Both measure throughput and latency at a rate; ping-pong and idle are
+// refused with the reason in the result.
+bool refuse_mode(Control& c, Role role, int id, const char* transport) {
+  if (c.cfg.mode != Mode::pingpong && c.cfg.mode != Mode::idle) return false;
+  RoleResult& r = role == Role::producer ? c.producer : c.consumer[id];
+  char what[64];
+  std::snprintf(what, sizeof what, "%s: full and rate modes only", transport);
+  set_error(r, what);
+  finish_result(r, false);
+  return true;
+}
+
 void run_bridge(Control& c, Role role, int id) {
   const RunConfig& cfg = c.cfg;
-  if (cfg.mode == Mode::pingpong || cfg.mode == Mode::idle) {
-    set_error(role == Role::producer ? c.producer : c.consumer[id],
-              "bridge: full and rate modes only");
-    finish_result(role == Role::producer ? c.producer : c.consumer[id], false);
-    return;
-  }
+  if (refuse_mode(c, role, id, "bridge")) return;
   if (role == Role::producer) {
     run_shmbus(c, role, id);  // a producer on the bus, waiting for the bridge's reader slots
     return;
@@ -343,12 +337,7 @@ void run_bridge(Control& c, Role role, int id) {
 
 void run_tcp(Control& c, Role role, int id) {
   const RunConfig& cfg = c.cfg;
-  if (cfg.mode == Mode::pingpong || cfg.mode == Mode::idle) {
-    set_error(role == Role::producer ? c.producer : c.consumer[id],
-              "tcp: full and rate modes only");
-    finish_result(role == Role::producer ? c.producer : c.consumer[id], false);
-    return;
-  }
+  if (refuse_mode(c, role, id, "tcp")) return;
   if (role == Role::producer) {
     std::vector<int> outs;
     for (std::uint32_t i = 0; i < cfg.consumers; ++i) outs.push_back(cfg.fds[2 * i]);

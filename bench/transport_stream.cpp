@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "fd_io.hpp"
 #include "roles.hpp"
 
 namespace bench {
@@ -28,16 +29,7 @@ class StreamSender {
   explicit StreamSender(std::vector<int> fds) : fds_(std::move(fds)) {}
   bool send(const std::byte* p, std::size_t n) noexcept {
     for (int fd : fds_) {
-      std::size_t off = 0;
-      while (off < n) {
-        const ssize_t w = ::write(fd, p + off, n - off);
-        if (w < 0) {
-          if (errno == EINTR) continue;
-          err_ = errno;
-          return false;
-        }
-        off += static_cast<std::size_t>(w);
-      }
+      if (!write_all(fd, p, n, err_)) return false;
     }
     return true;
   }
@@ -55,13 +47,8 @@ class StreamReceiver {
 
   template <class F>
   long recv(F&& on_message, std::uint64_t timeout_ns) noexcept {
-    if (timeout_ns != kForever) {
-      pollfd pfd{fd_, POLLIN, 0};
-      const int ms = static_cast<int>((timeout_ns + 999'999) / 1'000'000);
-      const int r = ::poll(&pfd, 1, ms);
-      if (r == 0) return 0;
-      if (r < 0) return errno == EINTR ? 0 : fail("poll", errno);
-    }
+    const int ready = wait_readable(fd_, timeout_ns);
+    if (ready <= 0) return ready == 0 ? 0 : fail("poll", errno);
     for (;;) {
       const ssize_t got = ::read(fd_, buf_.data() + have_, buf_.size() - have_);
       if (got < 0) {

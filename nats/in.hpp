@@ -51,7 +51,7 @@ struct InStats {
   std::uint64_t redelivered = 0;       // fetched with a delivery count above 1
   std::uint64_t skipped_duplicates = 0;// below the bus's next sequence: acked, not published
   std::uint64_t gap = 0;               // sequences the stream never had (readers count them as lost)
-  std::uint64_t invalid = 0;           // no valid Shmbus-Seq header (acked, not published), or not a JetStream delivery
+  std::uint64_t invalid = 0;           // no valid Shmbus-Seq header (acked), or not our delivery
   std::uint64_t rewinds = 0;           // consumer recreated after a reconnect
   std::uint64_t reconnects = 0;
   std::uint64_t next_seq = 0;          // the bus's next sequence

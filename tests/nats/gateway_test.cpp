@@ -182,22 +182,35 @@ TEST(NatsGateway, OutAndInKilledAndServerRestartedMidStreamStillExactlyOnce) {
   expect_exactly_once(p, consumer, in);
 }
 
+// Runs `args` and expects exit `code` with exactly one line on stderr that
+// starts with "shmbus-nats: " and contains `needle`.
+void expect_one_line_exit(const std::vector<std::string>& args, int code, const std::string& needle,
+                          std::chrono::seconds timeout) {
+  const std::string log = log_path("error");
+  Process p(args, log);
+  const int st = p.wait(timeout);
+  const std::string text = p.log_text();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == code) << args[1] << ": " << text;
+  EXPECT_EQ(text.rfind("shmbus-nats: ", 0), 0u) << text;
+  EXPECT_NE(text.find(needle), std::string::npos) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  ::unlink(log.c_str());
+}
+
+// `out` and `in` on `bus` against the server at `url`, stream `stream`.
+std::vector<std::vector<std::string>> both_directions(const std::string& bus, const std::string& url,
+                                                      const std::string& stream) {
+  return {{kNats, "out", bus, "--server", url, "--stream", stream},
+          {kNats, "in", bus, "--server", url, "--stream", stream, "--durable", "d"}};
+}
+
 TEST(NatsGateway, UnreachableServerIsOneLineAndExit1) {
   const std::string bus = "nt-u-" + std::to_string(::getpid());
   Bus::create(bus, BusOptions{1024, 64, Policy::block, 4});
   // A port nobody listens on: bound, then closed.
   const std::string url = "nats://127.0.0.1:" + std::to_string(free_port());
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {kNats, "out", bus, "--server", url, "--stream", "S"},
-           {kNats, "in", bus, "--server", url, "--stream", "S", "--durable", "d"}}) {
-    const std::string log = log_path("unreachable");
-    Process p(args, log);
-    const int st = p.wait(20s);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << p.log_text();
-    const std::string text = p.log_text();
-    EXPECT_NE(text.find("shmbus-nats: cannot connect to " + url), std::string::npos) << text;
-    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
-    ::unlink(log.c_str());
+  for (const auto& args : both_directions(bus, url, "S")) {
+    expect_one_line_exit(args, 1, "shmbus-nats: cannot connect to " + url, 20s);
   }
   Bus::remove(bus);
 }
@@ -207,17 +220,8 @@ TEST(NatsGateway, MissingStreamIsOneLineAndExit1) {
   ASSERT_TRUE(server.ok());
   const std::string bus = "nt-m-" + std::to_string(::getpid());
   Bus::create(bus, BusOptions{1024, 64, Policy::block, 4});
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {kNats, "out", bus, "--server", server.url(), "--stream", "NOPE"},
-           {kNats, "in", bus, "--server", server.url(), "--stream", "NOPE", "--durable", "d"}}) {
-    const std::string log = log_path("missing");
-    Process p(args, log);
-    const int st = p.wait(20s);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << p.log_text();
-    const std::string text = p.log_text();
-    EXPECT_NE(text.find("shmbus-nats: stream 'NOPE': stream not found"), std::string::npos) << text;
-    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
-    ::unlink(log.c_str());
+  for (const auto& args : both_directions(bus, server.url(), "NOPE")) {
+    expect_one_line_exit(args, 1, "shmbus-nats: stream 'NOPE': stream not found", 20s);
   }
   Bus::remove(bus);
 }
@@ -232,36 +236,17 @@ TEST(NatsGateway, PermissionDeniedIsOneLineAndExit1) {
   const std::string bus = "nt-p-" + std::to_string(::getpid());
   Bus::create(bus, BusOptions{1024, 64, Policy::block, 4});
   const std::string url = "nats://locked:out@127.0.0.1:" + std::to_string(server.port());
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {kNats, "out", bus, "--server", url, "--stream", "S"},
-           {kNats, "in", bus, "--server", url, "--stream", "S", "--durable", "d"}}) {
-    const std::string log = log_path("denied");
-    Process p(args, log);
-    const int st = p.wait(30s);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << p.log_text();
-    const std::string text = p.log_text();
-    EXPECT_NE(text.find("permission denied by the server"), std::string::npos) << text;
-    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
-    ::unlink(log.c_str());
+  for (const auto& args : both_directions(bus, url, "S")) {
+    expect_one_line_exit(args, 1, "permission denied by the server", 30s);
   }
   Bus::remove(bus);
 }
 
 // A bad command line: one line, exit 2, nothing attempted.
 TEST(NatsGateway, UsageErrorIsOneLineAndExit2) {
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {kNats, "out", "some-bus"},                                  // no --stream
-           {kNats, "in", "some-bus", "--stream", "S"},                  // no --durable
-           {kNats, "sideways"}}) {
-    const std::string log = log_path("usage");
-    Process p(args, log);
-    const int st = p.wait(10s);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << p.log_text();
-    const std::string text = p.log_text();
-    EXPECT_EQ(text.rfind("shmbus-nats: ", 0), 0u) << text;
-    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
-    ::unlink(log.c_str());
-  }
+  expect_one_line_exit({kNats, "out", "some-bus"}, 2, "--stream is required", 10s);
+  expect_one_line_exit({kNats, "in", "some-bus", "--stream", "S"}, 2, "--durable is required", 10s);
+  expect_one_line_exit({kNats, "sideways"}, 2, "subcommand", 10s);
 }
 
 }  // namespace

@@ -180,7 +180,7 @@ struct Consumer::Impl {
         // BUSY store (begin_write). A changed tag means the copy may be torn:
         // discard it.
         std::atomic_thread_fence(std::memory_order_acquire);
-        if (r->tag.load(std::memory_order_relaxed) != t) return lapped(c);
+        if (r->tag.load(std::memory_order_relaxed) != t) return lapped(c, out);
         src = copy_to;
       }
       if (len > max_payload) [[unlikely]] {
@@ -201,13 +201,14 @@ struct Consumer::Impl {
     if (t == 0) return Step::empty;
     const std::uint64_t tseq = (t & ~layout::kBusyBit) - 1;
     if (tseq <= c) return Step::empty;  // an older occupant, or record c being written
-    return lapped(c);
+    return lapped(c, out);
   }
 
   // Record `c` was overwritten before we read it. Resume at the oldest
   // retained record and count every sequence skipped. (If that one is
   // overwritten too before we read it, the next lap is counted the same way.)
-  Step lapped(std::uint64_t c) noexcept {
+  // A tag no lap can explain makes record `c` corrupt (`out.seq` says which).
+  Step lapped(std::uint64_t c, Message& out) noexcept {
     layout::RecordHeader* r = seg.record(c);
     const std::uint64_t t = r->tag.load(std::memory_order_acquire);
     const std::uint64_t tseq = (t & ~layout::kBusyBit) - 1;
@@ -217,6 +218,7 @@ struct Consumer::Impl {
     // skip nothing. Judged once committed.
     if ((t & layout::kBusyBit) && h->head.load(std::memory_order_acquire) == 0) return Step::empty;
     if ((tseq & mask) != (c & mask)) {           // a tag that cannot be in this slot
+      out.seq = c;
       cursor = c + 1;
       return Step::corrupt;
     }
@@ -228,10 +230,23 @@ struct Consumer::Impl {
       std::atomic_thread_fence(std::memory_order_acquire);
       if (gap && r->tag.load(std::memory_order_relaxed) == t) return cross_gap(c, *gap);
     }
+    // Acquire pairs with publish_head's release store. Loaded after the
+    // tag's acquire load (paired with the commit's release store), head is
+    // at least what the producer had published before it wrote record tseq.
+    const std::uint64_t hd = h->head.load(std::memory_order_acquire);
+    if (tseq >= hd && tseq - hd >= cap) [[unlikely]] {
+      // A tag a full ring past head: no publish writes one (a batch runs at
+      // most half a ring ahead of head). Only skip_to's markers, while BUSY,
+      // or a tag that changed under us may look like this: read again.
+      // Anything else is a corrupt record, not a lap to a made-up sequence.
+      if ((t & layout::kBusyBit) || r->tag.load(std::memory_order_acquire) != t) return Step::empty;
+      out.seq = c;
+      cursor = c + 1;
+      return Step::corrupt;
+    }
     // Everything up to tseq - capacity is certainly gone; head (untrusted,
     // so only used when plausible) may say more is.
     std::uint64_t n = std::max(c + 1, tseq + 1 - cap);
-    const std::uint64_t hd = h->head.load(std::memory_order_acquire);
     if (hd >= cap && hd <= tseq + cap + 1) n = std::max(n, hd - cap);
     last_lost = n - c;
     lost += last_lost;

@@ -162,6 +162,40 @@ TEST_P(RecordFaking, AGapMarkerWithAnImpossibleTargetIsReportedCorruptAndSkipped
   }
 }
 
+TEST_P(RecordFaking, ATagAFullRingPastHeadIsCorruptNotALap) {
+  // A lap resumes a ring behind the tag it met. A tag no publish could have
+  // written yet (a ring or more past head) must not send the cursor there
+  // with a made-up loss count: it is a corrupt record, skipped.
+  constexpr std::uint64_t kCap = 8;
+  ScopedName name("corrupt-tag");
+  Bus bus = Bus::create(name, opts(kCap, GetParam()));
+  Consumer c(bus);
+  Producer p(bus);
+  for (std::uint64_t i = 0; i < kCap; ++i) ASSERT_TRUE(p.publish(bytes(std::to_string(i))));
+  for (std::uint64_t s = 0; s < kCap - 1; ++s) ASSERT_EQ(c.next(1s).message.seq, s);
+  RawSegment raw(name.path());
+  const std::uint64_t far = kCap - 1 + (kCap << 40);  // the same slot, 2^43 sequences on
+  const std::uint64_t real_tag = raw.record_header(kCap - 1).tag.load();
+
+  // While BUSY it may be Producer::skip_to writing its markers: not judged yet.
+  raw.record_header(kCap - 1).tag.store((far + 1) | layout::kBusyBit);
+  EXPECT_EQ(c.next(0ns).status, ReadStatus::timeout);
+  EXPECT_EQ(c.cursor(), kCap - 1);
+
+  raw.record_header(kCap - 1).tag.store(far + 1);  // committed
+  ReadResult r = c.next(1s);
+  ASSERT_EQ(r.status, ReadStatus::corrupt) << to_string(r.status) << " lost " << r.lost;
+  EXPECT_EQ(r.message.seq, kCap - 1);
+  EXPECT_EQ(c.cursor(), kCap);
+  EXPECT_EQ(c.lost(), 0u);
+  raw.record_header(kCap - 1).tag.store(real_tag);
+  ASSERT_TRUE(p.publish(bytes("after"), 2s));
+  r = c.next(1s);
+  ASSERT_EQ(r.status, ReadStatus::message);
+  EXPECT_EQ(r.message.seq, kCap);
+  EXPECT_EQ(text(r.message.payload), "after");
+}
+
 TEST_P(RecordFaking, AnImpossibleHeadIsRefusedAtAttach) {
   // Near 2^64, seq + 1 would wrap to 0, the tag of a record never written.
   for (const std::uint64_t head : {std::uint64_t{1} << 62, ~std::uint64_t{0}}) {

@@ -52,7 +52,7 @@ constexpr std::uint64_t kLivenessPeriodNs = 50'000'000;  // producer death notic
 constexpr std::size_t kCopyBudget = 4u << 20;             // overwrite copy buffer, bytes
 // `moved`: the cursor crossed a gap that lost nothing (never leaves try_read).
 enum class Step { message, empty, lost, corrupt, moved };
-constexpr std::uint64_t kMaxSequence = std::uint64_t{1} << 62;
+using layout::kMaxSequence;
 }  // namespace
 
 struct Consumer::Impl {
@@ -175,7 +175,7 @@ struct Consumer::Impl {
       std::optional<detail::Gap> gap;
       if (overwrite) {
         if (len <= max_payload) detail::load_shared_words(copy_to, src, len);
-        else gap = detail::read_gap(r, c);
+        else gap = detail::read_gap(r, c, cap);
         // Seqlock re-check: pairs with the producer's release fence after its
         // BUSY store (begin_write). A changed tag means the copy may be torn:
         // discard it.
@@ -184,7 +184,7 @@ struct Consumer::Impl {
         src = copy_to;
       }
       if (len > max_payload) [[unlikely]] {
-        if (!overwrite) gap = detail::read_gap(r, c);
+        if (!overwrite) gap = detail::read_gap(r, c, cap);
         if (gap) return cross_gap(c, *gap);
         out.seq = c;
         cursor = c + 1;
@@ -225,7 +225,7 @@ struct Consumer::Impl {
     if (t == tseq + 1) {
       // A gap marker past us (Producer::skip_to): it knows exactly where the
       // stream goes on.
-      const std::optional<detail::Gap> gap = detail::read_gap(r, tseq);
+      const std::optional<detail::Gap> gap = detail::read_gap(r, tseq, cap);
       // Pairs with the producer's release fence after its BUSY store.
       std::atomic_thread_fence(std::memory_order_acquire);
       if (gap && r->tag.load(std::memory_order_relaxed) == t) return cross_gap(c, *gap);
@@ -234,7 +234,7 @@ struct Consumer::Impl {
     // tag's acquire load (paired with the commit's release store), head is
     // at least what the producer had published before it wrote record tseq.
     const std::uint64_t hd = h->head.load(std::memory_order_acquire);
-    if (tseq >= hd && tseq - hd >= cap) [[unlikely]] {
+    if ((tseq >= hd && tseq - hd >= cap) || tseq >= kMaxSequence) [[unlikely]] {
       // A tag a full ring past head: no publish writes one (a batch runs at
       // most half a ring ahead of head). Only skip_to's markers, while BUSY,
       // or a tag that changed under us may look like this: read again.

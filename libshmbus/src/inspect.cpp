@@ -143,7 +143,7 @@ std::optional<RecordView> Inspector::record(std::uint64_t seq) const {
   // be rewriting the record meanwhile, in either policy once we are behind.
   v.timestamp_ns = std::atomic_ref<std::uint64_t>(r->timestamp_ns).load(std::memory_order_relaxed);
   v.length = std::atomic_ref<std::uint32_t>(r->length).load(std::memory_order_relaxed);
-  if (const std::optional<detail::Gap> gap = detail::read_gap(r, seq)) {
+  if (const std::optional<detail::Gap> gap = detail::read_gap(r, seq, seg.capacity())) {
     v.gap_to = gap->to;
     v.gap_lost = gap->lost;
   } else {
@@ -210,7 +210,7 @@ std::vector<Problem> Inspector::check() const {
     layout::RecordHeader* r = seg.record(i);
     const std::uint64_t t = r->tag.load(std::memory_order_acquire);
     const std::uint32_t len = std::atomic_ref<std::uint32_t>(r->length).load(std::memory_order_relaxed);
-    const bool gap = t != 0 && !(t & layout::kBusyBit) && detail::read_gap(r, t - 1).has_value();
+    const bool gap = t != 0 && !(t & layout::kBusyBit) && detail::read_gap(r, t - 1, cap).has_value();
     // Pairs with the producer's release fence after its BUSY store.
     std::atomic_thread_fence(std::memory_order_acquire);
     if (r->tag.load(std::memory_order_relaxed) != t) continue;  // being written right now

@@ -120,6 +120,10 @@ inline constexpr std::uint32_t kGapLost = 0xFFFF'FFFF;
 inline constexpr std::uint32_t kGapStart = 0xFFFF'FFFE;
 inline constexpr std::uint32_t kReaderNameSize = 32;
 inline constexpr std::uint64_t kBusyBit = std::uint64_t{1} << 63;
+// No sequence reaches 2^62 (146 years at 10^9 messages a second): a head, a
+// gap marker's target or a tag at or past it is corrupt. Far below 2^64, so
+// seq + 1 never wraps to 0, the tag of a record never written.
+inline constexpr std::uint64_t kMaxSequence = std::uint64_t{1} << 62;
 
 // ReaderSlot::owner holds kOwnerFree, a packed process identity, or a
 // reclaim marker: the reclaimer's identity with kReclaimBit set (bit 31 sits

@@ -216,7 +216,7 @@ void Producer::Impl::acquire_role() {
   for (std::uint64_t i = 0; i < cap; ++i) {
     layout::RecordHeader* r = seg.record(s);
     if (r->tag.load(std::memory_order_acquire) != s + 1) break;
-    const std::optional<detail::Gap> gap = detail::read_gap(r, s);
+    const std::optional<detail::Gap> gap = detail::read_gap(r, s, cap);
     s = gap ? gap->to : s + 1;
   }
   next = s;
@@ -441,7 +441,7 @@ PublishResult Producer::skip_to(std::uint64_t seq, std::chrono::nanoseconds time
   Impl& p = *impl_;
   if (p.refused()) [[unlikely]] return {PublishStatus::closed, 0};
   const std::uint64_t from = p.next;
-  if (seq < from) return {PublishStatus::invalid, 0};
+  if (seq < from || seq >= layout::kMaxSequence) return {PublishStatus::invalid, 0};
   if (seq == from) return {PublishStatus::ok, seq};
   // The gap [from, seq) gets a marker in each of its slots within one ring
   // of seq. In `block`, what those slots hold must have been read first:

@@ -107,16 +107,17 @@ struct Gap {
 };
 
 // The gap marker in record `r`, committed for sequence `seq` (the caller has
-// checked the tag), or nullopt if it holds a message. Untrusted: a target not
-// after `seq`, or absurdly far, is not a gap (the caller sees a corrupt
-// record). In `overwrite` the caller re-checks the tag afterwards, as for a
-// payload copy.
-inline std::optional<Gap> read_gap(layout::RecordHeader* r, std::uint64_t seq) noexcept {
+// checked the tag), or nullopt if it holds a message. Untrusted: skip_to
+// writes markers only within one ring of their target, so a target not
+// after `seq`, more than `capacity` past it, or at kMaxSequence or beyond is
+// not a gap (the caller sees a corrupt record). In `overwrite` the caller
+// re-checks the tag afterwards, as for a payload copy.
+inline std::optional<Gap> read_gap(layout::RecordHeader* r, std::uint64_t seq, std::uint64_t capacity) noexcept {
   const std::uint32_t len = std::atomic_ref<std::uint32_t>(r->length).load(std::memory_order_relaxed);
   if (len != layout::kGapLost && len != layout::kGapStart) return std::nullopt;
   const std::uint64_t to =
       std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(Segment::payload(r))).load(std::memory_order_relaxed);
-  if (to <= seq || to - seq > (std::uint64_t{1} << 48)) return std::nullopt;
+  if (to <= seq || to - seq > capacity || to >= layout::kMaxSequence) return std::nullopt;
   return Gap{to, len == layout::kGapLost};
 }
 

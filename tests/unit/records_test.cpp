@@ -141,7 +141,10 @@ TEST_P(RecordFaking, RecordWithAnImpossibleLengthIsReportedCorruptAndSkipped) {
 
 TEST_P(RecordFaking, AGapMarkerWithAnImpossibleTargetIsReportedCorruptAndSkipped) {
   constexpr std::uint64_t kCap = 8;
-  for (const std::uint64_t target : {std::uint64_t{0}, std::uint64_t{kCap - 1}, ~std::uint64_t{0}}) {
+  // Before the marker, at it, more than a ring past it (skip_to writes
+  // markers only within one ring of the target), at 2^62, near 2^64.
+  for (const std::uint64_t target : {std::uint64_t{0}, std::uint64_t{kCap - 1}, std::uint64_t{2 * kCap},
+                                     layout::kMaxSequence, ~std::uint64_t{0}}) {
     SCOPED_TRACE(target);
     ScopedName name("corrupt-gap");
     Bus bus = Bus::create(name, opts(kCap, GetParam()));

@@ -48,7 +48,7 @@ enum class PublishStatus : std::uint8_t {
   too_large,  // payload longer than the bus's max payload
   timeout,    // `block` bus stayed full for the whole timeout
   closed,     // close() was called on this producer, or the bus was removed by force
-  invalid,    // skip_to() a sequence below next_seq()
+  invalid,    // skip_to() a sequence below next_seq(), or at 2^62 or beyond
 };
 
 const char* to_string(PublishStatus s) noexcept;
@@ -127,7 +127,8 @@ class Producer {
   // marker into every slot of the gap within one ring of `seq` (at most
   // capacity records; no message is published). In a `block` bus it first
   // waits, like publish(), until the records it overwrites have been read.
-  // Returns {ok, seq}; {invalid} if seq < next_seq(); timeout or closed as
+  // Returns {ok, seq}; {invalid} if seq < next_seq() or seq >= 2^62 (no bus
+  // gets that far; a consumer refuses such a head); timeout or closed as
   // publish() does. A producer killed inside skip_to: a takeover continues
   // after the gap if its lowest marker was committed, else before it; in
   // the latter case a reader that already crossed part of the gap has

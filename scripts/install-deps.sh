@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what shmbus needs to build, test and benchmark, from Debian's packages.
 # Safe to run again: packages already present are skipped.
+#   scripts/install-deps.sh          what the build and the test suite need
+#   scripts/install-deps.sh fuzz     that, plus clang and libFuzzer (scripts/fuzz.sh)
 set -euo pipefail
 
 packages=(
@@ -22,8 +24,11 @@ packages=(
   libnats-dev                        # NATS C client: shmbus-nats (the JetStream gateway)
   nats-server                        # NATS server with JetStream: shmbus-nats tests and benchmark
 )
-# Optional, not installed here: clang-14 libclang-rt-14-dev for libFuzzer
-# (tests/fuzz/run.sh); python3-matplotlib (or gnuplot-nox) for the
+if [[ ${1:-} == fuzz ]]; then
+  packages+=(clang-14 libclang-rt-14-dev)   # libFuzzer and clang's sanitizer runtimes
+  packages+=(util-linux)                    # unshare: each fuzzer on a private tmpfs
+fi
+# Optional, not installed here: python3-matplotlib (or gnuplot-nox) for the
 # benchmark charts of bench/plot.py; scripts/bench.sh installs it when missing.
 
 missing=()

@@ -3,6 +3,9 @@
 #include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <signal.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -129,6 +132,19 @@ int futex_wake(std::atomic<std::uint32_t>* word, int count) noexcept {
 }
 
 std::atomic<bool> g_light_barrier_is_compiler_only{false};
+
+namespace {
+bool cpu_has_prefetchw() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  // CPUID 0x80000001, ECX bit 8: PREFETCHW (PRFCHW, "3dnowprefetch").
+  return __get_cpuid(0x80000001u, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_PRFCHW) != 0;
+#else
+  return false;
+#endif
+}
+}  // namespace
+const bool g_has_prefetchw = cpu_has_prefetchw();
 
 namespace {
 std::atomic<pid_t> g_registered_pid{0};

@@ -20,6 +20,17 @@
 // stores its cursor, fences, and loads header.oldest, moving its cursor up to
 // it if needed. Either the producer sees the new cursor and lowers floor, or
 // the reader sees the floor and starts at or after it; both are safe.
+//
+// Prefetch for write. After each commit the producer asks, with a
+// read-for-ownership prefetch (sys.hpp prefetch_for_write), for the lines of
+// the record about kPrefetchBytes ahead, if every reader is done with it
+// (below limit; in `overwrite` the producer takes it anyway), so it touches
+// no line a reader is still on. The default ring (12 MiB at 128-byte
+// messages) is larger than a core's L2: each line the producer writes was
+// evicted after its readers read it a lap ago, and without the prefetch each
+// store waited for it. On an Intel Xeon, separate cores, 1 -> 1 went from
+// 0.43x the reference ring to 1.24x (docs/bench.md); issued after the commit
+// it costs the message's own latency nothing.
 #include "shmbus/producer.hpp"
 
 #include <sched.h>
@@ -35,6 +46,9 @@
 #include "sys.hpp"
 
 namespace shmbus {
+namespace {
+constexpr std::uint64_t kPrefetchBytes = 3072;  // how far ahead publish prefetches (see above)
+}  // namespace
 
 const char* to_string(PublishStatus s) noexcept {
   switch (s) {
@@ -55,6 +69,8 @@ struct Producer::Impl {
   std::uint64_t identity = 0;
   std::uint64_t cap;
   std::uint64_t chunk;      // rescan at least every `chunk` messages
+  std::uint64_t prefetch_ahead;  // records: about kPrefetchBytes
+  std::uint32_t record_size;
   std::uint32_t max_payload;
   bool overwrite;
   std::uint64_t next = 0;   // next sequence to publish (local copy of head)
@@ -74,6 +90,8 @@ struct Producer::Impl {
         opt(o),
         cap(seg.capacity()),
         chunk(std::max<std::uint64_t>(1, seg.capacity() / 16)),
+        prefetch_ahead(std::clamp<std::uint64_t>(kPrefetchBytes / seg.record_size(), 1, seg.capacity() / 2)),
+        record_size(seg.record_size()),
         max_payload(seg.max_payload()),
         overwrite(seg.overwrite()) {
     if (opt.timestamps == Timestamps::precise) clock.emplace();
@@ -118,6 +136,17 @@ struct Producer::Impl {
       detail::store_shared_words(detail::Segment::payload(r), payload.data(), payload.size());
     else
       std::memcpy(detail::Segment::payload(r), payload.data(), payload.size());
+  }
+
+  // Asks for the lines of the record prefetch_ahead after `s` (see the top
+  // of this file); only a record every reader is done with.
+  void prefetch_ahead_of(std::uint64_t s) const noexcept {
+    const std::uint64_t a = s + prefetch_ahead;
+    if (!overwrite && a >= limit) return;
+    const auto at = reinterpret_cast<std::uintptr_t>(seg.record(a));
+    for (std::uintptr_t line = at & ~std::uintptr_t{layout::kCacheLine - 1}; line < at + record_size;
+         line += layout::kCacheLine)
+      detail::prefetch_for_write(reinterpret_cast<const void*>(line));
   }
 
   void publish_head(std::uint64_t new_next) noexcept {
@@ -434,6 +463,7 @@ PublishResult Producer::publish(std::span<const std::byte> payload, std::chrono:
   p.write_payload(r, payload);
   Impl::finish_write(r, s, static_cast<std::uint32_t>(payload.size()), p.now_stamp());
   p.publish_head(s + 1);
+  p.prefetch_ahead_of(s);  // after the commit: off the message's own latency
   return {PublishStatus::ok, s};
 }
 
@@ -499,6 +529,7 @@ void Producer::commit(std::size_t size) noexcept {
   const std::uint64_t s = p.claim_seq;
   Impl::finish_write(p.seg.record(s), s, static_cast<std::uint32_t>(std::min(size, p.claim_size)), p.now_stamp());
   p.publish_head(s + 1);
+  p.prefetch_ahead_of(s);
 }
 
 void Producer::commit() noexcept { commit(impl_ ? impl_->claim_size : 0); }
@@ -529,6 +560,7 @@ std::size_t Producer::publish_batch(std::span<const std::span<const std::byte>> 
       Impl::begin_write(r, s);
       p.write_payload(r, m);
       Impl::finish_write(r, s, static_cast<std::uint32_t>(m.size()), ts);
+      p.prefetch_ahead_of(s);
     }
     p.publish_head(first + n);
     done += n;

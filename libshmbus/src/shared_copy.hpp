@@ -32,6 +32,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "sys.hpp"
+
 namespace shmbus::detail {
 
 // Word accesses keep up with memcpy only when the record's lines are
@@ -44,7 +46,7 @@ inline void prefetch_lines(const std::byte* p, std::size_t n, bool for_write) no
   const auto end = reinterpret_cast<std::uintptr_t>(p) + n;
   for (std::uintptr_t a = first; a < end; a += 64) {
     if (for_write)
-      __builtin_prefetch(reinterpret_cast<const void*>(a), 1);
+      prefetch_for_write(reinterpret_cast<const void*>(a));  // sys.hpp: a read prefetch would fetch it shared
     else
       __builtin_prefetch(reinterpret_cast<const void*>(a), 0);
   }

@@ -230,9 +230,10 @@ struct Consumer::Impl {
       std::atomic_thread_fence(std::memory_order_acquire);
       if (gap && r->tag.load(std::memory_order_relaxed) == t) return cross_gap(c, *gap);
     }
-    // Acquire pairs with publish_head's release store. Loaded after the
-    // tag's acquire load (paired with the commit's release store), head is
-    // at least what the producer had published before it wrote record tseq.
+    // Loaded after the tag's acquire load, which pairs with the commit's
+    // release store, head is at least what the producer had published
+    // before it committed record tseq (for a committed tag; a BUSY one gives
+    // no such promise, and is only ever read again below).
     const std::uint64_t hd = h->head.load(std::memory_order_acquire);
     if ((tseq >= hd && tseq - hd >= cap) || tseq >= kMaxSequence) [[unlikely]] {
       // A tag a full ring past head: no publish writes one (a batch runs at

@@ -75,10 +75,12 @@
 //
 // The commit tag is written LAST, with release, after the payload, timestamp
 // and length: tag == seq + 1 means "record seq is complete". 0 means never
-// written. In an `overwrite` bus the producer first stores BUSY | (seq + 1)
-// so a consumer still copying the previous occupant sees the tag change and
-// discards its copy (seqlock); in a `block` bus no live reader can be on a
-// record being overwritten, so the BUSY store is skipped.
+// written. Before writing a record the producer stores BUSY | (seq + 1), so
+// an `overwrite` consumer still copying the previous occupant sees the tag
+// change and discards its copy (seqlock). In a `block` bus no live reader
+// is on a record being overwritten; there the BUSY tag tells the inspector
+// (and a copy it is making) that the record is being written, and a reader
+// meeting skip_to's markers that they are not yet complete.
 //
 // Gap markers (Producer::skip_to): a committed record whose length is
 // kGapLost or kGapStart carries no message; its first 8 payload bytes hold

@@ -22,15 +22,20 @@
 // the reader sees the floor and starts at or after it; both are safe.
 //
 // Prefetch for write. After each commit the producer asks, with a
-// read-for-ownership prefetch (sys.hpp prefetch_for_write), for the lines of
-// the record about kPrefetchBytes ahead, if every reader is done with it
-// (below limit; in `overwrite` the producer takes it anyway), so it touches
-// no line a reader is still on. The default ring (12 MiB at 128-byte
+// read-for-ownership prefetch (sys.hpp prefetch_for_write), for the lines
+// (at most kPrefetchBytes of them) of the record about kPrefetchBytes ahead,
+// if every reader is done with it: below limit (in `overwrite` the producer
+// takes it anyway). Only when records are not whole lines may the last line
+// be shared with the next record, which a reader may still be on: a cost in
+// speed, never in correctness. The default ring (12 MiB at 128-byte
 // messages) is larger than a core's L2: each line the producer writes was
 // evicted after its readers read it a lap ago, and without the prefetch each
 // store waited for it. On an Intel Xeon, separate cores, 1 -> 1 went from
-// 0.43x the reference ring to 1.24x (docs/bench.md); issued after the commit
-// it costs the message's own latency nothing.
+// 0.43x the reference ring to 1.24x (docs/bench.md). Issued after a
+// publish's commit and wake-up, it costs the message's own latency nothing
+// (publish_batch issues it per record, before the chunk's head and wake-up).
+// A ring of at most 16 x prefetch_ahead records (3 KiB x 16) never gets it:
+// limit is at most a rescan chunk (capacity / 16) ahead.
 #include "shmbus/producer.hpp"
 
 #include <sched.h>
@@ -138,14 +143,39 @@ struct Producer::Impl {
       std::memcpy(detail::Segment::payload(r), payload.data(), payload.size());
   }
 
+  // A gap longer than the ring, written by a skip_to from `s` whose producer
+  // died before it stored head: its markers fill the ring's last lap before
+  // the target, so the slot of `s` holds a marker for a later sequence, not
+  // one for s. Its target, if the gap's lowest marker (a ring before the
+  // target, written last) is committed; else nullopt and the stream goes on
+  // at s. Untrusted: every sequence is checked against the slot it is in.
+  std::optional<std::uint64_t> long_gap_end(std::uint64_t s) const noexcept {
+    layout::RecordHeader* r = seg.record(s);
+    // Pairs with the commit's release store, as every tag load here.
+    const std::uint64_t t = r->tag.load(std::memory_order_acquire);
+    if (t == 0 || (t & layout::kBusyBit)) return std::nullopt;
+    const std::uint64_t m = t - 1;
+    if (m <= s || ((m ^ s) & (cap - 1)) != 0) return std::nullopt;
+    const std::optional<detail::Gap> gap = detail::read_gap(r, m, cap);
+    if (!gap || gap->to - s <= cap) return std::nullopt;
+    const std::uint64_t lo = gap->to - cap;
+    layout::RecordHeader* low = seg.record(lo);
+    if (low->tag.load(std::memory_order_acquire) != lo + 1) return std::nullopt;
+    const std::optional<detail::Gap> low_gap = detail::read_gap(low, lo, cap);
+    if (!low_gap || low_gap->to != gap->to || low_gap->lost != gap->lost) return std::nullopt;
+    return gap->to;
+  }
+
   // Asks for the lines of the record prefetch_ahead after `s` (see the top
   // of this file); only a record every reader is done with.
   void prefetch_ahead_of(std::uint64_t s) const noexcept {
     const std::uint64_t a = s + prefetch_ahead;
     if (!overwrite && a >= limit) return;
     const auto at = reinterpret_cast<std::uintptr_t>(seg.record(a));
-    for (std::uintptr_t line = at & ~std::uintptr_t{layout::kCacheLine - 1}; line < at + record_size;
-         line += layout::kCacheLine)
+    // A big record's own lines follow one another: the first few are enough
+    // for the hardware prefetcher to take over.
+    const std::uintptr_t end = at + std::min<std::uint64_t>(record_size, kPrefetchBytes);
+    for (std::uintptr_t line = at & ~std::uintptr_t{layout::kCacheLine - 1}; line < end; line += layout::kCacheLine)
       detail::prefetch_for_write(reinterpret_cast<const void*>(line));
   }
 
@@ -244,9 +274,14 @@ void Producer::Impl::acquire_role() {
   std::uint64_t s = h->head.load(std::memory_order_acquire);
   for (std::uint64_t i = 0; i < cap; ++i) {
     layout::RecordHeader* r = seg.record(s);
-    if (r->tag.load(std::memory_order_acquire) != s + 1) break;
-    const std::optional<detail::Gap> gap = detail::read_gap(r, s, cap);
-    s = gap ? gap->to : s + 1;
+    if (r->tag.load(std::memory_order_acquire) == s + 1) {
+      const std::optional<detail::Gap> gap = detail::read_gap(r, s, cap);
+      s = gap ? gap->to : s + 1;
+    } else if (const std::optional<std::uint64_t> to = long_gap_end(s)) {
+      s = *to;
+    } else {
+      break;
+    }
   }
   next = s;
   h->head.store(s, std::memory_order_release);

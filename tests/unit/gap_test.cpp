@@ -221,6 +221,53 @@ TEST_P(Gaps, ATakeoverContinuesAfterTheGap) {
   expect_message(c, 40);
 }
 
+TEST_P(Gaps, ATakeoverContinuesAfterAGapLongerThanTheRingCutShortBeforeHead) {
+  // A producer dies inside skip_to(seq) of a gap longer than the ring: every
+  // marker, the lowest (written last) included, is committed, but head still
+  // says `from`. The slot of `from` then holds a marker for a later
+  // sequence; the next producer must still go on at seq, where readers that
+  // crossed the markers wait, not publish from..seq-1 behind them.
+  constexpr std::uint64_t kCap = 16;
+  ScopedName name("gaplong");
+  Bus bus = Bus::create(name, opts(GetParam(), kCap));
+  Consumer c(bus);
+  const std::uint64_t target = 1 + 3 * kCap + 5;
+  {
+    Producer p(bus);
+    publish_seq(p, 0);
+    expect_message(c, 0);
+    EXPECT_EQ(c.next(1ms).status, ReadStatus::timeout);  // publishes the cursor: a block skip needs it
+    ASSERT_EQ(p.skip_to(target).status, PublishStatus::ok);
+    RawSegment raw(name.path());
+    raw.header().head.store(1);  // as if killed before skip_to stored head
+    p.detach();
+  }
+  Producer q(bus);
+  EXPECT_EQ(q.next_seq(), target);
+  expect_lost(c, target - 1);
+  publish_seq(q, target);
+  expect_message(c, target);
+}
+
+TEST_P(Gaps, ATakeoverGoesOnBeforeALongGapWhoseLowestMarkerIsNotCommitted) {
+  constexpr std::uint64_t kCap = 16;
+  ScopedName name("gaplonghalf");
+  Bus bus = Bus::create(name, opts(GetParam(), kCap));
+  const std::uint64_t target = 1 + 3 * kCap + 5;
+  {
+    Producer p(bus);
+    publish_seq(p, 0);
+    ASSERT_EQ(p.skip_to(target).status, PublishStatus::ok);
+    RawSegment raw(name.path());
+    raw.header().head.store(1);
+    // The lowest marker (target - capacity) half-written: BUSY.
+    raw.record_header(target - kCap).tag.store((target - kCap + 1) | layout::kBusyBit);
+    p.detach();
+  }
+  Producer q(bus);
+  EXPECT_EQ(q.next_seq(), 1u);
+}
+
 TEST_P(Gaps, TheInspectorShowsAMarkerAsAGap) {
   ScopedName name("gapinspect");
   Bus bus = Bus::create(name, opts(GetParam()));

@@ -34,7 +34,7 @@
 // 0.43x the reference ring to 1.24x (docs/bench.md). Issued after a
 // publish's commit and wake-up, it costs the message's own latency nothing
 // (publish_batch issues it per record, before the chunk's head and wake-up).
-// A ring of at most 16 x prefetch_ahead records (3 KiB x 16) never gets it:
+// A ring of at most 16 x prefetch_ahead records (48 KiB) never gets it:
 // limit is at most a rescan chunk (capacity / 16) ahead.
 #include "shmbus/producer.hpp"
 

@@ -44,7 +44,7 @@ inline void prefetch_for_write(const void* p) noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   if (g_has_prefetchw) asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
 #elif defined(__aarch64__)
-  asm volatile("prfm pstl1keep, %0" : : "Q"(*static_cast<const char*>(p)));
+  asm volatile("prfm pstl1keep, %a0" : : "p"(p));
 #else
   __builtin_prefetch(p, 1, 3);
 #endif

@@ -39,7 +39,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -366,16 +365,6 @@ class Round {
     return std::nullopt;
   }
 
-  // The state letter of /proc/PID/stat ('T' once a SIGSTOP has landed), or
-  // 0 if it cannot be read.
-  static char process_state(pid_t pid) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-    std::string stat;
-    std::getline(in, stat);
-    const std::size_t close = stat.rfind(')');
-    return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : 0;
-  }
-
   bool stop_consumer() {
     victim_ = static_cast<int>(rng_() % consumers_.size());
     Child& c = *consumers_[static_cast<std::size_t>(victim_)];
@@ -389,7 +378,7 @@ class Round {
     // runnable, and one running on the other CPU reads on until the signal
     // reaches it. Until then it may still move its cursor, ending a wait
     // the producer began on it; judge only a reader that is really stopped.
-    while (process_state(c.pid()) != 'T') {
+    while (shmbus::test::process_state(c.pid()) != 'T') {
       if (Clock::now() >= deadline) return fail("the consumer did not stop within 10 s of SIGSTOP");
       std::this_thread::sleep_for(1ms);
     }

@@ -26,6 +26,7 @@
 
 #include <shmbus/shmbus.hpp>
 
+#include "child_process.hpp"
 #include "layout.hpp"
 
 namespace {
@@ -66,12 +67,7 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = 15s) {
   return true;
 }
 
-// State letter of /proc/PID/stat ('R', 'S', 'T' stopped, 'Z' zombie...).
-char process_state(pid_t pid) {
-  const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
-  const auto close = stat.rfind(')');
-  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
-}
+using shmbus::test::process_state;
 
 struct Result {
   int status = -1;  // exit code, or 128 + signal

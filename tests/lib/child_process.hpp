@@ -7,7 +7,8 @@
 // (PR_SET_PDEATHSIG) when the starting thread's process dies, even by
 // SIGKILL or a failed assertion, and the destructor kills and reaps a child
 // that is still running. No GoogleTest dependency: callers report failures
-// their own way.
+// their own way. Also the state of a process as /proc shows it, for tests
+// that stop one (SIGSTOP) and must know when the stop has landed.
 #pragma once
 
 #include <fcntl.h>
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -159,5 +161,16 @@ class ChildProcess {
   bool reaped_ = false;
   int status_ = 0;
 };
+
+// The state letter of /proc/PID/stat ('R', 'S', 'T' once a SIGSTOP has
+// landed, 'Z' zombie...), or '?' if it cannot be read. The command name
+// before it may hold spaces and parentheses.
+inline char process_state(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const std::size_t close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
+}
 
 }  // namespace shmbus::test

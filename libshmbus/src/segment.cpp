@@ -318,6 +318,7 @@ std::shared_ptr<Segment> Segment::open(std::string_view name, Access access,
   }
   const int fd = obj.get_mapping_handle().handle;
   const std::uint64_t deadline = monotonic_ns() + std::uint64_t(ready_timeout.count()) * 1'000'000u;
+  int rechecks = 0;  // of an allocation that moved under us (below)
   for (;;) {
     struct stat st {};
     if (::fstat(fd, &st) != 0) fail(Errc::system, name, std::string("fstat: ") + std::strerror(errno));
@@ -354,11 +355,21 @@ std::shared_ptr<Segment> Segment::open(std::string_view name, Access access,
       read_at(fd, &version, sizeof version, offsetof(layout::SegmentHeader, layout_version));
       if (have_magic && magic != 0 && magic != layout::kMagic)
         fail(Errc::not_a_bus, name, "not a shmbus segment (bad magic number)");
-      if (magic != 0 && version != 0)
+      if (magic != 0 && version != 0) {
+        // The header may be newer than our fstat: a creator reserves every
+        // page (posix_fallocate) before writing it. If the allocation moved
+        // since, look again from the top (a few times at most: a sparse
+        // file stays sparse, and one whose size keeps changing is hostile).
+        struct stat again {};
+        if (rechecks < 3 && ::fstat(fd, &again) == 0 && again.st_blocks != st.st_blocks) {
+          ++rechecks;
+          continue;
+        }
         fail(Errc::not_allocated, name,
              path + " claims " + num(file_size) + " bytes but has " + num(blocks_bytes) +
                  " allocated " + (blocks_bytes < file_size ? "(a sparse file)" : "(pages past its end)") +
                  ": refusing to map it");
+      }
       problem = HeaderProblem{Errc::not_ready, "segment was never fully initialised (not yet allocated)"};
     } else {
       try {

@@ -43,7 +43,7 @@ const char* errc_name(Errc e) { return tools::errc_name(e); }
 // looked at at all, so they are errors rather than findings.
 bool is_access_error(Errc e) {
   return e == Errc::not_found || e == Errc::permission_denied || e == Errc::invalid_name ||
-         e == Errc::system || e == Errc::foreign_owner;
+         e == Errc::system || e == Errc::foreign_owner || e == Errc::unsafe_file;
 }
 
 Trust g_trust;
@@ -354,9 +354,9 @@ int run_gc(const std::string& bus, const std::vector<std::string>& forget, bool 
     held_back |= before.attached && before.waiting_for_space && before.blocked_on_slot == r.slot;
   }
   // Only a live producer can continue; a stopped one does once resumed.
-  const Liveness producer_liveness = process_liveness(before.pid, before.start_ticks);
+  const Liveness producer_liveness = Inspector::open(bus, g_trust).snapshot().producer.liveness;
   const bool producer_alive = is_alive(producer_liveness);
-  const bool producer_stopped = producer_alive && process_stopped(before.pid);
+  const bool producer_stopped = producer_alive && process_stopped(before.pid, before.start_ticks);
   const bool unblocked = held_back && producer_alive;
   if (json_out) {
     json list = json::array();
@@ -398,34 +398,46 @@ int run_rm(const std::string& bus, bool force, bool json_out) {
   try {
     snap = Inspector::open(bus, g_trust).snapshot();
   } catch (const Error& e) {
-    // --force removes a foreign segment unseen (if we may: its owner or root).
-    if (is_access_error(e.errc()) && !(force && e.errc() == Errc::foreign_owner)) throw;
-    if (e.errc() == Errc::not_ready && !force) {
-      throw ToolError(bus, "not removed: its creator is still initialising it (use --force)",
-                      "in_use");
-    }
-    invalid = strip_bus_prefix(bus, e.what());  // nobody can be using a segment that does not validate
+    // --force removes a foreign segment, or a FIFO, device, symlink or
+    // hard link planted at the path, unseen (if we may: its owner or root).
+    if (is_access_error(e.errc()) && !(force && (e.errc() == Errc::foreign_owner || e.errc() == Errc::unsafe_file)))
+      throw;
+    if (e.errc() == Errc::not_found) throw ToolError(bus, "no such bus", "not_found");
+    invalid = strip_bus_prefix(bus, e.what());
   }
 
   std::vector<std::string> users;
   if (snap) {
     const ProducerView& p = snap->producer;
-    if (p.attached && is_alive(p.liveness)) users.push_back(fmt::format("producer pid {}", p.pid));
+    if (is_alive(p.liveness)) users.push_back(fmt::format("producer pid {}", p.pid));
     for (const ReaderView& r : snap->readers) {
       if (is_alive(r.liveness)) {
         users.push_back(fmt::format("reader {} '{}' pid {}", r.slot, display_name(r.name), r.pid));
       }
     }
   }
+  // The role locks say who uses the file even when its header does not
+  // validate (or names fewer roles than are held).
+  const std::optional<bool> locked = segment_in_use(bus);
+  if (users.empty() && locked.value_or(false)) users.push_back("a live process (its role locks are held)");
+  if (!locked && snap == std::nullopt && !force) {
+    throw ToolError(bus, "not removed: cannot tell whether a live process uses it (use --force)", "in_use");
+  }
   std::string who;
   for (const std::string& u : users) who += (who.empty() ? "" : ", ") + u;
   if (!users.empty() && !force) {
     throw ToolError(bus, fmt::format("not removed: in use by {} (use --force)", who), "in_use");
   }
-  // Users still attached are told before the name goes: their streams end
-  // and the producer stops, instead of running on in an unlinked segment.
-  if (!users.empty()) mark_removed(bus, g_trust);
-  if (!Bus::remove(bus)) throw ToolError(bus, "no such bus", "not_found");
+  // Users still attached are told once the name is gone (and only if it
+  // could be removed): their streams end and the producer stops, instead of
+  // running on in an unlinked segment.
+  bool removed = false;
+  if (!users.empty() && snap) {
+    removed = remove_in_use(bus, g_trust);
+  } else {
+    removed = Bus::remove(bus);
+  }
+  if (!removed) throw ToolError(bus, "no such bus", "not_found");
 
   if (json_out) {
     json j{{"bus", bus},

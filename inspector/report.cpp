@@ -105,8 +105,11 @@ std::string hms(std::uint64_t realtime_ns) {
 
 bool is_alive(Liveness l) noexcept { return l == Liveness::alive; }
 
-bool process_stopped(pid_t pid) noexcept {
-  if (pid <= 0) return false;
+bool process_stopped(pid_t pid, std::uint64_t start_ticks) noexcept {
+  // The pid is the holder's own label: only a process of ours with that
+  // pid and the same start time is the holder (one in another PID
+  // namespace, or without /proc, is never judged stopped here).
+  if (pid <= 0 || start_ticks == 0) return false;
   char path[32];
   std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
@@ -116,10 +119,18 @@ bool process_stopped(pid_t pid) noexcept {
   ::close(fd);
   if (n <= 0) return false;
   buf[n] = '\0';
-  // "PID (COMM) STATE ...": COMM may hold spaces and parentheses.
+  // "PID (COMM) STATE ...": COMM may hold spaces and parentheses. Start
+  // time is field 22.
   const char* close = std::strrchr(buf, ')');
   if (close == nullptr || close[1] != ' ') return false;
-  return close[2] == 'T' || close[2] == 't';
+  const bool stopped = close[2] == 'T' || close[2] == 't';
+  const char* p = close + 1;
+  for (int field = 2; *p;) {
+    while (*p == ' ') ++p;
+    if (++field == 22) return stopped && std::strtoull(p, nullptr, 10) == start_ticks;
+    while (*p && *p != ' ') ++p;
+  }
+  return false;
 }
 
 std::string reader_state(const ReaderReport& r) {
@@ -157,7 +168,7 @@ BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
     ReaderReport rr;
     rr.view = v;
     rr.alive = is_alive(v.liveness);
-    rr.stopped = rr.alive && process_stopped(v.pid);
+    rr.stopped = rr.alive && process_stopped(v.pid, v.start_ticks);
     rr.lag = snap.head > v.cursor ? snap.head - v.cursor : 0;
     rr.lag_percent = percent_of(rr.lag, cap);
     rr.idle_s = age_seconds(v.last_active_ns, now_ns);
@@ -165,7 +176,7 @@ BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
     r.readers.push_back(std::move(rr));
   }
   r.fill_percent = percent_of(r.unread, cap);
-  r.producer_stopped = r.producer_alive && process_stopped(snap.producer.pid);
+  r.producer_stopped = r.producer_alive && process_stopped(snap.producer.pid, snap.producer.start_ticks);
   if (r.producer_alive && snap.producer.waiting_for_space && snap.producer.blocked_on_slot) {
     for (const ReaderReport& rr : r.readers) {
       if (rr.view.slot == *snap.producer.blocked_on_slot && rr.lag >= cap) {
@@ -236,7 +247,7 @@ nlohmann::ordered_json to_json(const ReaderView& v) {
       {"start_ticks", v.start_ticks},
       {"liveness", to_string(v.liveness)},
       {"alive", is_alive(v.liveness)},
-      {"stopped", is_alive(v.liveness) && process_stopped(v.pid)},
+      {"stopped", is_alive(v.liveness) && process_stopped(v.pid, v.start_ticks)},
       {"cursor", v.cursor},
       {"delivered", v.delivered},
       {"lost", v.lost},

@@ -60,7 +60,7 @@ BusReport make_report(const Snapshot& before, const Snapshot& after, double seco
 bool is_alive(Liveness l) noexcept;
 
 // True when process `pid` is stopped (state T or t in /proc/PID/stat).
-bool process_stopped(pid_t pid) noexcept;
+bool process_stopped(pid_t pid, std::uint64_t start_ticks) noexcept;
 
 // What the STATE column shows: "alive", "alive,asleep", "stopped", "dead",
 // "zombie" or "pid reused".

@@ -267,6 +267,13 @@ struct PyConsumer {
           throw py::stop_iteration("end of stream");  // translated to EndOfStream by the caller
         case shmbus::ReadStatus::lost: continue;      // counted in .lost; read on from the oldest
         case shmbus::ReadStatus::corrupt: ++corrupt; continue;
+        case shmbus::ReadStatus::evicted:
+          // The consumer took its slot back and reads on; what it lost is
+          // counted in .lost, and the caller must hear of it.
+          throw std::runtime_error("bus '" + bus.name() +
+                                   "': this consumer's reader slot was taken from it (a stray write into the "
+                                   "segment, or freed by force); " + std::to_string(r.lost) +
+                                   " messages lost, reading on at seq " + std::to_string(r.message.seq));
       }
     }
   }

@@ -69,8 +69,7 @@ Bus Bus::open(std::string_view name, std::chrono::milliseconds ready_timeout) {
 }
 
 Bus Bus::open(std::string_view name, const OpenOptions& options) {
-  return Bus(detail::Segment::open(name, detail::Segment::Access::read_write, options.ready_timeout,
-                                   options.trust));
+  return Bus(detail::Segment::open(name, detail::Segment::Access::read_write, options.trust));
 }
 
 Bus Bus::open_or_create(std::string_view name, const BusOptions& options) {
@@ -82,8 +81,7 @@ Bus Bus::open_or_create(std::string_view name, const BusOptions& options) {
     }
     try {
       // Never join a foreign segment, nor one that grants more than was asked.
-      return Bus(detail::Segment::open(name, detail::Segment::Access::read_write,
-                                       OpenOptions{}.ready_timeout, options.trust, options.mode));
+      return Bus(detail::Segment::open(name, detail::Segment::Access::read_write, options.trust, options.mode));
     } catch (const Error& e) {
       // Removed between our create and open: try again, a few times.
       if (e.errc() != Errc::not_found || attempt >= 8) throw;

@@ -39,10 +39,11 @@ static_assert(SHMBUS_NOT_RETAINED == static_cast<int>(shmbus::Errc::not_retained
 static_assert(SHMBUS_TIMEOUT == static_cast<int>(shmbus::Errc::timeout));
 static_assert(SHMBUS_NOT_ALLOCATED == static_cast<int>(shmbus::Errc::not_allocated));
 static_assert(SHMBUS_BOOKMARKS_FULL == static_cast<int>(shmbus::Errc::bookmarks_full));
+static_assert(SHMBUS_UNSAFE_FILE == static_cast<int>(shmbus::Errc::unsafe_file));
 static_assert(SHMBUS_START_RESUME == static_cast<int>(shmbus::Start::resume));
 static_assert(SHMBUS_END_REMOVED == static_cast<int>(shmbus::EndReason::removed));
 static_assert(SHMBUS_DEAD == static_cast<int>(shmbus::Liveness::dead));
-static_assert(SHMBUS_REUSED == static_cast<int>(shmbus::Liveness::reused));
+static_assert(SHMBUS_LIVENESS_UNKNOWN == static_cast<int>(shmbus::Liveness::unknown));
 static_assert(SHMBUS_START_SEQUENCE == static_cast<int>(shmbus::Start::sequence));
 static_assert(SHMBUS_WAIT_ADAPTIVE == static_cast<int>(shmbus::WaitStrategy::adaptive));
 
@@ -153,6 +154,7 @@ shmbus_read_status read_status(shmbus::ReadStatus s) noexcept {
     case shmbus::ReadStatus::end_of_stream: return SHMBUS_READ_END_OF_STREAM;
     case shmbus::ReadStatus::lost: return SHMBUS_READ_LOST;
     case shmbus::ReadStatus::corrupt: return SHMBUS_READ_CORRUPT;
+    case shmbus::ReadStatus::evicted: return SHMBUS_READ_EVICTED;
   }
   return SHMBUS_READ_ERROR;
 }
@@ -182,13 +184,14 @@ const char* shmbus_status_str(int status) {
     case SHMBUS_NO_CLAIM: return "no open claim";
     default: break;
   }
-  if (status >= SHMBUS_INVALID_NAME && status <= SHMBUS_BOOKMARKS_FULL) {
+  if (status >= SHMBUS_INVALID_NAME && status <= SHMBUS_UNSAFE_FILE) {
     // The C++ category's messages are string literals' copies; keep static ones here.
     static const char* const names[] = {
         "invalid name", "invalid options", "already exists", "not found", "permission denied",
         "no space", "not a bus", "version mismatch", "truncated", "corrupt", "not ready",
         "producer active", "reader table full", "not retained", "system error", "timeout",
-        "foreign owner", "insecure mode", "not allocated", "name in use", "bookmarks full"};
+        "foreign owner", "insecure mode", "not allocated", "name in use", "bookmarks full",
+        "unsafe file"};
     return names[status - 1];
   }
   return "unknown status";

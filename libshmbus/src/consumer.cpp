@@ -17,8 +17,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstring>
+#include <string>
 
 #include "segment.hpp"
 #include "shared_copy.hpp"
@@ -33,6 +35,7 @@ const char* to_string(ReadStatus s) noexcept {
     case ReadStatus::end_of_stream: return "end of stream";
     case ReadStatus::lost: return "lost";
     case ReadStatus::corrupt: return "corrupt";
+    case ReadStatus::evicted: return "evicted";
   }
   return "?";
 }
@@ -62,7 +65,10 @@ struct Consumer::Impl {
   layout::ReaderSlot* slot = nullptr;
   std::uint32_t index = 0;
   ConsumerOptions opt;
-  std::uint64_t identity = 0;
+  detail::RoleFd role;          // holds our slot's (and bookmark's) role lock
+  std::uint64_t ticket = 0;     // our attachment's ticket (slot->owner while the slot is ours)
+  std::uint64_t view_from = 0;  // first sequence handed out by the last call
+  std::uint32_t dead_takeovers = 0;  // header.takeovers when the producer was found dead
   std::uint64_t cap;
   std::uint64_t mask;
   std::uint32_t max_payload;
@@ -112,7 +118,7 @@ struct Consumer::Impl {
       // Refused before it started: a name it created is not remembered.
       bookmark->state.store(layout::kBookmarkEmpty, std::memory_order_release);
     }
-    detail::release_bookmark(seg, bookmark_index, identity);
+    detail::release_bookmark(seg, bookmark_index, role.get());
     bookmark = nullptr;
   }
 
@@ -271,23 +277,104 @@ struct Consumer::Impl {
 
   // True when no more data can come: the producer closed the bus, or the
   // producer that holds the role is dead. Checked only when the ring is empty.
-  // `probe`: allowed to read /proc (a few system calls) if 50 ms have passed.
+  // `probe`: allowed to test the producer's role lock (one system call) if
+  // 50 ms have passed.
   bool end_of_stream(std::uint64_t now, bool probe) noexcept {
     // Pairs with the producer's release store of `closed` after its last commit.
     if (h->closed.load(std::memory_order_acquire) != 0) {
       end = h->removed.load(std::memory_order_relaxed) != 0 ? EndReason::removed : EndReason::closed;
       return true;
     }
+    // Still the dead producer's bus: no successor has taken it over.
+    if (end == EndReason::producer_died && h->takeovers.load(std::memory_order_acquire) == dead_takeovers &&
+        h->producer_owner.load(std::memory_order_acquire) != 0)
+      return true;
     if (!probe || now < next_liveness) return false;
     next_liveness = now + kLivenessPeriodNs;
-    const std::uint64_t owner = h->producer_owner.load(std::memory_order_acquire);
-    if (!layout::is_identity(owner)) return false;
-    if (detail::identity_liveness(owner) == Liveness::alive) return false;
+    // No producer attached, or one that left without closing: wait for one.
+    if (h->producer_owner.load(std::memory_order_acquire) == 0) return false;
+    // Alive, or the lock cannot be tested: never guess.
+    if (seg.producer_holder() != detail::Holder::none) return false;
+    // The lock is free: the producer left or died. One that left cleared its
+    // owner word (and closed, if it did) before unlocking; the lock test
+    // above orders those stores before these loads.
+    if (h->closed.load(std::memory_order_acquire) != 0) return end_of_stream(now, false);
+    if (h->producer_owner.load(std::memory_order_acquire) == 0) return false;
+    const std::uint32_t takeovers = h->takeovers.load(std::memory_order_acquire);
+    // A successor counts its takeover after taking the lock: test it again.
+    if (seg.producer_holder() != detail::Holder::none) return false;
+    dead_takeovers = takeovers;
     // A producer that died asleep left this set; clear it so our cursor
     // updates stop issuing futex wakes.
     h->producer_sleeping.store(0, std::memory_order_relaxed);
     end = EndReason::producer_died;
     return true;
+  }
+
+  // A record we wait for that can never come. In `block` the producer
+  // commits a record before it stores a head past it, and cannot write a
+  // full ring past our cursor; a head a full ring past us with our record
+  // still uncommitted means its commit mark was destroyed (a stray store
+  // into the segment). Without this, producer and reader would wait for each
+  // other forever. Reported as corrupt and skipped; checked only while
+  // waiting, with the producer's liveness.
+  Step lost_commit(Message& out) noexcept {
+    if (overwrite) return Step::empty;  // there the producer laps us instead
+    const std::uint64_t c = cursor;
+    const std::uint64_t hd = h->head.load(std::memory_order_acquire);
+    if (hd >= kMaxSequence || hd <= c || hd - c < cap) return Step::empty;
+    // Pairs with the commit's release store, as every tag load here.
+    if (seg.record(c)->tag.load(std::memory_order_acquire) == c + 1) return Step::empty;
+    out.seq = c;
+    cursor = c + 1;
+    return Step::corrupt;
+  }
+
+  // True while the slot is ours: nobody reclaimed it or wrote over its
+  // owner or state. Two loads of a line only attach and reclaim write.
+  bool slot_is_ours() const noexcept {
+    return slot->owner.load(std::memory_order_relaxed) == ticket &&
+           slot->state.load(std::memory_order_relaxed) == layout::kSlotActive;
+  }
+
+  // Our slot was taken from us (cleared by a stray store, or freed by
+  // force): the producer stopped counting our cursor and may have
+  // overwritten records we had not read. We still hold the slot's role
+  // lock, so no other reader can have it: take it back as at attach, at the
+  // oldest record the producer has not been free to overwrite, and count
+  // what lies between as lost. Sets `stale_view` if a record handed out by
+  // the last call (in place, `block`) has been overwritten since.
+  std::uint64_t rejoin(bool& stale_view) noexcept {
+    stale_view = false;
+    if (!overwrite) {
+      for (std::uint64_t s = view_from; s < cursor && !stale_view; ++s) {
+        const std::uint64_t t = seg.record(s)->tag.load(std::memory_order_acquire);
+        stale_view = (t & ~layout::kBusyBit) != s + 1 || (t & layout::kBusyBit);
+      }
+    }
+    const std::uint64_t from = cursor;
+    ticket = slot->generation.fetch_add(1, std::memory_order_relaxed) + 1;
+    slot->owner.store(ticket, std::memory_order_relaxed);
+    slot->pid.store(static_cast<std::uint32_t>(owner_pid), std::memory_order_relaxed);
+    const std::uint64_t hd = h->head.load(std::memory_order_acquire);
+    std::uint64_t c = std::max(cursor, std::min(detail::oldest_retained(seg, hd), hd));
+    slot->cursor.store(c, std::memory_order_relaxed);
+    // The producer counts our cursor again (pairs with its acquire load).
+    slot->state.store(layout::kSlotActive, std::memory_order_release);
+    // Dekker with the producer's rescan, as at attach.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!overwrite) {
+      const std::uint64_t floor = bus.oldest();
+      if (c < floor) {
+        c = floor;
+        slot->cursor.store(c, std::memory_order_release);
+      }
+    }
+    cursor = published = view_from = c;
+    last_lost = c - from;
+    lost += last_lost;
+    slot->lost.store(lost, std::memory_order_relaxed);
+    return last_lost;
   }
 
   enum class Wait { message, lost, corrupt, timeout, eos };
@@ -317,6 +404,10 @@ struct Consumer::Impl {
     for (std::uint64_t now = start;; now = detail::monotonic_ns()) {
       // The liveness probe is kept out of the spin phase (a short wait makes
       // no system call), except for a caller that does not wait at all.
+      if (!eos && now >= next_liveness && (now >= spin_end || now >= deadline)) {
+        s = lost_commit(out);
+        if (s != Step::empty) return from_step(s);
+      }
       if (!eos && end_of_stream(now, now >= spin_end || now >= deadline)) {
         // Everything committed before the close (or the death) is visible now.
         s = try_read(out, copy_to);
@@ -367,9 +458,7 @@ struct Consumer::Impl {
           h->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
         slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
         if (s != Step::empty) return from_step(s);
-        if (eos && h->closed.load(std::memory_order_acquire) == 0 &&
-            layout::is_identity(h->producer_owner.load(std::memory_order_acquire)))
-          eos = false;  // a new producer took over: wait for its data as usual
+        if (eos && !end_of_stream(now, false)) eos = false;  // a new producer took over: wait for its data as usual
       }
       s = try_read(out, copy_to);
       if (s != Step::empty) return from_step(s);
@@ -379,41 +468,49 @@ struct Consumer::Impl {
 
 void Consumer::Impl::attach() {
   detail::register_barrier();
-  identity = detail::self_identity();
   if (opt.name.size() >= sizeof(layout::ReaderSlot::name))
     detail::fail(Errc::invalid_options, seg.info().name,
                  "reader name '" + opt.name + "' is " + std::to_string(opt.name.size()) + " bytes, more than " +
                      std::to_string(sizeof(layout::ReaderSlot::name) - 1));
   if (opt.start == Start::resume) opt.durable = true;
+  if (opt.durable && opt.name.empty())
+    detail::fail(Errc::invalid_options, seg.info().name, "a durable reader needs a name");
+  // Our own open file description: the slot and the name are held through
+  // locks on it, which the kernel drops when this process dies.
+  role = seg.open_role_fd();
   if (opt.durable) {
-    if (opt.name.empty()) detail::fail(Errc::invalid_options, seg.info().name, "a durable reader needs a name");
     bool created = false;
     // Before a reader slot, so a refusal leaves nothing to undo. The cursor
     // of a new bookmark is set below, once the start is known.
-    bookmark_index = detail::hold_bookmark(seg, opt.name, identity, 0, created);
+    bookmark_index = detail::hold_bookmark(seg, opt.name, role.get(), 0, created);
     bookmark = seg.bookmark(bookmark_index);
     resumed = !created;
   }
   const std::uint32_t n = seg.max_readers();
-  for (int pass = 0; pass < 2 && !slot; ++pass) {
-    for (std::uint32_t i = 0; i < n && !slot; ++i) {
-      std::uint64_t expected = layout::kOwnerFree;
-      if (seg.reader(i)->owner.compare_exchange_strong(expected, identity, std::memory_order_acq_rel)) {
-        slot = seg.reader(i);
-        index = i;
-      }
+  int lock_error = 0;
+  for (std::uint32_t i = 0; i < n && !slot; ++i) {
+    // Free for us exactly when no live process holds its lock.
+    if (!detail::try_lock(role.get(), layout::reader_lock_byte(i))) {
+      if (errno != EAGAIN && errno != EACCES) lock_error = errno;
+      continue;
     }
-    if (!slot && pass == 0) {
-      for (std::uint32_t i = 0; i < n; ++i) detail::reclaim_if_dead(seg, i);
-    }
+    detail::clean_slot(seg, i);  // left in use by a reader that died
+    slot = seg.reader(i);
+    index = i;
   }
   if (!slot) {
     drop_bookmark();  // not started: a name created just now is not remembered
+    if (lock_error)
+      detail::fail(Errc::system, seg.info().name,
+                   std::string("cannot lock a reader slot: ") + std::strerror(lock_error));
     detail::fail(Errc::reader_table_full, seg.info().name,
                  "all " + std::to_string(n) + " reader slots hold live readers");
   }
 
   owner_pid = ::getpid();
+  // Only the holder of the slot's lock writes its first line.
+  ticket = slot->generation.fetch_add(1, std::memory_order_relaxed) + 1;
+  slot->owner.store(ticket, std::memory_order_relaxed);
   slot->pid.store(static_cast<std::uint32_t>(owner_pid), std::memory_order_relaxed);
   slot->start_ticks.store(detail::self_start_ticks(), std::memory_order_relaxed);
   std::memset(slot->name, 0, sizeof slot->name);
@@ -475,7 +572,7 @@ void Consumer::Impl::attach() {
       slot->cursor.store(c, std::memory_order_release);
     }
   }
-  cursor = published = c;
+  cursor = published = view_from = c;
   started = true;
   lost = resume_gap;
   if (bookmark) bookmark->cursor.store(c, std::memory_order_relaxed);
@@ -493,19 +590,21 @@ void Consumer::Impl::detach() noexcept {
     return;
   }
   drop_bookmark();
-  // Only if the slot is still ours (it is not, if it was reclaimed).
-  if (slot->owner.load(std::memory_order_acquire) == identity) {
+  // Only if the slot is still ours (it is not, if it was reclaimed; it is,
+  // if we are refused before it became active).
+  if (slot->owner.load(std::memory_order_relaxed) == ticket) {
     slot->delivered.store(delivered, std::memory_order_relaxed);
     slot->lost.store(lost, std::memory_order_relaxed);
     // The producer stops counting our cursor (pairs with its acquire load).
     slot->state.store(layout::kSlotFree, std::memory_order_release);
-    std::uint64_t me = identity;
-    slot->owner.compare_exchange_strong(me, layout::kOwnerFree, std::memory_order_acq_rel);
+    slot->owner.store(layout::kOwnerFree, std::memory_order_release);
     if (!overwrite) {
       h->space_futex.fetch_add(1, std::memory_order_release);
       detail::futex_wake(&h->space_futex, INT_MAX);
     }
   }
+  detail::unlock(role.get(), layout::reader_lock_byte(index));
+  role = detail::RoleFd();
   slot = nullptr;
 }
 
@@ -531,8 +630,15 @@ Consumer& Consumer::operator=(Consumer&& o) noexcept {
 
 ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
   Impl& c = *impl_;
-  c.release_if_due();
   ReadResult r;
+  if (!c.slot_is_ours()) [[unlikely]] {
+    r.status = ReadStatus::evicted;
+    r.lost = c.rejoin(r.stale_view);
+    r.message.seq = c.cursor;
+    return r;
+  }
+  c.view_from = c.cursor;
+  c.release_if_due();
   // The common case inline: the record at the cursor is committed.
   const Step s = c.try_read(r.message, c.copy.get());
   if (s == Step::message) [[likely]] {
@@ -565,8 +671,14 @@ ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
 std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult& result,
                                               std::chrono::nanoseconds timeout) noexcept {
   Impl& c = *impl_;
-  c.release_if_due();
   result = {};
+  if (!c.slot_is_ours()) [[unlikely]] {
+    result.evicted = true;
+    result.lost = c.rejoin(result.stale_view);
+    return out.first(0);
+  }
+  c.view_from = c.cursor;
+  c.release_if_due();
   const std::size_t max = std::min(out.size(), c.overwrite ? c.batch_cap : out.size());
   std::size_t n = 0;
   bool may_wait = true;

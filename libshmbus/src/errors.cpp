@@ -28,6 +28,7 @@ class Category final : public std::error_category {
       case Errc::not_allocated: return "segment is not fully allocated";
       case Errc::name_in_use: return "reader name is held by a live reader";
       case Errc::bookmarks_full: return "every bookmark is in use";
+      case Errc::unsafe_file: return "not a regular file with a single link";
       case Errc::system: return "system call failed";
     }
     return "unknown shmbus error";

@@ -2,7 +2,9 @@
 #include "shmbus/inspect.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -25,8 +27,7 @@ Inspector& Inspector::operator=(Inspector&&) noexcept = default;
 
 Inspector Inspector::open(std::string_view name, const Trust& trust) {
   Inspector i;
-  i.impl_->seg =
-      detail::Segment::open(name, detail::Segment::Access::read_only, std::chrono::milliseconds(200), trust);
+  i.impl_->seg = detail::Segment::open(name, detail::Segment::Access::read_only, trust);
   return i;
 }
 
@@ -43,15 +44,23 @@ std::string printable(std::string s) {
 
 std::string slot_name(const layout::ReaderSlot& r) { return printable(detail::stored_name(r.name)); }
 
-ReaderView reader_view(const detail::Segment& seg, std::uint32_t i, std::uint64_t owner) {
+Liveness liveness_of(detail::Holder h) {
+  switch (h) {
+    case detail::Holder::alive: return Liveness::alive;
+    case detail::Holder::none: return Liveness::dead;
+    case detail::Holder::unknown: break;
+  }
+  return Liveness::unknown;
+}
+
+ReaderView reader_view(const detail::Segment& seg, std::uint32_t i) {
   const layout::ReaderSlot& r = *seg.reader(i);
   ReaderView v;
   v.slot = i;
-  const bool marker = layout::is_reclaim_marker(owner);  // being (or half) reclaimed
-  v.pid = marker ? static_cast<pid_t>(r.pid.load(std::memory_order_relaxed))
-                 : static_cast<pid_t>(layout::identity_pid(owner));
+  v.pid = static_cast<pid_t>(r.pid.load(std::memory_order_relaxed));
+  v.generation = r.generation.load(std::memory_order_relaxed);
   v.start_ticks = r.start_ticks.load(std::memory_order_relaxed);
-  v.liveness = marker ? Liveness::dead : detail::identity_liveness(owner);
+  v.liveness = liveness_of(seg.reader_holder(i));
   v.name = slot_name(r);
   v.cursor = r.cursor.load(std::memory_order_acquire);
   v.delivered = r.delivered.load(std::memory_order_relaxed);
@@ -62,9 +71,11 @@ ReaderView reader_view(const detail::Segment& seg, std::uint32_t i, std::uint64_
   return v;
 }
 
-// A slot is shown while it has an owner or a reclaim marker (a reclaim in
-// progress, or one whose reclaimer died, which gc finishes).
-bool in_use(std::uint64_t owner) { return owner != layout::kOwnerFree; }
+// A slot is shown while it has an owner or counts for the producer.
+bool in_use(const layout::ReaderSlot& r) {
+  return r.owner.load(std::memory_order_acquire) != layout::kOwnerFree ||
+         r.state.load(std::memory_order_acquire) != layout::kSlotFree;
+}
 
 }  // namespace
 
@@ -89,16 +100,12 @@ Snapshot Inspector::snapshot() const {
   s.counters.data_sleepers = h.data_sleepers.load(std::memory_order_relaxed);
 
   ProducerView& p = s.producer;
-  const std::uint64_t owner = h.producer_owner.load(std::memory_order_acquire);
-  p.attached = in_use(owner);
+  p.attached = h.producer_owner.load(std::memory_order_acquire) != 0;
   p.pid = static_cast<pid_t>(h.producer_pid.load(std::memory_order_relaxed));
   p.start_ticks = h.producer_start_ticks.load(std::memory_order_relaxed);
-  if (p.attached) {
-    p.pid = static_cast<pid_t>(layout::identity_pid(owner));
-    p.liveness = detail::identity_liveness(owner);
-  } else if (p.pid > 0) {
-    p.liveness = process_liveness(p.pid, p.start_ticks);
-  }
+  // The role lock says whether a producer lives, attached or not (one that
+  // detached without closing leaves no owner but may still run).
+  p.liveness = liveness_of(seg.producer_holder());
   p.closed = h.closed.load(std::memory_order_acquire) != 0;
   const std::uint32_t blocked = h.blocked_on_slot.load(std::memory_order_relaxed);
   p.waiting_for_space = h.producer_sleeping.load(std::memory_order_relaxed) != 0 || blocked != 0;
@@ -107,8 +114,7 @@ Snapshot Inspector::snapshot() const {
   p.waiting_since_ns = h.wait_start_ns.load(std::memory_order_relaxed);
 
   for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
-    const std::uint64_t ro = seg.reader(i)->owner.load(std::memory_order_acquire);
-    if (in_use(ro)) s.readers.push_back(reader_view(seg, i, ro));
+    if (in_use(*seg.reader(i))) s.readers.push_back(reader_view(seg, i));
   }
   for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
     const layout::Bookmark& b = *seg.bookmark(i);
@@ -118,9 +124,8 @@ Snapshot Inspector::snapshot() const {
     v.name = printable(detail::stored_name(b.name));
     v.cursor = b.cursor.load(std::memory_order_relaxed);
     v.updated_ns = b.updated_ns.load(std::memory_order_relaxed);
-    const std::uint64_t holder = b.holder.load(std::memory_order_acquire);
-    v.held = layout::is_identity(holder) && detail::identity_liveness(holder) == Liveness::alive;
-    if (v.held) v.holder_pid = static_cast<pid_t>(layout::identity_pid(holder));
+    v.held = seg.bookmark_holder(i) == detail::Holder::alive;
+    if (v.held) v.holder_pid = static_cast<pid_t>(b.holder.load(std::memory_order_relaxed));
     s.bookmarks.push_back(std::move(v));
   }
   s.removed = h.removed.load(std::memory_order_relaxed) != 0;
@@ -190,11 +195,11 @@ std::vector<Problem> Inspector::check() const {
     const std::uint32_t state = r.state.load(std::memory_order_acquire);
     if (state > layout::kSlotActive) add(where, "state " + std::to_string(state) + " is unknown");
     if (owner == layout::kOwnerFree && state == layout::kSlotActive) add(where, "active but has no owner");
-    if (layout::is_reclaim_marker(owner) &&
-        detail::identity_liveness(layout::reclaimer_of(owner)) != Liveness::alive)
-      add(where, "reclaim interrupted (reclaimer pid " + std::to_string(layout::identity_pid(layout::reclaimer_of(owner))) +
-                     " died); gc finishes it");
-    if (!in_use(owner) || state != layout::kSlotActive) continue;
+    if (owner != layout::kOwnerFree && seg.reader_holder(i) == detail::Holder::alive &&
+        owner != r.generation.load(std::memory_order_relaxed))
+      add(where, "owner ticket " + std::to_string(owner) + " is not the slot's generation " +
+                     std::to_string(r.generation.load(std::memory_order_relaxed)));
+    if (owner == layout::kOwnerFree || state != layout::kSlotActive) continue;
     const std::uint64_t c = r.cursor.load(std::memory_order_acquire);
     const std::uint64_t h1 = h.head.load(std::memory_order_acquire);
     if (c > h1) add(where, "cursor " + std::to_string(c) + " is beyond head " + std::to_string(h1));
@@ -238,25 +243,42 @@ std::vector<Problem> Inspector::check() const {
 }
 
 std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust& trust) {
-  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, std::chrono::milliseconds(200), trust);
+  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, trust);
   std::vector<ReaderView> out;
   for (std::uint32_t i = 0; i < seg->max_readers(); ++i) {
-    const std::uint64_t owner = seg->reader(i)->owner.load(std::memory_order_acquire);
-    if (!in_use(owner)) continue;
-    ReaderView before = reader_view(*seg, i, owner);
-    if (before.liveness == Liveness::alive) continue;
+    if (!in_use(*seg->reader(i))) continue;
+    ReaderView before = reader_view(*seg, i);
+    // Only a holder the kernel says is gone: an untestable one is kept.
+    if (before.liveness != Liveness::dead) continue;
     if (detail::reclaim_if_dead(*seg, i)) out.push_back(std::move(before));
   }
   return out;
 }
 
 bool forget_reader_name(std::string_view name, std::string_view reader, const Trust& trust) {
-  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, std::chrono::milliseconds(200), trust);
+  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, trust);
   return detail::forget_bookmark(*seg, reader);
 }
 
-void mark_removed(std::string_view name, const Trust& trust) {
-  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, std::chrono::milliseconds(200), trust);
+std::optional<bool> segment_in_use(std::string_view name) {
+  validate_name(name);
+  const int fd = ::open(segment_path(name).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  std::optional<bool> out;
+  // Every role lock of the file at once: the header need not be valid.
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    const detail::Holder h = detail::test_lock(fd, 0, 0);
+    if (h != detail::Holder::unknown) out = h == detail::Holder::alive;
+  }
+  ::close(fd);
+  return out;
+}
+
+bool remove_in_use(std::string_view name, const Trust& trust) {
+  // Mapped before the unlink, to tell its users after it.
+  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, trust);
+  if (!Bus::remove(name)) return false;
   layout::SegmentHeader& h = *seg->header();
   h.removed.store(1, std::memory_order_relaxed);
   // Consumers read `removed` after their acquire load of `closed`.
@@ -266,6 +288,7 @@ void mark_removed(std::string_view name, const Trust& trust) {
   // A producer asleep waiting for space sees the flag when it wakes.
   h.space_futex.fetch_add(1, std::memory_order_release);
   detail::futex_wake(&h.space_futex, INT32_MAX);
+  return true;
 }
 
 std::vector<ListEntry> list_buses(const Trust& trust) {
@@ -279,7 +302,8 @@ std::vector<ListEntry> list_buses(const Trust& trust) {
     ListEntry entry;
     entry.name = std::string(fn.substr(prefix.size()));
     struct stat st {};
-    if (::stat(("/dev/shm/" + std::string(fn)).c_str(), &st) == 0) entry.file_size = static_cast<std::uint64_t>(st.st_size);
+    // lstat: a FIFO, device or symlink planted here is listed, never opened.
+    if (::lstat(("/dev/shm/" + std::string(fn)).c_str(), &st) == 0) entry.file_size = static_cast<std::uint64_t>(st.st_size);
     try {
       entry.snapshot = Inspector::open(entry.name, trust).snapshot();
     } catch (const std::exception& ex) {
@@ -290,6 +314,15 @@ std::vector<ListEntry> list_buses(const Trust& trust) {
   ::closedir(d);
   std::sort(out.begin(), out.end(), [](const ListEntry& a, const ListEntry& b) { return a.name < b.name; });
   return out;
+}
+
+const char* to_string(Liveness l) noexcept {
+  switch (l) {
+    case Liveness::alive: return "alive";
+    case Liveness::dead: return "dead";
+    case Liveness::unknown: return "unknown";
+  }
+  return "?";
 }
 
 }  // namespace shmbus

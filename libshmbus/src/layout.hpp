@@ -32,15 +32,16 @@
 //
 // ReaderSlot (128 bytes; two cache lines so the cursor line is the consumer's alone):
 //
-//     0  owner u64 | state u32 | pid u32 | start_ticks u64 | name char[32] |
-//        attach_time_ns u64 | reserved                       (set at attach/reclaim)
+//     0  owner u64 | state u32 | pid u32 | generation u64 | name char[32] |
+//        attach_time_ns u64                                 (set at attach/reclaim)
 //    64  cursor u64 | delivered u64 | lost u64 | last_active_ns u64 | sleeping u32 |
-//        reserved                                         (the consumer writes)
+//        reserved u32 | start_ticks u64 | reserved        (the consumer writes)
 //
 // Bookmark (64 bytes; one per durable reader name, ConsumerOptions::durable):
 //
-//     0  holder u64   identity of the live reader holding the name, or
-//                     kOwnerFree; a dead holder's name may be taken over
+//     0  holder u64   pid of the reader that holds (or last held) the name,
+//                     a label for people; the bookmark's role lock says
+//                     whether a live reader holds it
 //     8  state u32    kBookmarkEmpty / kBookmarkValid (name and cursor set)
 //    12  reserved u32
 //    16  cursor u64   next sequence the named reader will read; written by the
@@ -92,6 +93,31 @@
 // lowest last, so a reader that lands anywhere in the gap finds one, and a
 // takeover that finds the lowest marker committed knows the whole gap is.
 //
+// Role locks: who is alive is decided by the kernel, never by pid numbers.
+// Every role is held through an open-file-description lock (fcntl
+// F_OFD_SETLK, F_WRLCK) on one byte of the segment file, taken on an open
+// file description of the holder's own; the kernel drops it when the last
+// descriptor of that description closes, which process exit does in any PID
+// or mount namespace, with or without /proc, whatever state its threads are
+// in. Whoever wonders whether a holder lives tests the byte (F_OFD_GETLK)
+// from another description. The locked byte is the first byte of the
+// structure the role owns:
+//
+//   producer role     byte offsetof(SegmentHeader, producer_owner)  (192)
+//   reader slot i     byte reader_table_offset + i * sizeof(ReaderSlot)
+//   bookmark i        byte bookmark_table_offset_for(max_readers) + i * sizeof(Bookmark)
+//
+// Locks are advisory and touch no data. A slot whose byte nobody has
+// locked has no live holder: a reclaimer takes the lock itself (so an
+// attacher and a reclaimer never work on one slot at once), cleans the slot
+// and unlocks. Pids stored beside them are labels for people.
+//
+// A bus is created under a temporary name (.shmbus.NAME.XXXXXX, whose
+// creator holds a lock on byte 0) and renamed to shmbus.NAME, with
+// RENAME_NOREPLACE, only once complete: a segment under a bus name is never
+// half made, and a creator's death leaves only its temporary file, which
+// the next creation of that name removes once its lock is free.
+//
 // Versioning: bump kLayoutVersion whenever any offset, size, field meaning or
 // protocol rule here changes. Readers refuse any other version. New fields go
 // into reserved bytes only together with a version bump.
@@ -110,7 +136,9 @@ inline constexpr std::uint64_t kMagic = 0x3130'5355'424d'4853ULL;  // "SHMBUS01"
 // 3: the bookmark table after the reader table (durable reader names), and
 //    header.removed (a bus removed by force ends every stream, stops its producer).
 // 4: records are a multiple of 8 bytes (was 64), and gap markers.
-inline constexpr std::uint32_t kLayoutVersion = 4;
+// 5: liveness by role locks (above); ReaderSlot.owner is an attachment
+//    ticket and .generation counts attachments and reclaims; pids are labels.
+inline constexpr std::uint32_t kLayoutVersion = 5;
 inline constexpr std::uint32_t kCacheLine = 64;
 inline constexpr std::uint32_t kPageSize = 4096;
 inline constexpr std::uint32_t kRecordHeaderSize = 24;
@@ -127,13 +155,12 @@ inline constexpr std::uint64_t kBusyBit = std::uint64_t{1} << 63;
 // seq + 1 never wraps to 0, the tag of a record never written.
 inline constexpr std::uint64_t kMaxSequence = std::uint64_t{1} << 62;
 
-// ReaderSlot::owner holds kOwnerFree, a packed process identity, or a
-// reclaim marker: the reclaimer's identity with kReclaimBit set (bit 31 sits
-// in the pid's place, and pids stay below 2^22). A marker whose reclaimer
-// died is taken over and the reclaim redone, so a crash mid-reclaim never
-// loses the slot.
+// ReaderSlot::owner holds kOwnerFree or the ticket of the attachment that
+// holds the slot: the slot's generation after it was incremented at attach,
+// so an attachment never sees its own ticket again once the slot was taken
+// from it (reclaimed, or cleared by a stray store). Only the holder of the
+// slot's role lock writes line 0 of a slot.
 inline constexpr std::uint64_t kOwnerFree = 0;
-inline constexpr std::uint64_t kReclaimBit = std::uint64_t{1} << 31;
 
 // ReaderSlot::state
 inline constexpr std::uint32_t kSlotFree = 0;
@@ -204,10 +231,10 @@ struct alignas(kCacheLine) SegmentHeader {
 
 struct alignas(kCacheLine) ReaderSlot {
   // --- line 0: identity, written at attach and reclaim ---
-  std::atomic<std::uint64_t> owner;  // packed identity, kOwnerFree or a reclaim marker
+  std::atomic<std::uint64_t> owner;  // the holding attachment's ticket, or kOwnerFree
   std::atomic<std::uint32_t> state;  // kSlotFree / kSlotActive
-  std::atomic<std::uint32_t> pid;
-  std::atomic<std::uint64_t> start_ticks;
+  std::atomic<std::uint32_t> pid;    // label: the holder's pid in its own PID namespace
+  std::atomic<std::uint64_t> generation;  // attachments and reclaims so far
   char name[kReaderNameSize];  // NUL-padded; untrusted when read
   std::atomic<std::uint64_t> attach_time_ns;
 
@@ -217,11 +244,13 @@ struct alignas(kCacheLine) ReaderSlot {
   std::atomic<std::uint64_t> lost;
   std::atomic<std::uint64_t> last_active_ns;
   std::atomic<std::uint32_t> sleeping;
-  std::uint32_t reserved1[7];
+  std::uint32_t reserved1a;
+  std::atomic<std::uint64_t> start_ticks;  // label: the holder's start time from its /proc, 0 if none
+  std::uint64_t reserved1[2];
 };
 
 struct alignas(kCacheLine) Bookmark {
-  std::atomic<std::uint64_t> holder;  // packed identity or kOwnerFree
+  std::atomic<std::uint64_t> holder;  // label: pid of the last holder, 0 = never held
   std::atomic<std::uint32_t> state;   // kBookmarkEmpty / kBookmarkValid
   std::uint32_t reserved;
   std::atomic<std::uint64_t> cursor;
@@ -287,7 +316,7 @@ static_assert(sizeof(ReaderSlot) == 128 && alignof(ReaderSlot) == kCacheLine);
 static_assert(offsetof(ReaderSlot, owner) == 0);
 static_assert(offsetof(ReaderSlot, state) == 8);
 static_assert(offsetof(ReaderSlot, pid) == 12);
-static_assert(offsetof(ReaderSlot, start_ticks) == 16);
+static_assert(offsetof(ReaderSlot, generation) == 16);
 static_assert(offsetof(ReaderSlot, name) == 24);
 static_assert(offsetof(ReaderSlot, attach_time_ns) == 56);
 static_assert(offsetof(ReaderSlot, cursor) == 64);
@@ -295,6 +324,7 @@ static_assert(offsetof(ReaderSlot, delivered) == 72);
 static_assert(offsetof(ReaderSlot, lost) == 80);
 static_assert(offsetof(ReaderSlot, last_active_ns) == 88);
 static_assert(offsetof(ReaderSlot, sleeping) == 96);
+static_assert(offsetof(ReaderSlot, start_ticks) == 104);
 
 static_assert(sizeof(Bookmark) == 64 && alignof(Bookmark) == kCacheLine && kSharedOk<Bookmark>);
 static_assert(offsetof(Bookmark, holder) == 0);
@@ -326,22 +356,17 @@ constexpr std::uint64_t log_offset_for(std::uint32_t max_readers) {
 }
 static_assert(log_offset_for(1) == 4096 && log_offset_for(18) == 4096 && log_offset_for(19) == 8192);
 
-// Packed process identity stored in owner words: pid in the low 32 bits, the
-// low 32 bits of the process start time (clock ticks since boot) above. A real
-// process never packs to 0 (pid 0 does not exist) or to all ones (pids stay
-// below 2^22), which leaves 0 for kOwnerFree and bit 31 for kReclaimBit.
-constexpr std::uint64_t pack_identity(std::uint32_t pid, std::uint64_t start_ticks) {
-  return (start_ticks << 32) | pid;
+// The bytes whose OFD locks stand for roles (see "Role locks" above).
+inline constexpr std::uint64_t kProducerLockByte = 192;
+constexpr std::uint64_t reader_lock_byte(std::uint32_t i) {
+  return sizeof(SegmentHeader) + std::uint64_t{i} * sizeof(ReaderSlot);
 }
-constexpr bool is_identity(std::uint64_t owner) { return owner != kOwnerFree && !(owner & kReclaimBit); }
-constexpr bool is_reclaim_marker(std::uint64_t owner) { return (owner & kReclaimBit) != 0; }
-constexpr std::uint64_t reclaim_marker(std::uint64_t identity) { return identity | kReclaimBit; }
-constexpr std::uint64_t reclaimer_of(std::uint64_t marker) { return marker & ~kReclaimBit; }
-static_assert(!is_identity(reclaim_marker(pack_identity((1u << 22) - 1, ~0ull))));
-static_assert(is_identity(pack_identity(1, 0)) && !is_identity(kOwnerFree));
-constexpr std::uint32_t identity_pid(std::uint64_t id) { return static_cast<std::uint32_t>(id); }
-constexpr std::uint32_t identity_start32(std::uint64_t id) {
-  return static_cast<std::uint32_t>(id >> 32);
+constexpr std::uint64_t bookmark_lock_byte(std::uint32_t max_readers, std::uint32_t i) {
+  return bookmark_table_offset_for(max_readers) + std::uint64_t{i} * sizeof(Bookmark);
 }
+inline constexpr std::uint64_t kCreatorLockByte = 0;  // of the temporary file, while it is built
+static_assert(kProducerLockByte == offsetof(SegmentHeader, producer_owner));
+static_assert(reader_lock_byte(0) == 512 && reader_lock_byte(1) == 640);
+static_assert(bookmark_lock_byte(1, 0) == 640 && bookmark_lock_byte(2, 1) == 832);
 
 }  // namespace shmbus::layout

@@ -2,7 +2,6 @@
 #include <pthread.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
-#include <signal.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -13,6 +12,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "layout.hpp"
@@ -38,80 +38,26 @@ std::uint64_t monotonic_ns() noexcept {
   return std::uint64_t(ts.tv_sec) * 1'000'000'000u + std::uint64_t(ts.tv_nsec);
 }
 
-namespace {
-
-struct StatInfo {
-  bool found = false;
-  char state = '?';
-  std::uint64_t start_ticks = 0;
-};
-
-// Reads /proc/PID/stat. The command name (field 2) may hold spaces and
-// parentheses, so fields are counted from the last ')'.
-StatInfo read_stat(pid_t pid) noexcept {
-  StatInfo info;
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return info;
+std::uint64_t self_start_ticks() noexcept {
+  // Read each time: cached, a forked child would report its parent's.
+  int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
   char buf[1024];
   ssize_t n = ::read(fd, buf, sizeof buf - 1);
   ::close(fd);
-  if (n <= 0) return info;
+  if (n <= 0) return 0;
   buf[n] = '\0';
+  // The command name (field 2) may hold spaces and parentheses: count
+  // fields from the last ')'. Start time is field 22.
   const char* p = std::strrchr(buf, ')');
-  if (!p) return info;
-  info.found = true;
+  if (!p) return 0;
   ++p;
-  // After ')': " S ppid pgrp ..." — state is field 3, starttime field 22.
-  int field = 2;
-  while (*p && field < 22) {
+  for (int field = 2; *p;) {
     while (*p == ' ') ++p;
-    ++field;
-    if (field == 3) info.state = *p;
-    if (field == 22) {
-      info.start_ticks = std::strtoull(p, nullptr, 10);
-      break;
-    }
+    if (++field == 22) return std::strtoull(p, nullptr, 10);
     while (*p && *p != ' ') ++p;
   }
-  return info;
-}
-
-}  // namespace
-
-std::uint64_t process_start_ticks(pid_t pid) noexcept { return read_stat(pid).start_ticks; }
-
-std::uint64_t self_start_ticks() noexcept {
-  // Read each time: cached, a forked child would report its parent's.
-  return process_start_ticks(::getpid());
-}
-
-std::uint64_t self_identity() noexcept {
-  // Not cached across fork(): a child has its own pid and start time.
-  return layout::pack_identity(static_cast<std::uint32_t>(::getpid()),
-                               process_start_ticks(::getpid()));
-}
-
-namespace {
-Liveness liveness_impl(pid_t pid, std::uint64_t start, bool low32) noexcept {
-  if (pid <= 0) return Liveness::dead;
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return Liveness::dead;
-  // kill() says it exists (or exists but is not ours: EPERM).
-  StatInfo s = read_stat(pid);
-  // /proc hidden (hidepid, ProtectProc) or not mounted: we cannot tell a
-  // zombie or a reused pid, and must not declare a live process dead.
-  if (!s.found) return Liveness::alive;
-  if (s.state == 'Z' || s.state == 'X' || s.state == 'x') return Liveness::zombie;
-  std::uint64_t actual = low32 ? (s.start_ticks & 0xffffffffu) : s.start_ticks;
-  if (actual != start) return Liveness::reused;
-  return Liveness::alive;
-}
-}  // namespace
-
-Liveness identity_liveness(std::uint64_t identity) noexcept {
-  return liveness_impl(static_cast<pid_t>(layout::identity_pid(identity)),
-                       layout::identity_start32(identity), true);
+  return 0;
 }
 
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
@@ -179,24 +125,6 @@ bool heavy_barrier() noexcept {
 }
 
 }  // namespace shmbus::detail
-
-namespace shmbus {
-
-Liveness process_liveness(pid_t pid, std::uint64_t start_ticks) noexcept {
-  return detail::liveness_impl(pid, start_ticks, false);
-}
-
-const char* to_string(Liveness l) noexcept {
-  switch (l) {
-    case Liveness::alive: return "alive";
-    case Liveness::dead: return "dead";
-    case Liveness::zombie: return "zombie";
-    case Liveness::reused: return "pid reused";
-  }
-  return "?";
-}
-
-}  // namespace shmbus
 
 namespace shmbus::detail {
 

@@ -42,8 +42,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstring>
+#include <string>
 #include <optional>
 
 #include "segment.hpp"
@@ -71,7 +73,7 @@ struct Producer::Impl {
   detail::Segment& seg;
   layout::SegmentHeader* h;
   ProducerOptions opt;
-  std::uint64_t identity = 0;
+  detail::RoleFd role;  // holds the producer role's lock (layout.hpp, "Role locks")
   std::uint64_t cap;
   std::uint64_t chunk;      // rescan at least every `chunk` messages
   std::uint64_t prefetch_ahead;  // records: about kPrefetchBytes
@@ -238,27 +240,31 @@ struct Producer::Impl {
 
 void Producer::Impl::acquire_role() {
   detail::register_barrier();
-  identity = detail::self_identity();
-  bool took_over = false;
-  for (;;) {
-    std::uint64_t cur = h->producer_owner.load(std::memory_order_acquire);
-    if (cur == layout::kOwnerFree) {
-      if (h->producer_owner.compare_exchange_strong(cur, identity, std::memory_order_acq_rel)) break;
-      continue;
-    }
-    if (cur == identity || detail::identity_liveness(cur) == Liveness::alive) {
+  // The kernel decides who is producer: the lock is free only when no live
+  // process holds the role, in any PID namespace.
+  role = seg.open_role_fd();
+  if (!detail::try_lock(role.get(), layout::kProducerLockByte)) {
+    if (errno == EAGAIN || errno == EACCES)
       detail::fail(Errc::producer_active, seg.info().name,
-                   "another producer is attached (pid " + std::to_string(layout::identity_pid(cur)) + ")");
-    }
-    // The holder is dead, a zombie, or its pid was reused: take over.
-    if (h->producer_owner.compare_exchange_strong(cur, identity, std::memory_order_acq_rel)) {
-      took_over = true;
-      break;
-    }
+                   "another producer is attached (pid " +
+                       std::to_string(h->producer_pid.load(std::memory_order_relaxed)) + ")");
+    detail::fail(Errc::system, seg.info().name,
+                 std::string("cannot lock the producer role: ") + std::strerror(errno));
+  }
+  // One that died holding the role left its owner word set.
+  const bool took_over = h->producer_owner.load(std::memory_order_acquire) != 0;
+  const std::uint64_t start_head = h->head.load(std::memory_order_acquire);
+  // Untrusted: no bus publishes 2^62 messages (layout.hpp, kMaxSequence).
+  if (start_head >= layout::kMaxSequence) {
+    role = detail::RoleFd();
+    detail::fail(Errc::corrupt, seg.info().name,
+                 "head " + std::to_string(start_head) + " is impossible (at or past 2^62): not publishing on it");
   }
   owner_pid = ::getpid();
   h->producer_pid.store(static_cast<std::uint32_t>(owner_pid), std::memory_order_relaxed);
   h->producer_start_ticks.store(detail::self_start_ticks(), std::memory_order_relaxed);
+  // A label: consumers test the lock, not this word.
+  h->producer_owner.store(static_cast<std::uint32_t>(owner_pid), std::memory_order_release);
   if (took_over) h->takeovers.fetch_add(1, std::memory_order_relaxed);
   // A predecessor that died asleep may have left these set.
   h->producer_sleeping.store(0, std::memory_order_relaxed);
@@ -300,8 +306,11 @@ void Producer::Impl::release_role(bool mark_closed) noexcept {
   }
   if (mark_closed) h->closed.store(1, std::memory_order_release);  // after every commit tag
   h->blocked_on_slot.store(0, std::memory_order_relaxed);
-  std::uint64_t me = identity;
-  h->producer_owner.compare_exchange_strong(me, layout::kOwnerFree, std::memory_order_acq_rel);
+  // Cleared before the lock goes: a consumer that finds the lock free loads
+  // the owner again and sees a producer that left, not one that died.
+  h->producer_owner.store(0, std::memory_order_release);
+  detail::unlock(role.get(), layout::kProducerLockByte);
+  role = detail::RoleFd();
   if (mark_closed) {
     h->data_futex.fetch_add(1, std::memory_order_release);
     detail::futex_wake(&h->data_futex, INT_MAX);
@@ -344,9 +353,7 @@ std::uint32_t Producer::Impl::count_live_readers() const {
   for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
     layout::ReaderSlot* r = seg.reader(i);
     if (r->state.load(std::memory_order_acquire) != layout::kSlotActive) continue;
-    const std::uint64_t o = r->owner.load(std::memory_order_acquire);
-    if (!layout::is_identity(o)) continue;
-    if (detail::identity_liveness(o) == Liveness::alive) ++n;
+    if (seg.reader_holder(i) == detail::Holder::alive) ++n;
   }
   return n;
 }

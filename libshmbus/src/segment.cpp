@@ -1,20 +1,22 @@
 #include "segment.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <stdio.h>  // renameat2
 #include <sys/mman.h>
-#include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/interprocess/mapped_region.hpp>
-#include <boost/interprocess/shared_memory_object.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
-#include <thread>
+#include <vector>
 
 #include "sys.hpp"
 
@@ -34,8 +36,6 @@ void fail(Errc code, std::string_view bus, const std::string& what) {
 }
 
 namespace {
-
-std::string shm_name(std::string_view bus) { return "shmbus." + std::string(bus); }
 
 bool is_pow2(std::uint64_t v) { return v && !(v & (v - 1)); }
 
@@ -150,8 +150,6 @@ std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std
   return std::nullopt;
 }
 
-Segment::~Segment() = default;
-
 void Segment::attach(std::string_view name, const HeaderValues& v, bool writable) {
   base_ = static_cast<std::byte*>(region_->get_address());
   size_ = region_->get_size();
@@ -190,70 +188,153 @@ void Segment::attach(std::string_view name, const HeaderValues& v, bool writable
   info_.layout_version = v.version;
 }
 
+namespace {
+
+// Boost.Interprocess maps anything that hands it a descriptor.
+struct FdMapping {
+  int fd;
+  bip::mapping_handle_t get_mapping_handle() const noexcept {
+    return bip::ipcdetail::mapping_handle_from_file_handle(fd);
+  }
+};
+
+std::string temp_prefix(std::string_view bus) { return ".shmbus." + std::string(bus) + "."; }
+
+// Removes temporary files of earlier creations of `bus` whose creator died
+// (nobody holds their creator lock). Only files this process may remove.
+void remove_dead_temporaries(std::string_view bus) {
+  DIR* d = ::opendir(kShmDir);
+  if (!d) return;
+  const std::string prefix = temp_prefix(bus);
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    const std::string_view fn = e->d_name;
+    if (fn.size() == prefix.size() + 6 && fn.substr(0, prefix.size()) == prefix) names.emplace_back(fn);
+  }
+  ::closedir(d);
+  for (const std::string& fn : names) {
+    const std::string path = std::string(kShmDir) + "/" + fn;
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat st {}, now {};
+    // Held by us while we unlink it, so a creator still alive (which holds
+    // it from its first moment) is never cut short.
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && try_lock(fd, layout::kCreatorLockByte) &&
+        ::lstat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev)
+      ::unlink(path.c_str());
+    ::close(fd);
+  }
+}
+
+std::string random_suffix() {
+  static constexpr char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::uint64_t r = 0;
+  if (::getrandom(&r, sizeof r, 0) != sizeof r) r = monotonic_ns() ^ (std::uint64_t(::getpid()) << 32);
+  std::string s(6, 'A');
+  for (char& c : s) {
+    c = kChars[r % 62];
+    r /= 62;
+  }
+  return s;
+}
+
+// Moves the finished segment to its bus name, never replacing one.
+// Returns 0 or an errno (EEXIST: the name is taken).
+int publish_name(const std::string& from, const std::string& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return 0;
+  if (errno != EINVAL && errno != ENOSYS) return errno;
+  // A file system without RENAME_NOREPLACE: link() never replaces either.
+  if (::link(from.c_str(), to.c_str()) != 0) return errno;
+  ::unlink(from.c_str());
+  return 0;
+}
+
+}  // namespace
+
 std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions& o) {
   validate_name(name);
   validate_options(name, o);
-  const std::string shm = shm_name(name);
+  const std::string path = segment_path(name);
   const std::uint64_t size = segment_size_for(o);
-  std::shared_ptr<Segment> seg(new Segment);
-  bip::shared_memory_object obj;
-  try {
-    obj = bip::shared_memory_object(bip::create_only, shm.c_str(), bip::read_write,
-                                    bip::permissions(static_cast<unsigned>(o.mode)));
-  } catch (const bip::interprocess_exception& e) {
-    fail(errc_from_interprocess(e), name, "cannot create segment /dev/shm/" + shm + ": " + describe(e));
+  remove_dead_temporaries(name);
+  for (int attempt = 0;; ++attempt) {
+    // Built under a temporary name and renamed into place once complete
+    // (layout.hpp): nobody ever opens a half-made bus.
+    const std::string temp = std::string(kShmDir) + "/" + temp_prefix(name) + random_suffix();
+    const int raw = ::open(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (raw < 0) {
+      if (errno == EEXIST && attempt < 16) continue;
+      const int err = errno;
+      fail(err == EACCES || err == EPERM ? Errc::permission_denied : err == ENOSPC ? Errc::no_space : Errc::system,
+           name, "cannot create a segment in " + std::string(kShmDir) + ": " + std::strerror(err));
+    }
+    std::shared_ptr<Segment> seg(new Segment);
+    seg->fd_ = raw;
+    seg->path_ = path;
+    bool renamed = false;
+    try {
+      // Ours from the first moment: a cleaner of dead creators' files skips it.
+      if (!try_lock(raw, layout::kCreatorLockByte))
+        fail(Errc::system, name, std::string("cannot lock the new segment: ") + std::strerror(errno));
+      if (::fchmod(raw, o.mode) != 0)  // the umask applied; the user asked for exactly o.mode
+        fail(Errc::system, name, std::string("fchmod: ") + std::strerror(errno));
+      if (::ftruncate(raw, static_cast<off_t>(size)) != 0)
+        fail(errno == ENOSPC || errno == EFBIG ? Errc::no_space : Errc::system, name,
+             "cannot size segment to " + num(size) + " bytes: " + std::strerror(errno));
+      // Reserve every page now: on a full /dev/shm this fails here instead of
+      // raising SIGBUS on first touch in the middle of a run.
+      if (int rc = ::posix_fallocate(raw, 0, static_cast<off_t>(size)); rc != 0)
+        fail(rc == ENOSPC ? Errc::no_space : Errc::system, name,
+             "cannot reserve " + num(size) + " bytes in " + std::string(kShmDir) + ": " + std::strerror(rc));
+      seg->region_ = std::make_unique<bip::mapped_region>(FdMapping{raw}, bip::read_write, 0, size);
+      auto* h = static_cast<layout::SegmentHeader*>(seg->region_->get_address());
+      // The file is zero-filled: every counter, cursor and commit tag starts at 0.
+      h->magic = layout::kMagic;
+      h->header_size = sizeof(layout::SegmentHeader);
+      h->record_size = o.record_size;
+      h->max_readers = o.max_readers;
+      h->capacity = o.capacity;
+      h->policy = static_cast<std::uint32_t>(o.policy);
+      h->reader_slot_size = sizeof(layout::ReaderSlot);
+      h->reader_table_offset = sizeof(layout::SegmentHeader);
+      h->log_offset = layout::log_offset_for(o.max_readers);
+      h->segment_size = size;
+      h->creation_time_ns = realtime_ns();
+      h->creator_pid = static_cast<std::uint32_t>(::getpid());
+      // Written last: publishes every field above to whoever maps the file
+      // after the rename below (and to the inspector, which acquire-loads it).
+      h->layout_version.store(layout::kLayoutVersion, std::memory_order_release);
+      HeaderValues v;
+      v.version = layout::kLayoutVersion;
+      v.record_size = o.record_size;
+      v.max_readers = o.max_readers;
+      v.capacity = o.capacity;
+      v.policy = o.policy;
+      v.log_offset = layout::log_offset_for(o.max_readers);
+      v.segment_size = size;
+      v.creation_time_ns = h->creation_time_ns;
+      seg->attach(name, v, true);
+      struct stat st {};
+      if (::fstat(raw, &st) != 0) fail(Errc::system, name, std::string("fstat: ") + std::strerror(errno));
+      seg->dev_ = st.st_dev;
+      seg->ino_ = st.st_ino;
+      const int err = publish_name(temp, path);
+      if (err == ENOENT && attempt < 16) {
+        // A creator of the same name took our file for a dead one's in the
+        // instant before we locked it: build again.
+        continue;
+      }
+      if (err == EEXIST) fail(Errc::already_exists, name, path + " already exists");
+      if (err != 0) fail(err == EACCES || err == EPERM ? Errc::permission_denied : Errc::system, name,
+                         "cannot move the new segment to " + path + ": " + std::strerror(err));
+      renamed = true;
+      unlock(raw, layout::kCreatorLockByte);
+      return seg;
+    } catch (...) {
+      if (!renamed) ::unlink(temp.c_str());
+      throw;
+    }
   }
-  // From here on, a failure must not leave a half-made segment behind.
-  try {
-    const int fd = obj.get_mapping_handle().handle;
-    if (::fchmod(fd, o.mode) != 0)  // shm_open applied the umask; the user asked for exactly o.mode
-      fail(Errc::system, name, std::string("fchmod: ") + std::strerror(errno));
-    if (::ftruncate(fd, static_cast<off_t>(size)) != 0)
-      fail(errno == ENOSPC || errno == EFBIG ? Errc::no_space : Errc::system, name,
-           "cannot size segment to " + num(size) + " bytes: " + std::strerror(errno));
-    // Say who is initialising before anything slow, so an opener can tell a
-    // creator that died here from one still working (pwrite, not the mapping:
-    // on a full /dev/shm it fails instead of raising SIGBUS).
-    const std::uint32_t me = static_cast<std::uint32_t>(::getpid());
-    if (::pwrite(fd, &me, sizeof me, offsetof(layout::SegmentHeader, creator_pid)) != sizeof me)
-      fail(errno == ENOSPC ? Errc::no_space : Errc::system, name,
-           std::string("cannot write the segment header: ") + std::strerror(errno));
-    // Reserve every page now: on a full /dev/shm this fails here instead of
-    // raising SIGBUS on first touch in the middle of a run.
-    if (int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size)); rc != 0)
-      fail(rc == ENOSPC ? Errc::no_space : Errc::system, name,
-           "cannot reserve " + num(size) + " bytes in /dev/shm: " + std::strerror(rc));
-    seg->region_ = std::make_unique<bip::mapped_region>(obj, bip::read_write, 0, size);
-    auto* h = static_cast<layout::SegmentHeader*>(seg->region_->get_address());
-    // The file is zero-filled: every counter, cursor and commit tag starts at 0.
-    h->magic = layout::kMagic;
-    h->header_size = sizeof(layout::SegmentHeader);
-    h->record_size = o.record_size;
-    h->max_readers = o.max_readers;
-    h->capacity = o.capacity;
-    h->policy = static_cast<std::uint32_t>(o.policy);
-    h->reader_slot_size = sizeof(layout::ReaderSlot);
-    h->reader_table_offset = sizeof(layout::SegmentHeader);
-    h->log_offset = layout::log_offset_for(o.max_readers);
-    h->segment_size = size;
-    h->creation_time_ns = realtime_ns();
-    // Written last: publishes every field above to openers, which acquire-poll it.
-    h->layout_version.store(layout::kLayoutVersion, std::memory_order_release);
-    HeaderValues v;
-    v.version = layout::kLayoutVersion;
-    v.record_size = o.record_size;
-    v.max_readers = o.max_readers;
-    v.capacity = o.capacity;
-    v.policy = o.policy;
-    v.log_offset = layout::log_offset_for(o.max_readers);
-    v.segment_size = size;
-    v.creation_time_ns = h->creation_time_ns;
-    seg->attach(name, v, true);
-  } catch (...) {
-    bip::shared_memory_object::remove(shm.c_str());
-    throw;
-  }
-  return seg;
 }
 
 namespace {
@@ -294,6 +375,15 @@ void check_owner(std::string_view name, const std::string& path, const struct st
            ": not trusted (trust its owner or group to use it, e.g. --trust-owner or --trust-group)");
 }
 
+std::string file_kind(mode_t m) {
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
 // Reads `n` bytes at `off` without mapping (a sparse file stays sparse).
 bool read_at(int fd, void* to, std::size_t n, std::uint64_t off) {
   return ::pread(fd, to, n, static_cast<off_t>(off)) == static_cast<ssize_t>(n);
@@ -301,108 +391,107 @@ bool read_at(int fd, void* to, std::size_t n, std::uint64_t off) {
 
 }  // namespace
 
-std::shared_ptr<Segment> Segment::open(std::string_view name, Access access,
-                                       std::chrono::milliseconds ready_timeout, const Trust& trust,
+std::shared_ptr<Segment> Segment::open(std::string_view name, Access access, const Trust& trust,
                                        std::optional<mode_t> max_mode) {
   validate_name(name);
-  const std::string shm = shm_name(name);
-  const std::string path = "/dev/shm/" + shm;
-  const auto mode = access == Access::read_write ? bip::read_write : bip::read_only;
-  bip::shared_memory_object obj;
+  const std::string path = segment_path(name);
+  const bool rw = access == Access::read_write;
+  // No symlink is followed, and a FIFO or device planted at the path does
+  // not block the open (O_NONBLOCK); both are refused below.
+  const int raw = ::open(path.c_str(), (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  if (raw < 0) {
+    const int err = errno;
+    if (err == ENOENT) fail(Errc::not_found, name, "no such bus (" + path + " does not exist)");
+    if (err == ELOOP) fail(Errc::unsafe_file, name, path + " is a symbolic link: refusing to follow it");
+    fail(err == EACCES || err == EPERM ? Errc::permission_denied : Errc::system, name,
+         "cannot open " + path + ": " + std::strerror(err));
+  }
+  std::shared_ptr<Segment> seg(new Segment);
+  seg->fd_ = raw;
+  seg->path_ = path;
+  struct stat st {};
+  if (::fstat(raw, &st) != 0) fail(Errc::system, name, std::string("fstat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    fail(Errc::unsafe_file, name, path + " is not a regular file (" + file_kind(st.st_mode) + "): not a bus");
+  // Whose it is, before reading a byte of it.
+  check_owner(name, path, st, trust);
+  // Another name for the same file (a hard link) lets whoever made it read
+  // and write the bus under a name we never chose.
+  if (st.st_nlink != 1)
+    fail(Errc::unsafe_file, name,
+         path + " has " + num(st.st_nlink) + " hard links: another name reaches the same memory; refusing it");
+  if (max_mode && (st.st_mode & 0777 & ~*max_mode) != 0)
+    fail(Errc::insecure_mode, name,
+         path + " exists with mode " + mode_label(st.st_mode) + ", more permissive than the requested " +
+             mode_label(*max_mode) + "; not joining it (remove it, or ask for that mode)");
+  seg->dev_ = st.st_dev;
+  seg->ino_ = st.st_ino;
+  const std::uint64_t file_size = static_cast<std::uint64_t>(st.st_size);
+  std::uint64_t magic = 0;
+  const bool have_magic = file_size >= sizeof magic && read_at(raw, &magic, sizeof magic, 0);
+  if (have_magic && magic != 0 && magic != layout::kMagic)
+    fail(Errc::not_a_bus, name, "not a shmbus segment (bad magic number)");
+  if (file_size < sizeof(layout::SegmentHeader))
+    fail(Errc::truncated, name, "segment is " + num(file_size) + " bytes, smaller than its " +
+                                    num(sizeof(layout::SegmentHeader)) + "-byte header");
+  // A bus appears under its name only once complete (create() renames it
+  // into place), so there is nothing to wait for: a header never written
+  // is not a bus this library made.
+  if (magic == 0) fail(Errc::not_ready, name, "segment was never initialised (no header): not made by shmbus create");
+  // A creator reserves every page (posix_fallocate) before the rename.
+  // tmpfs counts allocated pages in st_blocks (512-byte units). Pages
+  // allocated past the end (FALLOC_FL_KEEP_SIZE) count too and could hide a
+  // hole, so more than a huge page's worth of them is refused as well.
+  // (SEEK_HOLE cannot tell: tmpfs reports reserved, unwritten pages as holes.)
+  const std::uint64_t blocks_bytes = static_cast<std::uint64_t>(st.st_blocks) * 512u;
+  constexpr std::uint64_t kHugePage = 2u << 20;
+  if (blocks_bytes < file_size || blocks_bytes > layout::align_up(file_size, kHugePage))
+    fail(Errc::not_allocated, name,
+         path + " claims " + num(file_size) + " bytes but has " + num(blocks_bytes) + " allocated " +
+             (blocks_bytes < file_size ? "(a sparse file)" : "(pages past its end)") + ": refusing to map it");
   try {
-    obj = bip::shared_memory_object(bip::open_only, shm.c_str(), mode);
+    seg->region_ = std::make_unique<bip::mapped_region>(FdMapping{raw}, rw ? bip::read_write : bip::read_only, 0,
+                                                        file_size);
   } catch (const bip::interprocess_exception& e) {
-    Errc c = errc_from_interprocess(e);
-    if (c == Errc::not_found) fail(c, name, "no such bus (" + path + " does not exist)");
-    fail(c, name, "cannot open " + path + ": " + describe(e));
+    fail(errc_from_interprocess(e), name, "cannot map " + path + ": " + describe(e));
   }
-  const int fd = obj.get_mapping_handle().handle;
-  const std::uint64_t deadline = monotonic_ns() + std::uint64_t(ready_timeout.count()) * 1'000'000u;
-  int rechecks = 0;  // of an allocation that moved under us (below)
-  for (;;) {
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) fail(Errc::system, name, std::string("fstat: ") + std::strerror(errno));
-    // Whose it is, before reading a byte of it.
-    check_owner(name, path, st, trust);
-    if (max_mode && (st.st_mode & 0777 & ~*max_mode) != 0)
-      fail(Errc::insecure_mode, name,
-           path + " exists with mode " + mode_label(st.st_mode) + ", more permissive than the requested " +
-               mode_label(*max_mode) + "; not joining it (remove it, or ask for that mode)");
-    const std::uint64_t file_size = static_cast<std::uint64_t>(st.st_size);
-    // A creator reserves every page (posix_fallocate) before writing the
-    // header. tmpfs counts allocated pages in st_blocks (512-byte units).
-    // Pages allocated past the end (FALLOC_FL_KEEP_SIZE) count too and could
-    // hide a hole, so more than a huge page's worth of them is refused as well.
-    // (SEEK_HOLE cannot tell: tmpfs reports reserved, unwritten pages as holes.)
-    const std::uint64_t blocks_bytes = static_cast<std::uint64_t>(st.st_blocks) * 512u;
-    constexpr std::uint64_t kHugePage = 2u << 20;
-    const bool allocated = blocks_bytes >= file_size && blocks_bytes <= layout::align_up(file_size, kHugePage);
-    std::optional<HeaderProblem> problem;
-    std::unique_ptr<bip::mapped_region> region;
-    std::uint64_t magic = 0;
-    std::uint32_t version = 0;
-    const bool have_magic = file_size >= sizeof magic && read_at(fd, &magic, sizeof magic, 0);
-    if (file_size < sizeof(layout::SegmentHeader)) {
-      problem = HeaderProblem{Errc::truncated, "segment is " + num(file_size) + " bytes, smaller than its " +
-                                                   num(sizeof(layout::SegmentHeader)) + "-byte header"};
-      // Enough to tell a foreign file from a bus still being sized.
-      if (have_magic && magic != 0 && magic != layout::kMagic)
-        problem = HeaderProblem{Errc::not_a_bus, "not a shmbus segment (bad magic number)"};
-    } else if (!allocated) {
-      // Never map a sparse segment: touching it would allocate /dev/shm on our
-      // behalf and raise SIGBUS once it is full. Only a creator still between
-      // ftruncate and posix_fallocate (no header yet) is worth waiting for.
-      read_at(fd, &version, sizeof version, offsetof(layout::SegmentHeader, layout_version));
-      if (have_magic && magic != 0 && magic != layout::kMagic)
-        fail(Errc::not_a_bus, name, "not a shmbus segment (bad magic number)");
-      if (magic != 0 && version != 0) {
-        // The header may be newer than our fstat: a creator reserves every
-        // page (posix_fallocate) before writing it. If the allocation moved
-        // since, look again from the top (a few times at most: a sparse
-        // file stays sparse, and one whose size keeps changing is hostile).
-        struct stat again {};
-        if (rechecks < 3 && ::fstat(fd, &again) == 0 && again.st_blocks != st.st_blocks) {
-          ++rechecks;
-          continue;
-        }
-        fail(Errc::not_allocated, name,
-             path + " claims " + num(file_size) + " bytes but has " + num(blocks_bytes) +
-                 " allocated " + (blocks_bytes < file_size ? "(a sparse file)" : "(pages past its end)") +
-                 ": refusing to map it");
-      }
-      problem = HeaderProblem{Errc::not_ready, "segment was never fully initialised (not yet allocated)"};
-    } else {
-      try {
-        region = std::make_unique<bip::mapped_region>(obj, mode, 0, file_size);
-      } catch (const bip::interprocess_exception& e) {
-        fail(errc_from_interprocess(e), name, "cannot map " + path + ": " + describe(e));
-      }
-      HeaderValues values;
-      problem = validate_header(*static_cast<const layout::SegmentHeader*>(region->get_address()), file_size, values);
-      if (!problem) {
-        std::shared_ptr<Segment> seg(new Segment);
-        seg->region_ = std::move(region);
-        seg->attach(name, values, access == Access::read_write);
-        return seg;
-      }
-    }
-    if (problem->code == Errc::not_ready) {
-      // A creator that died before finishing never will.
-      std::uint32_t creator_pid = 0;
-      read_at(fd, &creator_pid, sizeof creator_pid, offsetof(layout::SegmentHeader, creator_pid));
-      const pid_t creator = static_cast<pid_t>(creator_pid);
-      if (creator > 0 && ::kill(creator, 0) != 0 && errno == ESRCH)
-        fail(Errc::not_ready, name,
-             "its creator (pid " + std::to_string(creator) +
-                 ") died while initialising it; remove it (shmbus-inspect rm) and create it again");
-    }
-    // A creator may still be between shm_open, ftruncate and the version store.
-    const bool maybe_initialising =
-        problem->code == Errc::not_ready ||
-        (problem->code == Errc::truncated && file_size < sizeof(layout::SegmentHeader));
-    if (!maybe_initialising || monotonic_ns() >= deadline) fail(problem->code, name, problem->what);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // setup path only
-  }
+  HeaderValues values;
+  if (const auto problem =
+          validate_header(*static_cast<const layout::SegmentHeader*>(seg->region_->get_address()), file_size, values))
+    fail(problem->code, name, problem->what);
+  seg->attach(name, values, rw);
+  return seg;
+}
+
+Segment::~Segment() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+RoleFd Segment::open_role_fd() const {
+  // Through our own descriptor where /proc is mounted (the file may have
+  // lost its name meanwhile), else by path; either way it must be the
+  // file we mapped.
+  const std::string self = "/proc/self/fd/" + std::to_string(fd_);
+  int fd = ::open(self.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  struct stat st {};
+  if (fd >= 0 && ::fstat(fd, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) return RoleFd(fd);
+  if (fd >= 0) ::close(fd);
+  fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  if (fd >= 0 && ::fstat(fd, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) return RoleFd(fd);
+  const int err = fd < 0 ? errno : 0;
+  if (fd >= 0) ::close(fd);
+  if (err == ENOENT || err == 0)
+    fail(Errc::not_found, info_.name, path_ + " was removed (or replaced by another file) since it was opened");
+  fail(err == EACCES || err == EPERM ? Errc::permission_denied : Errc::system, info_.name,
+       "cannot open " + path_ + " again: " + std::strerror(err));
+}
+
+Holder Segment::reader_holder(std::uint32_t i) const noexcept {
+  return test_lock(fd_, layout::reader_lock_byte(i));
+}
+Holder Segment::producer_holder() const noexcept { return test_lock(fd_, layout::kProducerLockByte); }
+Holder Segment::bookmark_holder(std::uint32_t i) const noexcept {
+  return test_lock(fd_, layout::bookmark_lock_byte(info_.max_readers, i));
 }
 
 std::uint64_t oldest_retained(const Segment& s, std::uint64_t head) noexcept {
@@ -412,31 +501,43 @@ std::uint64_t oldest_retained(const Segment& s, std::uint64_t head) noexcept {
   return (o < floor || o > head) ? floor : o;
 }
 
-bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept {
+bool clean_slot(Segment& s, std::uint32_t i) noexcept {
   layout::ReaderSlot* r = s.reader(i);
-  std::uint64_t owner = r->owner.load(std::memory_order_acquire);
-  if (owner == layout::kOwnerFree) return false;
-  // A live owner keeps its slot; so does a live reclaimer. A dead reclaimer's
-  // marker is taken over and the (idempotent) steps below redone.
-  const std::uint64_t who = layout::is_reclaim_marker(owner) ? layout::reclaimer_of(owner) : owner;
-  if (identity_liveness(who) == Liveness::alive) return false;
-  // Only one reclaimer wins; a new reader cannot claim the slot meanwhile.
-  if (!r->owner.compare_exchange_strong(owner, layout::reclaim_marker(self_identity()),
-                                        std::memory_order_acq_rel))
+  if (r->owner.load(std::memory_order_relaxed) == layout::kOwnerFree &&
+      r->state.load(std::memory_order_relaxed) == layout::kSlotFree)
     return false;
-  // The producer stops counting this cursor once it sees kSlotFree (pairs with its acquire load).
-  r->state.store(layout::kSlotFree, std::memory_order_release);
   // A reader killed while asleep still holds one count of data_sleepers:
   // give it back, or the inspector would go on showing it asleep.
   if (r->sleeping.exchange(0, std::memory_order_acq_rel) != 0)
     s.header()->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
-  s.header()->readers_reclaimed.fetch_add(1, std::memory_order_relaxed);
-  // Free for the next reader, which acquires owner before initialising the slot.
+  // A later attachment gets a ticket nobody held before.
+  r->generation.fetch_add(1, std::memory_order_relaxed);
+  // The producer stops counting this cursor once it sees kSlotFree (pairs with its acquire load).
+  r->state.store(layout::kSlotFree, std::memory_order_release);
   r->owner.store(layout::kOwnerFree, std::memory_order_release);
+  s.header()->readers_reclaimed.fetch_add(1, std::memory_order_relaxed);
   // A producer asleep on this reader can go on now.
   s.header()->space_futex.fetch_add(1, std::memory_order_release);
   futex_wake(&s.header()->space_futex, INT32_MAX);
   return true;
+}
+
+bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept {
+  const layout::ReaderSlot* r = s.reader(i);
+  if (r->owner.load(std::memory_order_relaxed) == layout::kOwnerFree &&
+      r->state.load(std::memory_order_relaxed) == layout::kSlotFree)
+    return false;
+  // Cheap test first; only a slot nobody holds is worth a descriptor.
+  if (s.reader_holder(i) != Holder::none) return false;
+  try {
+    // Held through a description of our own while we clean it, so an
+    // attacher (which takes the same lock) never meets a half-cleaned slot.
+    const RoleFd f = s.open_role_fd();
+    if (!try_lock(f.get(), layout::reader_lock_byte(i))) return false;
+    return clean_slot(s, i);  // closing f drops the lock
+  } catch (const Error&) {
+    return false;  // removed meanwhile: nothing to reclaim for
+  }
 }
 
 // ---- bookmarks ----
@@ -461,15 +562,18 @@ bool holds_name(const layout::Bookmark& b, std::string_view name) {
   return stored_name(b.name) == name;
 }
 
-// True if `holder` is free or a process that no longer exists.
-bool holder_gone(std::uint64_t holder) {
-  return holder == layout::kOwnerFree || identity_liveness(holder) != Liveness::alive;
-}
-
-[[noreturn]] void name_held(const Segment& s, std::string_view name, std::uint64_t holder) {
+[[noreturn]] void name_held(const Segment& s, std::string_view name, std::uint32_t i) {
   fail(Errc::name_in_use, s.info().name,
        "reader name '" + std::string(name) + "' is held by a live reader (pid " +
-           std::to_string(layout::identity_pid(holder)) + ")");
+           std::to_string(s.bookmark(i)->holder.load(std::memory_order_relaxed)) + ")");
+}
+
+// Takes bookmark i's role lock through `fd`; false if a live holder has it.
+bool lock_bookmark(const Segment& s, int fd, std::uint32_t i) {
+  if (try_lock(fd, layout::bookmark_lock_byte(s.max_readers(), i))) return true;
+  if (errno != EAGAIN && errno != EACCES)
+    fail(Errc::system, s.info().name, std::string("cannot lock a bookmark: ") + std::strerror(errno));
+  return false;
 }
 
 }  // namespace
@@ -481,30 +585,28 @@ std::optional<std::uint32_t> find_bookmark(const Segment& s, std::string_view na
   return std::nullopt;
 }
 
-std::uint32_t hold_bookmark(Segment& s, std::string_view name, std::uint64_t identity,
-                            std::uint64_t initial_cursor, bool& created) {
+std::uint32_t hold_bookmark(Segment& s, std::string_view name, int fd, std::uint64_t initial_cursor,
+                            bool& created) {
   created = false;
+  const std::uint32_t me = static_cast<std::uint32_t>(::getpid());
   for (int attempt = 0; attempt < 64; ++attempt) {
     if (auto i = find_bookmark(s, name)) {
-      layout::Bookmark& b = *s.bookmark(*i);
-      std::uint64_t holder = b.holder.load(std::memory_order_acquire);
-      if (!holder_gone(holder)) name_held(s, name, holder);  // us too: one holder per name
-      // Acquire: we see the cursor its last holder stored.
-      if (b.holder.compare_exchange_strong(holder, identity, std::memory_order_acq_rel)) {
-        if (holds_name(b, name)) return *i;
-        b.holder.store(layout::kOwnerFree, std::memory_order_release);  // forgotten meanwhile
+      if (!lock_bookmark(s, fd, *i)) name_held(s, name, *i);
+      if (!holds_name(*s.bookmark(*i), name)) {  // forgotten meanwhile
+        unlock(fd, layout::bookmark_lock_byte(s.max_readers(), *i));
+        continue;
       }
-      continue;
+      s.bookmark(*i)->holder.store(me, std::memory_order_relaxed);
+      return *i;
     }
     bool claimed = false;
     for (std::uint32_t i = 0; i < s.max_readers() && !claimed; ++i) {
       layout::Bookmark& b = *s.bookmark(i);
       if (b.state.load(std::memory_order_acquire) != layout::kBookmarkEmpty) continue;
-      std::uint64_t holder = b.holder.load(std::memory_order_acquire);
-      if (!holder_gone(holder)) continue;  // being created by a live process
-      if (!b.holder.compare_exchange_strong(holder, identity, std::memory_order_acq_rel)) continue;
+      if (!lock_bookmark(s, fd, i)) continue;  // being created by a live reader
+      const std::uint64_t byte = layout::bookmark_lock_byte(s.max_readers(), i);
       if (b.state.load(std::memory_order_acquire) != layout::kBookmarkEmpty) {
-        b.holder.store(layout::kOwnerFree, std::memory_order_release);
+        unlock(fd, byte);
         continue;
       }
       claimed = true;
@@ -512,13 +614,15 @@ std::uint32_t hold_bookmark(Segment& s, std::string_view name, std::uint64_t ide
       std::memcpy(b.name, name.data(), std::min(name.size(), sizeof b.name - 1));
       b.cursor.store(initial_cursor, std::memory_order_relaxed);
       b.updated_ns.store(realtime_ns(), std::memory_order_relaxed);
+      b.holder.store(me, std::memory_order_relaxed);
       // Publishes name and cursor: pairs with holds_name()'s acquire load.
       b.state.store(layout::kBookmarkValid, std::memory_order_release);
-      // Did another reader create the same name at the same time?
+      // Did another reader create the same name at the same time? A name is
+      // only ever held through its lowest bookmark.
       const auto first = find_bookmark(s, name);
       if (first && *first < i) {
         b.state.store(layout::kBookmarkEmpty, std::memory_order_release);
-        b.holder.store(layout::kOwnerFree, std::memory_order_release);
+        unlock(fd, byte);
         break;  // take the lower one from the top
       }
       created = true;
@@ -532,33 +636,29 @@ std::uint32_t hold_bookmark(Segment& s, std::string_view name, std::uint64_t ide
   fail(Errc::name_in_use, s.info().name, "reader name '" + std::string(name) + "' keeps changing hands");
 }
 
-void release_bookmark(Segment& s, std::uint32_t i, std::uint64_t identity) noexcept {
-  layout::Bookmark& b = *s.bookmark(i);
-  b.updated_ns.store(realtime_ns(), std::memory_order_relaxed);
-  std::uint64_t me = identity;
-  // Release: the next holder (acquire CAS) sees our last cursor.
-  b.holder.compare_exchange_strong(me, layout::kOwnerFree, std::memory_order_acq_rel);
+void release_bookmark(Segment& s, std::uint32_t i, int fd) noexcept {
+  s.bookmark(i)->updated_ns.store(realtime_ns(), std::memory_order_relaxed);
+  // The next holder takes the lock after us; the kernel's lock operations
+  // order our cursor store before its loads.
+  unlock(fd, layout::bookmark_lock_byte(s.max_readers(), i));
 }
 
 bool forget_bookmark(Segment& s, std::string_view name) {
-  const auto i = find_bookmark(s, name);
-  if (!i) return false;
-  layout::Bookmark& b = *s.bookmark(*i);
-  std::uint64_t holder = b.holder.load(std::memory_order_acquire);
-  if (!holder_gone(holder)) name_held(s, name, holder);
-  // Hold it ourselves while clearing, so no reader takes it half-cleared.
-  const std::uint64_t me = self_identity();
-  if (!b.holder.compare_exchange_strong(holder, me, std::memory_order_acq_rel)) {
-    holder = b.holder.load(std::memory_order_acquire);
-    if (!holder_gone(holder)) name_held(s, name, holder);
-    return forget_bookmark(s, name);
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const auto i = find_bookmark(s, name);
+    if (!i) return false;
+    // Held ourselves while clearing, so no reader takes it half-cleared.
+    const RoleFd f = s.open_role_fd();
+    if (!lock_bookmark(s, f.get(), *i)) name_held(s, name, *i);
+    layout::Bookmark& b = *s.bookmark(*i);
+    if (!holds_name(b, name)) continue;  // forgotten or moved meanwhile
+    b.state.store(layout::kBookmarkEmpty, std::memory_order_release);
+    std::memset(b.name, 0, sizeof b.name);
+    b.cursor.store(0, std::memory_order_relaxed);
+    b.holder.store(0, std::memory_order_relaxed);
+    return true;
   }
-  b.state.store(layout::kBookmarkEmpty, std::memory_order_release);
-  std::memset(b.name, 0, sizeof b.name);
-  b.cursor.store(0, std::memory_order_relaxed);
-  b.holder.store(layout::kOwnerFree, std::memory_order_release);
-  return true;
+  fail(Errc::name_in_use, s.info().name, "reader name '" + std::string(name) + "' keeps changing hands");
 }
 
 }  // namespace shmbus::detail
-

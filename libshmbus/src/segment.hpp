@@ -8,7 +8,10 @@
 #include <string>
 #include <string_view>
 
+#include <sys/types.h>
+
 #include "layout.hpp"
+#include "role_lock.hpp"
 #include "shmbus/bus.hpp"
 
 namespace boost::interprocess {
@@ -16,6 +19,9 @@ class mapped_region;
 }
 
 namespace shmbus::detail {
+
+// Where segments live.
+inline constexpr const char* kShmDir = "/dev/shm";
 
 // "bus 'NAME': " — every error message starts with it.
 std::string bus_prefix(std::string_view name);
@@ -49,11 +55,11 @@ class Segment {
   enum class Access { read_write, read_only };
 
   static std::shared_ptr<Segment> create(std::string_view name, const BusOptions& options);
-  // Opens an existing segment: owner checked against `trust`, allocation
-  // checked against its size, header validated, all before it is used. With
-  // `max_mode`, a segment whose mode grants more than it is refused too.
-  static std::shared_ptr<Segment> open(std::string_view name, Access access,
-                                       std::chrono::milliseconds ready_timeout, const Trust& trust,
+  // Opens an existing segment: a regular file with one link, owner checked
+  // against `trust`, allocation checked against its size, header
+  // validated, all before it is used. With `max_mode`, a segment whose mode
+  // grants more than it is refused too.
+  static std::shared_ptr<Segment> open(std::string_view name, Access access, const Trust& trust,
                                        std::optional<mode_t> max_mode = std::nullopt);
   ~Segment();
   Segment(const Segment&) = delete;
@@ -79,11 +85,27 @@ class Segment {
     return reinterpret_cast<std::byte*>(r) + layout::kRecordHeaderSize;
   }
 
+  // A new open file description of this same file (checked by device and
+  // inode), through which a role is held. Throws Error (not_found if the
+  // bus was removed or replaced since it was opened).
+  RoleFd open_role_fd() const;
+  // Whether a live process holds a role (layout.hpp, "Role locks"), tested
+  // through this mapping's own description, which never holds one.
+  Holder reader_holder(std::uint32_t i) const noexcept;
+  Holder producer_holder() const noexcept;
+  Holder bookmark_holder(std::uint32_t i) const noexcept;
+  // The descriptor of the mapped file (never used to hold a role).
+  int fd() const noexcept { return fd_; }
+
  private:
   Segment() = default;
   void attach(std::string_view name, const HeaderValues& v, bool writable);
 
   BusInfo info_{};
+  int fd_ = -1;
+  std::string path_;
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
   std::unique_ptr<boost::interprocess::mapped_region> region_;
   std::byte* base_ = nullptr;
   std::uint64_t size_ = 0;
@@ -121,7 +143,13 @@ inline std::optional<Gap> read_gap(layout::RecordHeader* r, std::uint64_t seq, s
   return Gap{to, len == layout::kGapLost};
 }
 
-// Reclaims reader slot `i` if its owner is dead. Returns true if it did.
+// Frees reader slot `i`, left in use by a holder that is gone. The caller
+// holds the slot's role lock. Returns false if there was nothing to free.
+bool clean_slot(Segment& s, std::uint32_t i) noexcept;
+
+// Reclaims reader slot `i` if nobody holds its role lock (its holder is
+// gone). A holder that cannot be tested is never reclaimed. Returns true if
+// it did.
 bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept;
 
 // ---- bookmarks: durable reader names (layout.hpp, Bookmark) ----
@@ -132,15 +160,15 @@ std::string stored_name(const char (&name)[layout::kReaderNameSize]);
 // The valid bookmark named `name`, if any.
 std::optional<std::uint32_t> find_bookmark(const Segment& s, std::string_view name) noexcept;
 
-// Takes the bookmark named `name` for the reader `identity`, creating it with
-// `initial_cursor` if it does not exist. A dead holder's bookmark is taken
-// over. Throws Errc::name_in_use (naming the live holder's pid) or
-// Errc::bookmarks_full. Sets `created` when the bookmark is new.
-std::uint32_t hold_bookmark(Segment& s, std::string_view name, std::uint64_t identity,
-                            std::uint64_t initial_cursor, bool& created);
+// Takes the bookmark named `name` by locking its role byte through `fd`,
+// creating it with `initial_cursor` if it does not exist. A dead holder's
+// bookmark is taken over. Throws Errc::name_in_use (naming the live
+// holder's pid) or Errc::bookmarks_full. Sets `created` when the bookmark is new.
+std::uint32_t hold_bookmark(Segment& s, std::string_view name, int fd, std::uint64_t initial_cursor,
+                            bool& created);
 
-// Lets go of a held bookmark (its cursor stays remembered).
-void release_bookmark(Segment& s, std::uint32_t i, std::uint64_t identity) noexcept;
+// Lets go of a bookmark held through `fd` (its cursor stays remembered).
+void release_bookmark(Segment& s, std::uint32_t i, int fd) noexcept;
 
 // Drops the bookmark named `name`. Returns false if there is none; throws
 // Errc::name_in_use if a live reader holds it.

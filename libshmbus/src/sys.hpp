@@ -1,4 +1,4 @@
-// shmbus — operating-system helpers: clocks, process identity and liveness,
+// shmbus — operating-system helpers: clocks, process start time (a label),
 // futexes on shared words, and the asymmetric memory barrier.
 #pragma once
 
@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdint>
 
-#include "shmbus/inspect.hpp"
 
 namespace shmbus::detail {
 
@@ -50,16 +49,10 @@ inline void prefetch_for_write(const void* p) noexcept {
 #endif
 }
 
-// Start time of `pid` (field 22 of /proc/PID/stat, clock ticks since boot),
-// or 0 if it cannot be read.
-std::uint64_t process_start_ticks(pid_t pid) noexcept;
-// This process's packed identity (layout::pack_identity), computed once.
-std::uint64_t self_identity() noexcept;
+// This process's start time (field 22 of /proc/self/stat, clock ticks since
+// boot), or 0 without /proc. A label for people: liveness is decided by
+// role locks (role_lock.hpp), never by pids or start times.
 std::uint64_t self_start_ticks() noexcept;
-
-// Liveness of the process behind a packed identity (pid + low 32 bits of its
-// start time).
-Liveness identity_liveness(std::uint64_t identity) noexcept;
 
 // FUTEX_WAIT on a word in shared memory (not FUTEX_PRIVATE: waker and sleeper
 // are different processes). Returns when woken, when *word != expected, on a

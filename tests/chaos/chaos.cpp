@@ -139,6 +139,12 @@ int run_consumer(const std::string& name) {
         expected += r.lost;
         break;
       case shmbus::ReadStatus::corrupt: ++corrupt; break;
+      case shmbus::ReadStatus::evicted:
+        // A live reader must never lose its slot: a failure, counted with
+        // the corrupt records.
+        ++corrupt;
+        expected = r.message.seq;
+        break;
       case shmbus::ReadStatus::end_of_stream:
         // Before the end marker the only honest reason is a dead producer:
         // wait for the one taking over. (A close is not a crash.)

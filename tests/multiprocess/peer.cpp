@@ -224,6 +224,7 @@ int run_consumer(const std::string& bus_name, std::vector<std::string_view> args
       const std::size_t limit = pause_after ? static_cast<std::size_t>(*pause_after - chk.delivered) : 256;
       PollResult r = c.poll([&](const Message& m) { gaps += chk.message(m); }, limit, std::chrono::seconds(1));
       if (r.corrupt != 0) chk.error(std::to_string(r.corrupt) + " corrupt records");
+      if (r.evicted) chk.error("evicted: the reader slot was taken from a live reader");
       chk.lost += r.lost;
       if (gaps != r.lost)
         chk.error("poll reported " + std::to_string(r.lost) + " lost but the sequence skipped " + std::to_string(gaps));
@@ -247,6 +248,9 @@ int run_consumer(const std::string& bus_name, std::vector<std::string_view> args
         break;
       case ReadStatus::corrupt:
         chk.error("corrupt record at seq " + std::to_string(r.message.seq));
+        break;
+      case ReadStatus::evicted:
+        chk.error("evicted at seq " + std::to_string(r.message.seq) + ": the reader slot was taken from a live reader");
         break;
       case ReadStatus::timeout:
         chk.error("next() with no timeout returned timeout");

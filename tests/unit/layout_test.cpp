@@ -57,10 +57,12 @@ static_assert(log_offset_for(1) % kPageSize == 0);
 static_assert(bookmark_table_offset_for(max_readers_limit) == 512 + 128 * 1024);
 static_assert(log_offset_for(max_readers_limit) == align_up(512 + (128 + 64) * 1024, 4096));
 
-// Identity packing leaves 0 and all-ones free for the sentinels.
-static_assert(identity_pid(pack_identity(1234, 0xabcdef)) == 1234);
-static_assert(identity_start32(pack_identity(1234, 0xabcdef)) == 0xabcdef);
-static_assert(pack_identity(1, 0) != kOwnerFree && !is_identity(reclaim_marker(pack_identity((1u << 22) - 1, ~0ull))));
+// Every role lock sits on the first byte of what the role owns, inside the
+// tables (never in the log, which nobody locks).
+static_assert(kProducerLockByte == offsetof(SegmentHeader, producer_owner));
+static_assert(reader_lock_byte(max_readers_limit - 1) + sizeof(ReaderSlot) == bookmark_table_offset_for(max_readers_limit));
+static_assert(bookmark_lock_byte(max_readers_limit, max_readers_limit - 1) + sizeof(Bookmark) <=
+              log_offset_for(max_readers_limit));
 
 TEST(Layout, LogOffsetIsPageAlignedAndLeavesRoomForEveryReaderSlotAndBookmark) {
   for (std::uint32_t readers = 1; readers <= max_readers_limit; ++readers) {
@@ -178,12 +180,13 @@ TEST(Layout, AttachedConsumerAndProducerAreVisibleInTheSegment) {
   Consumer c(bus, co);
   Producer p(bus);
   RawSegment raw(name.path());
-  EXPECT_EQ(identity_pid(raw.header().producer_owner.load()), static_cast<std::uint32_t>(::getpid()));
+  EXPECT_EQ(raw.header().producer_owner.load(), static_cast<std::uint32_t>(::getpid()));
   EXPECT_EQ(raw.header().producer_pid.load(), static_cast<std::uint32_t>(::getpid()));
   const ReaderSlot& slot = raw.reader(c.slot());
   EXPECT_EQ(slot.state.load(), kSlotActive);
   EXPECT_EQ(slot.pid.load(), static_cast<std::uint32_t>(::getpid()));
-  EXPECT_EQ(identity_pid(slot.owner.load()), static_cast<std::uint32_t>(::getpid()));
+  EXPECT_NE(slot.owner.load(), kOwnerFree);
+  EXPECT_EQ(slot.owner.load(), slot.generation.load()) << "the owner ticket is the generation it attached at";
   EXPECT_STREQ(std::string(slot.name, strnlen(slot.name, kReaderNameSize)).c_str(), "layout-reader");
   ASSERT_TRUE(p.publish(bytes("a")));
   ASSERT_TRUE(p.publish(bytes("b")));

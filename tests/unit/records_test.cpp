@@ -1,6 +1,7 @@
 // Byte-level tests: fake half-written, torn and impossible records by writing
 // the documented fields of layout.hpp directly into a mapped segment, and check
 // that a consumer never delivers them.
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -346,81 +347,82 @@ TEST(TornOverwrite, RecordWhoseTagNamesAnotherSequenceIsNotReturnedAsThisOne) {
 namespace shmbus::test {
 namespace {
 
-// Start time of `pid` in clock ticks since boot (field 22 of /proc/PID/stat).
-std::uint64_t start_ticks_of(pid_t pid) {
-  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (f == nullptr) return 0;
-  char buf[1024] = {};
-  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  const char* p = std::strrchr(buf, ')');
-  if (p == nullptr || n == 0) return 0;
-  // After ") " come fields 3 (state) .. 22 (starttime).
-  std::uint64_t v = 0;
-  int field = 2;
-  for (++p; *p != '\0'; ++p) {
-    if (*p == ' ') {
-      ++field;
-      if (field == 22) {
-        v = std::strtoull(p + 1, nullptr, 10);
-        break;
-      }
-    }
-  }
-  return v;
-}
-
-// Fakes an active reader slot at cursor 0 owned by (pid, start_ticks).
-void fake_reader(RawSegment& raw, std::uint32_t slot, pid_t pid, std::uint64_t start_ticks) {
+// Fakes an active reader slot at cursor 0 that names `pid`, as an attached
+// reader leaves it.
+void fake_reader(RawSegment& raw, std::uint32_t slot, pid_t pid) {
   layout::ReaderSlot& r = raw.reader(slot);
   r.pid.store(static_cast<std::uint32_t>(pid));
-  r.start_ticks.store(start_ticks);
   r.cursor.store(0);
   std::memcpy(r.name, "fake", 5);
-  r.owner.store(layout::pack_identity(static_cast<std::uint32_t>(pid), start_ticks));
+  r.generation.store(1);
+  r.owner.store(1);
   r.state.store(layout::kSlotActive, std::memory_order_release);
 }
 
-TEST(ReaderLiveness, SlotOfAPidNowUsedByAnotherProcessIsReclaimed) {
-  // The slot names our parent's pid but another start time: the process that
-  // attached is gone and the pid was reused. The producer must not wait for it.
-  ScopedName name("reused-pid");
+// Holds the role lock of reader slot `slot` through an open file
+// description of its own, as a live reader does.
+class SlotLock {
+ public:
+  SlotLock(const std::string& path, std::uint32_t slot) : fd_(::open(path.c_str(), O_RDWR | O_CLOEXEC)) {
+    flock fl{};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = static_cast<off_t>(layout::reader_lock_byte(slot));
+    fl.l_len = 1;
+    ok_ = fd_ >= 0 && ::fcntl(fd_, F_OFD_SETLK, &fl) == 0;
+  }
+  ~SlotLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  int fd_;
+  bool ok_ = false;
+};
+
+TEST(ReaderLiveness, SlotNobodyHoldsTheLockOfIsReclaimedWhateverPidItNames) {
+  // The slot names a live process (this one), but no open file description
+  // holds its role lock: its reader is gone. The pid is only a label.
+  ScopedName name("unlocked-slot");
   BusOptions o;
   o.capacity = 4;
   o.max_readers = 2;
   Bus bus = Bus::create(name, o);
-  const pid_t parent = ::getppid();
-  const std::uint64_t real = start_ticks_of(parent);
-  ASSERT_NE(real, 0u);
   {
     RawSegment raw(name.path());
-    fake_reader(raw, 0, parent, real + 12345);
+    fake_reader(raw, 0, ::getpid());
   }
   Producer p(bus);
   for (int i = 0; i < 10; ++i)
-    ASSERT_EQ(p.publish(bytes("x"), 2s).status, PublishStatus::ok) << "held back by a reused pid's stale slot at " << i;
+    ASSERT_EQ(p.publish(bytes("x"), 2s).status, PublishStatus::ok) << "held back by an unlocked slot at " << i;
   EXPECT_EQ(p.live_readers(), 0u);
+  EXPECT_EQ(Inspector::open(name).snapshot().counters.readers_reclaimed, 1u);
 }
 
-TEST(ReaderLiveness, SlotOfALiveProcessIsNotReclaimed) {
-  // The same fake slot with the parent's real start time is a live reader:
-  // the producer must wait for it, never reclaim it.
-  ScopedName name("live-pid");
+TEST(ReaderLiveness, SlotWhoseLockIsHeldIsNeverReclaimedWhateverPidItNames) {
+  // A pid no process has (as a reader in another PID namespace may show):
+  // the lock is held, so the reader lives and the producer waits for it.
+  ScopedName name("locked-slot");
   BusOptions o;
   o.capacity = 4;
   o.max_readers = 2;
   Bus bus = Bus::create(name, o);
-  const pid_t parent = ::getppid();
-  const std::uint64_t real = start_ticks_of(parent);
-  ASSERT_NE(real, 0u);
+  SlotLock lock(name.path(), 0);
+  ASSERT_TRUE(lock.ok());
   {
     RawSegment raw(name.path());
-    fake_reader(raw, 0, parent, real);
+    fake_reader(raw, 0, 4'000'000);  // above any pid_max
   }
   Producer p(bus);
   for (int i = 0; i < 4; ++i) ASSERT_EQ(p.publish(bytes("x"), 0ns).status, PublishStatus::ok);
   EXPECT_EQ(p.publish(bytes("x"), 200ms).status, PublishStatus::timeout);
   EXPECT_EQ(p.live_readers(), 1u);
+  EXPECT_TRUE(reclaim_dead_readers(name).empty());
+  const Snapshot snap = Inspector::open(name).snapshot();
+  ASSERT_EQ(snap.readers.size(), 1u);
+  EXPECT_EQ(snap.readers[0].liveness, Liveness::alive);
+  EXPECT_EQ(snap.counters.readers_reclaimed, 0u);
 }
 
 TEST(ReaderLiveness, ZombieReaderIsReclaimed) {

@@ -57,7 +57,9 @@ struct BusOptions {
 };
 
 struct OpenOptions {
-  // How long to wait for a creator that is still initialising the segment.
+  // Unused: a bus appears under its name only once its creator has finished
+  // it (create() builds it under a temporary name and renames it), so an
+  // open never waits. Kept so that existing callers still compile.
   std::chrono::milliseconds ready_timeout{2000};
   Trust trust{};
 };
@@ -110,8 +112,9 @@ class Bus {
   static Bus create(std::string_view name, const BusOptions& options = {});
 
   // Opens an existing bus and validates its header against the real segment
-  // size before using anything in it. Waits up to `ready_timeout` for a
-  // creator that is still initialising it.
+  // size before using anything in it. Never waits (`ready_timeout` is
+  // unused: see OpenOptions). A FIFO, device, symlink or hard-linked file at
+  // the path is refused (Errc::unsafe_file).
   // The segment must be owned by us, by root, or be trusted (Errc::foreign_owner),
   // and be fully allocated (Errc::not_allocated: a sparse file would fill
   // /dev/shm on first touch and then raise SIGBUS).

@@ -69,8 +69,17 @@ enum class ReadStatus : std::uint8_t {
                   // to take over, and report it again if none did
   lost,           // `overwrite` only: `lost` messages were overwritten before
                   // they could be read; the cursor moved to the oldest record
-  corrupt,        // the record at `message.seq` has an impossible length;
-                  // it was skipped
+  corrupt,        // the record at `message.seq` has an impossible length,
+                  // or (`block`) its commit mark was destroyed while the
+                  // producer went a full ring past it; it was skipped
+  evicted,        // this consumer's reader slot was taken from it (cleared
+                  // by a stray store into the segment, or freed by force):
+                  // the producer stopped waiting for it. It took the slot
+                  // back and goes on at `message.seq`; `lost` messages
+                  // before that are gone. A view from the previous call may
+                  // have been overwritten meanwhile: `stale_view` says so
+                  // where it can tell (`block`, in place). Never returned
+                  // for a reader that merely ran slowly or was stopped.
 };
 
 const char* to_string(ReadStatus s) noexcept;
@@ -78,8 +87,9 @@ const char* to_string(ReadStatus s) noexcept;
 struct ReadResult {
   ReadStatus status = ReadStatus::timeout;
   Message message;
-  std::uint64_t lost = 0;  // with ReadStatus::lost
+  std::uint64_t lost = 0;  // with ReadStatus::lost and ReadStatus::evicted
   EndReason end_reason = EndReason::none;  // with ReadStatus::end_of_stream
+  bool stale_view = false;  // with ReadStatus::evicted (see there)
 };
 
 struct PollResult {
@@ -88,12 +98,18 @@ struct PollResult {
   std::uint64_t corrupt = 0; // records skipped as corrupt
   bool end_of_stream = false;
   EndReason end_reason = EndReason::none;  // with end_of_stream
+  bool evicted = false;      // the slot was taken from this consumer (ReadStatus::evicted);
+                             // lost includes what that cost; nothing else was read
+  bool stale_view = false;   // with evicted: a view from the previous call was overwritten
 };
 
-// A consumer holds one reader slot of the bus for its lifetime; the slot is
-// released by the destructor, or reclaimed by the producer, a new consumer or
-// shmbus-inspect when the process dies. Not thread-safe: one thread at a time
-// per Consumer.
+// A consumer holds one reader slot of the bus for its lifetime, through a
+// lock the kernel drops when its process dies (in any PID or mount
+// namespace; see Liveness in inspect.hpp). The slot is released by the
+// destructor, or reclaimed by the producer, a new consumer or shmbus-inspect
+// once the process is gone, never while it lives. A forked child does not
+// share it: its copy of a Consumer holds nothing (do not use it there). Not
+// thread-safe: one thread at a time per Consumer.
 class Consumer {
  public:
   // Throws Error: reader_table_full, not_retained (Start::sequence).
@@ -127,6 +143,11 @@ class Consumer {
                             total.count == 0 ? timeout : std::chrono::nanoseconds::zero());
       total.lost += r.lost;
       total.corrupt += r.corrupt;
+      if (r.evicted) {
+        total.evicted = true;
+        total.stale_view = r.stale_view;
+        break;
+      }
       for (const Message& m : got) handler(m);
       total.count += got.size();
       if (r.end_of_stream) {

@@ -35,6 +35,7 @@ enum class Errc : int {
   not_allocated,        // the segment is sparse: mapping it would fill /dev/shm, then SIGBUS
   name_in_use,          // a live durable reader already holds this name (the message names its pid)
   bookmarks_full,       // every bookmark holds a durable reader name (shmbus-inspect gc --forget)
+  unsafe_file,          // the bus path is a FIFO, device, symlink or a file with more than one link
 };
 
 // The std::error_category of shmbus::Errc ("shmbus").

@@ -18,22 +18,22 @@
 
 namespace shmbus {
 
+// Whether the process holding a role lives, as the kernel says: every role
+// (producer, reader slot, durable name) is held through a lock the kernel
+// drops when its process exits, in any PID or mount namespace. Pids are
+// shown as labels only: a pid is the holder's own view, from inside its PID
+// namespace (a container's reader may show as pid 1 or 2).
 enum class Liveness : std::uint8_t {
-  alive,
-  dead,    // no such process
-  zombie,  // exited, not yet reaped by its parent
-  reused,  // the pid now belongs to another process (start time differs)
+  alive,    // its process holds the role's lock
+  dead,     // nobody holds the lock: the process exited (or was killed)
+  unknown,  // the lock could not be tested; never treated as dead
 };
 const char* to_string(Liveness l) noexcept;
 
-// Liveness of the process `pid` that started at `start_ticks` (field 22 of
-// /proc/PID/stat, clock ticks since boot).
-Liveness process_liveness(pid_t pid, std::uint64_t start_ticks) noexcept;
-
 struct ProducerView {
   bool attached = false;          // a process holds the producer role
-  pid_t pid = 0;                  // the holder, or the last holder
-  std::uint64_t start_ticks = 0;
+  pid_t pid = 0;                  // the holder, or the last holder (a label)
+  std::uint64_t start_ticks = 0;  // its start time from its /proc, 0 if it had none (a label)
   Liveness liveness = Liveness::dead;
   bool closed = false;            // end-of-stream was marked
   bool waiting_for_space = false; // blocked on a full ring (block policy)
@@ -44,8 +44,9 @@ struct ProducerView {
 
 struct ReaderView {
   std::uint32_t slot = 0;
-  pid_t pid = 0;
-  std::uint64_t start_ticks = 0;
+  pid_t pid = 0;                  // a label (see Liveness)
+  std::uint64_t start_ticks = 0;  // its start time from its /proc, 0 if it had none (a label)
+  std::uint64_t generation = 0;   // the slot's attachments and reclaims: tells one attachment from the next
   Liveness liveness = Liveness::dead;
   std::string name;
   std::uint64_t cursor = 0;       // next sequence it will read
@@ -139,10 +140,19 @@ std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust&
 // there is none; throws Errc::name_in_use if a live reader holds it.
 bool forget_reader_name(std::string_view name, std::string_view reader, const Trust& trust = {});
 
-// Before removing a bus that processes still use: ends every consumer's
-// stream (EndReason::removed) and makes its producer's next publish fail
-// with PublishStatus::closed, so nobody runs on in an unlinked segment.
-void mark_removed(std::string_view name, const Trust& trust = {});
+// Whether any live process holds a role in the segment of bus `name`
+// (producer, reader or durable name, or a creator still building it), by
+// its role locks: needs no valid header. nullopt if it cannot be told (the
+// segment cannot be opened, or the test failed).
+std::optional<bool> segment_in_use(std::string_view name);
+
+// Removes a bus that processes still use: unlinks the segment, then ends
+// every consumer's stream (EndReason::removed) and makes its producer's
+// next publish fail with PublishStatus::closed, so nobody runs on in an
+// unlinked segment. Nothing is told if the unlink fails (Errc::permission_denied:
+// in /dev/shm only a segment's owner or root may remove it). Returns false
+// if there was no such bus.
+bool remove_in_use(std::string_view name, const Trust& trust = {});
 
 struct ListEntry {
   std::string name;            // bus name (segment name without "shmbus.")

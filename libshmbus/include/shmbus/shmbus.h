@@ -74,6 +74,7 @@ typedef enum shmbus_status {
   SHMBUS_NOT_ALLOCATED = 19,     /* the segment is sparse (would raise SIGBUS) */
   SHMBUS_NAME_IN_USE = 20,       /* a live durable reader holds this name (the message names its pid) */
   SHMBUS_BOOKMARKS_FULL = 21,    /* every bookmark holds a durable name (shmbus-inspect gc --forget) */
+  SHMBUS_UNSAFE_FILE = 22,       /* the bus path is a FIFO, device, symlink or has more than one link */
 
   SHMBUS_INVALID_ARGUMENT = 100, /* NULL handle or pointer, size or value out of range */
   SHMBUS_OUT_OF_MEMORY = 101,
@@ -280,7 +281,11 @@ typedef enum shmbus_read_status {
   SHMBUS_READ_TIMEOUT = 1,         /* nothing new within the timeout */
   SHMBUS_READ_END_OF_STREAM = 2,   /* producer closed or died and everything was read */
   SHMBUS_READ_LOST = 3,            /* overwrite bus: out->lost messages were overwritten */
-  SHMBUS_READ_CORRUPT = 4          /* the record at out->seq had an impossible length; skipped */
+  SHMBUS_READ_CORRUPT = 4,         /* the record at out->seq was impossible; skipped */
+  SHMBUS_READ_EVICTED = 5          /* this consumer's slot was taken from it (a stray store, or freed
+                                      by force): it took it back and goes on at out->seq; out->lost
+                                      messages before that are gone, and the previous call's view
+                                      may have been overwritten */
 } shmbus_read_status;
 
 /* Why a stream ended (with SHMBUS_READ_END_OF_STREAM). */
@@ -338,11 +343,13 @@ SHMBUS_API void shmbus_consumer_destroy(shmbus_consumer* consumer);
 
 /* ---- Inspection -------------------------------------------------------- */
 
+/* Decided by the kernel: every role is held through a lock it drops when the
+ * holder's process exits, in any PID or mount namespace. Pids are labels, as
+ * the holder sees itself (a container's process may show as pid 1). */
 typedef enum shmbus_liveness {
   SHMBUS_ALIVE = 0,
-  SHMBUS_DEAD = 1,    /* no such process */
-  SHMBUS_ZOMBIE = 2,  /* exited, not yet reaped */
-  SHMBUS_REUSED = 3   /* the pid belongs to another process now */
+  SHMBUS_DEAD = 1,    /* nobody holds the role's lock: its process is gone */
+  SHMBUS_LIVENESS_UNKNOWN = 2  /* the lock could not be tested; never treated as dead */
 } shmbus_liveness;
 
 typedef struct shmbus_reader_view {

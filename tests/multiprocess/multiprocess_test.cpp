@@ -238,16 +238,24 @@ TEST(LateJoiners, OverwriteLateJoinerAtEarliestGetsTheNewestCapacityRecords) {
 
 // ---------------------------------------------------------------- crashes
 
-class KilledReader : public ::testing::TestWithParam<bool> {};
+struct Killed {
+  bool reap_at_once;  // false: the dead reader stays a zombie
+  Isolation isolation;
+};
+
+class KilledReader : public ::testing::TestWithParam<Killed> {};
 
 TEST_P(KilledReader, BlockedProducerResumesWhenTheReaderIsKilled) {
-  const bool reap_at_once = GetParam();  // false: the dead reader stays a zombie
+  const bool reap_at_once = GetParam().reap_at_once;
+  const Isolation iso = GetParam().isolation;
+  if (iso != Isolation::none && !isolation_unavailable().empty()) GTEST_SKIP() << isolation_unavailable();
   constexpr std::uint64_t kCap = 64, kPauseAfter = 10, kTotal = 20000;
   ScopedName name("killed-reader");
   Bus bus = Bus::create(name, options(Policy::block, kCap));
   const std::size_t max = bus.info().max_payload;
 
-  Peer stuck({"consumer", name.str(), "--name", "stuck", "--pause-after", std::to_string(kPauseAfter)});
+  // Killing the unshare wrapper of an isolated reader kills the reader.
+  Peer stuck({"consumer", name.str(), "--name", "stuck", "--pause-after", std::to_string(kPauseAfter)}, iso);
   Peer healthy({"consumer", name.str(), "--name", "healthy", "--expect-first", "0"});
   ASSERT_TRUE(stuck.wait_line("attached", 10s)) << dump(stuck);
   const std::uint32_t stuck_slot = static_cast<std::uint32_t>(u64(parse_fields(stuck.lines()[0]), "slot"));
@@ -331,8 +339,16 @@ TEST_P(KilledReader, BlockedProducerResumesWhenTheReaderIsKilled) {
   EXPECT_GE(ins.snapshot().counters.readers_reclaimed, 1u);
 }
 
-INSTANTIATE_TEST_SUITE_P(, KilledReader, ::testing::Values(false, true),
-                         [](const auto& p) { return p.param ? std::string("Reaped") : std::string("Zombie"); });
+INSTANTIATE_TEST_SUITE_P(, KilledReader,
+                         ::testing::Values(Killed{false, Isolation::none}, Killed{true, Isolation::none},
+                                           Killed{false, Isolation::pid_namespace},
+                                           Killed{false, Isolation::own_namespaces}),
+                         [](const auto& p) {
+                           std::string n = p.param.reap_at_once ? "Reaped" : "Zombie";
+                           if (p.param.isolation == Isolation::pid_namespace) n += "InItsOwnPidNamespace";
+                           if (p.param.isolation == Isolation::own_namespaces) n += "InItsOwnPidNamespaceWithoutProc";
+                           return n;
+                         });
 
 TEST(KilledReaderAsleep, ReaderKilledWhileAsleepIsReclaimedAndLeavesNoSleeperBehind) {
   ScopedName name("killed-sleeper");

@@ -5,6 +5,7 @@
 //                                       [--close] [--hold]
 //   shmbus_test_peer consumer BUS [--start earliest|latest|SEQ] [--expect-first SEQ]
 //                                 [--name NAME] [--poll] [--pause-after K] [--eos-rounds N]
+//   shmbus_test_peer --main-thread-exits producer|consumer ...   (the role in a second thread)
 //
 // The producer publishes COUNT messages continuing the bus's sequence, each
 // payload a function of its sequence (payload.hpp). The consumer checks every
@@ -18,7 +19,10 @@
 // where <stats> is: delivered= lost= first= last= hash= errors= lib_delivered= lib_lost=
 // Exit status: 0 on success, 1 when a check failed, 2 on usage errors, 3 when
 // attaching failed with not_retained, 4 on other setup errors.
+#include <pthread.h>
 #include <unistd.h>
+
+#include <thread>
 
 #include <charconv>
 #include <cstdio>
@@ -270,7 +274,7 @@ int run_consumer(const std::string& bus_name, std::vector<std::string_view> args
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   if (argc < 3) usage("usage: shmbus_test_peer producer|consumer BUS ...");
   const std::string_view role = argv[1];
   const std::string bus = argv[2];
@@ -285,4 +289,19 @@ int main(int argc, char** argv) {
     return 4;
   }
   usage("unknown role");
+}
+
+int main(int argc, char** argv) {
+  // --main-thread-exits (first): the role runs in a second thread and the
+  // main thread exits at once, as in a process whose main() ended with
+  // pthread_exit: the process lives on without its thread group leader.
+  if (argc > 1 && std::string_view(argv[1]) == "--main-thread-exits") {
+    std::thread([argc, argv] {
+      const int code = run(argc - 1, argv + 1);
+      std::fflush(nullptr);
+      ::_exit(code);
+    }).detach();
+    ::pthread_exit(nullptr);
+  }
+  return run(argc, argv);
 }

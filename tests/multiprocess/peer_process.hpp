@@ -4,6 +4,7 @@
 #pragma once
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
@@ -41,11 +42,59 @@ inline std::uint64_t u64(const Fields& f, const std::string& key) {
   return std::stoull(it->second);
 }
 
+// Where a peer runs, as containers run processes that share /dev/shm.
+enum class Isolation {
+  none,
+  pid_namespace,    // a PID namespace (and mount namespace with its own /proc) of its own
+  no_proc,          // a mount namespace without /proc
+  own_namespaces,   // both: its own PID namespace and no /proc at all
+};
+
+// The command that runs `program` isolated (through util-linux unshare,
+// which kills what it started when it is killed itself).
+inline std::vector<std::string> isolated(Isolation iso, std::vector<std::string> args) {
+  const std::vector<std::string> no_proc = {"/bin/sh", "-c", "umount -l /proc && exec \"$0\" \"$@\""};
+  std::vector<std::string> pre;
+  switch (iso) {
+    case Isolation::none: return args;
+    case Isolation::pid_namespace:
+      pre = {"/usr/bin/unshare", "--pid", "--fork", "--kill-child", "--mount-proc"};
+      break;
+    case Isolation::no_proc:
+      pre = {"/usr/bin/unshare", "--mount", "--fork", "--kill-child"};
+      pre.insert(pre.end(), no_proc.begin(), no_proc.end());
+      break;
+    case Isolation::own_namespaces:
+      pre = {"/usr/bin/unshare", "--pid", "--mount", "--fork", "--kill-child"};
+      pre.insert(pre.end(), no_proc.begin(), no_proc.end());
+      break;
+  }
+  pre.insert(pre.end(), args.begin(), args.end());
+  return pre;
+}
+
+// Why isolated peers cannot run here, or "" if they can (they need root, or
+// unprivileged user namespaces, and util-linux unshare).
+inline std::string isolation_unavailable() {
+  static const std::string why = [] {
+    if (::access("/usr/bin/unshare", X_OK) != 0) return std::string("util-linux unshare is not installed");
+    ChildProcess probe("/usr/bin/unshare", {"unshare", "--pid", "--mount", "--fork", "--kill-child", "/bin/sh", "-c",
+                                            "umount -l /proc && test ! -e /proc/self"},
+                       ChildProcess::Capture::stdout_and_stderr);
+    probe.reap();
+    if (probe.exit_code() != 0)
+      return std::string("cannot make PID and mount namespaces here (needs root or CAP_SYS_ADMIN)");
+    return std::string();
+  }();
+  return why;
+}
+
 class Peer {
  public:
   using Clock = ChildProcess::Clock;
 
-  explicit Peer(std::vector<std::string> args) : args_(with_program(std::move(args))), child_(args_[0], args_) {}
+  explicit Peer(std::vector<std::string> args, Isolation iso = Isolation::none)
+      : args_(isolated(iso, with_program(std::move(args)))), child_(args_[0], args_) {}
   Peer(const Peer&) = delete;
   Peer& operator=(const Peer&) = delete;
 
@@ -55,6 +104,7 @@ class Peer {
   std::string describe() const {
     std::string s = "peer";
     for (std::size_t i = 1; i < args_.size(); ++i) s += " " + args_[i];
+    if (args_[0] != SHMBUS_TEST_PEER) s = args_[0] + " " + s;
     s += " (pid " + std::to_string(child_.pid()) + ")";
     return s;
   }

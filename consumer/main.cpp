@@ -276,7 +276,7 @@ std::string latency_text(const LatencyHistogram& h) {
 // producer's death nor by the bus being removed under it.
 bool ended_cleanly(std::string_view stopped_by) {
   return stopped_by != to_string(EndReason::producer_died) &&
-         stopped_by != to_string(EndReason::removed);
+         stopped_by != to_string(EndReason::removed) && stopped_by != "evicted";
 }
 
 // tcp://HOST:PORT/BUS: a bridge subscription with the same start choices as a bus.
@@ -399,6 +399,7 @@ int run(const Options& o) {
   const char* stopped_by = "closed";
   std::uint64_t streams_ended = 0;  // --follow: ends seen and followed past
   bool announced = false;           // --follow: this end was reported
+  std::uint64_t evictions = 0;      // times the reader slot was taken from us
   for (;;) {
     if (stop_requested()) {
       stopped_by = "signal";
@@ -430,6 +431,22 @@ int run(const Options& o) {
     if (run.out.closed) {
       stopped_by = "output_closed";
       break;
+    }
+    if (r.evicted) {
+      // Our reader slot was taken from us: what the producer overwrote
+      // meanwhile is gone, and may have been what we were reading.
+      ++evictions;
+      print_error(kProgram,
+                  fmt::format("bus '{}': this reader's slot was taken from it (a stray write into the segment, or "
+                              "freed by force): {} lost{}; {}",
+                              o.bus, r.lost,
+                              r.stale_view ? ", and a message already handed out was overwritten while read" : "",
+                              o.follow ? fmt::format("reading on at seq {}", source->cursor()) : "stopping"));
+      if (r.stale_view && o.verify) run.verify.problem(o.bus, "a message was overwritten while it was read");
+      if (!o.follow) {
+        stopped_by = "evicted";
+        break;
+      }
     }
     if (r.count > 0) announced = false;
     if (r.end_of_stream) {
@@ -494,6 +511,7 @@ int run(const Options& o) {
                      {"resume_gap", resume_gap()}};
     }
     if (o.follow) j["streams_followed"] = streams_ended;
+    if (evictions > 0) j["evictions"] = evictions;
     if (!verify_ok) {
       j["error"] = fmt::format("bus '{}': verify failed", o.bus);
       j["code"] = "verify_failed";
@@ -582,7 +600,8 @@ int main(int argc, char** argv) {
       "--verify checks the synthetic messages "
       "of shmbus-producer --count; --stats measures their one-way latency. --name makes a durable "
       "reader that resumes where it stopped. Stops at "
-      "end-of-stream (closed: exit 0; producer died or bus removed: exit 1) unless --follow, at "
+      "end-of-stream (closed: exit 0; producer died or bus removed: exit 1), or when its reader slot is "
+      "taken from it (exit 1), unless --follow, at "
       "--count, --idle-timeout, SIGINT or SIGTERM. The summary goes to stderr.",
       kProgram};
   Options o;
@@ -613,8 +632,9 @@ int main(int argc, char** argv) {
                               "anonymous and shown as shmbus-consumer")
       ->check(reader_name_validator());
   app.add_flag("--follow", o.follow,
-               "Keep reading across producer close, crash and takeover (like tail -F), until "
-               "SIGINT, --count or --idle-timeout");
+               "Keep reading across producer close, crash and takeover (like tail -F), and after "
+               "the reader slot was taken from it (the loss is reported), until SIGINT, --count or "
+               "--idle-timeout");
   app.add_option("--count", o.count, "Stop after N messages");
   app.add_option("--idle-timeout", o.idle_timeout, "Stop after this long with nothing new (e.g. 500ms, 2s)")
       ->check(duration_validator());

@@ -213,6 +213,65 @@ symlink)
   expect_failure alias "$bus" "$consumer" "$bus" --count 1
   ;;
 
+fifo_planted)
+  # A FIFO planted at a bus path (/dev/shm is world-writable) must not hang
+  # anything that lists, shows, exports or opens buses: one line of error,
+  # and the other buses are still listed.
+  new_bus bus
+  new_bus good
+  "$producer" "$good" --create --count 0 --keep-open 2>/dev/null || fail "create"
+  mkfifo "/dev/shm/shmbus.$bus"
+  timeout 10 "$inspect" list >"$work/list.out" 2>"$work/list.err" || [[ $? -lt 124 ]] || fail "list hung on a FIFO"
+  grep -q "$good" "$work/list.out" || fail "list lost the good bus"
+  grep -q "$bus" "$work/list.out" || fail "list does not show the FIFO"
+  expect_failure show 'not a regular file.*FIFO' timeout 10 "$inspect" show "$bus"
+  expect_failure open 'not a regular file.*FIFO' timeout 10 "$consumer" "$bus" --count 1
+  timeout 10 "$inspect" metrics >"$work/metrics.out" 2>"$work/metrics.err" || [[ $? -lt 124 ]] ||
+    fail "metrics hung on a FIFO"
+  grep -q "shmbus_bus_head{bus=\"$good\"" "$work/metrics.out" || fail "metrics lost the good bus"
+  expect_failure create 'not a regular file|exists' timeout 10 "$producer" "$bus" --create --count 1
+  [[ -p /dev/shm/shmbus.$bus ]] || fail "the FIFO was replaced"
+  ;;
+
+hard_link)
+  # Another name for a bus's file (a hard link, as a user with write access
+  # to a group-shared bus can make) would let that user feed or read a bus
+  # under a name someone else chose: a file with more than one link is
+  # refused, under either name.
+  new_bus bus
+  new_bus alias
+  "$producer" "$bus" --create --count 0 --keep-open 2>/dev/null || fail "create"
+  ln "/dev/shm/shmbus.$bus" "/dev/shm/shmbus.$alias"
+  expect_failure alias_consumer 'hard links' "$consumer" "$alias" --count 1
+  expect_failure alias_producer 'hard links' "$producer" "$alias" --count 1
+  expect_failure original_consumer 'hard links' "$consumer" "$bus" --count 1
+  rm -f "/dev/shm/shmbus.$alias"
+  printf 'ok\n' | "$producer" "$bus" 2>/dev/null || fail "the bus is not usable once the link is gone"
+  ;;
+
+rm_force_group_member)
+  # A group member who may open a root bus but not remove it (only the
+  # owner or root may, in /dev/shm) fails with one line, and ends nobody's
+  # stream on the way.
+  need_other_user
+  new_bus bus
+  grp=$(id -gn "$OTHER")
+  "$producer" "$bus" --create --mode 0660 --count 0 --keep-open 2>/dev/null || fail "create"
+  chgrp "$grp" "/dev/shm/shmbus.$bus"
+  "$consumer" "$bus" --count 2 >"$work/reader.out" 2>"$work/reader.err" &
+  reader=$!
+  pids+=("$reader")
+  for _ in $(seq 100); do
+    [[ $("$inspect" show "$bus" --interval 0 2>/dev/null) == *'(1 in use)'* ]] && break
+    sleep 0.05
+  done
+  expect_failure rm 'cannot remove.*(not permitted|denied)' as_other "$inspect" rm "$bus" --force
+  [[ -e /dev/shm/shmbus.$bus ]] || fail "the bus was removed"
+  printf 'a\nb\n' | "$producer" "$bus" 2>"$work/p.err" || fail "the producer was stopped by a failed rm"
+  wait "$reader" || fail "the reader's stream was ended by a failed rm: $(cat "$work/reader.err")"
+  [[ $(cat "$work/reader.out") == $'a\nb' ]] || fail "reader got: $(cat "$work/reader.out")"
+  ;;
+
 table_full)
   # A full reader table is a clear one-line error naming the bus, and a slot
   # comes free again when its reader leaves.

@@ -462,3 +462,141 @@ TEST(ReaderLiveness, ZombieReaderIsReclaimed) {
 
 }  // namespace
 }  // namespace shmbus::test
+
+namespace shmbus::test {
+namespace {
+
+std::string seq_text(std::uint64_t seq) { return "message-" + std::to_string(seq); }
+
+class Eviction : public ::testing::TestWithParam<Policy> {};
+
+
+// A stray store clears the state word of a live reader's slot: the producer
+// stops counting it and overwrites what it has not read. The reader must be
+// told (evicted, with the exact loss and where it goes on) and never be
+// handed a record under a sequence number that is not its own.
+TEST_P(Eviction, ReaderWhoseSlotWasClearedIsToldItWasEvicted) {
+  constexpr std::uint64_t kCap = 16;
+  ScopedName name("evicted");
+  Bus bus = Bus::create(name, opts(kCap, GetParam()));
+  Consumer c(bus);
+  Producer p(bus);
+  for (std::uint64_t s = 0; s < 4; ++s) ASSERT_TRUE(p.publish(bytes(seq_text(s))));
+  ReadResult r = c.next(1s);
+  ASSERT_EQ(r.status, ReadStatus::message);
+  ASSERT_EQ(text(r.message.payload), seq_text(0));
+  {
+    RawSegment raw(name.path());
+    raw.reader(c.slot()).state.store(layout::kSlotFree);  // one stray store
+  }
+  // No reader holds the producer now: three laps go by.
+  for (std::uint64_t s = 4; s < 3 * kCap; ++s) ASSERT_TRUE(p.publish(bytes(seq_text(s)), 0ns)) << s;
+  r = c.next(1s);
+  ASSERT_EQ(r.status, ReadStatus::evicted);
+  // What is retained is the last ring; the reader was at 1.
+  const std::uint64_t oldest = 3 * kCap - kCap;
+  EXPECT_EQ(r.message.seq, oldest);
+  EXPECT_EQ(r.lost, oldest - 1);
+  EXPECT_EQ(GetParam() == Policy::block, r.stale_view) << "the view of seq 0 was overwritten (block reads in place)";
+  EXPECT_EQ(c.lost(), oldest - 1);
+  // It holds the slot again: the producer waits for it once more (block),
+  // and everything from `oldest` on arrives, each under its own sequence.
+  for (std::uint64_t s = oldest; s < 3 * kCap; ++s) {
+    r = c.next(1s);
+    ASSERT_EQ(r.status, ReadStatus::message) << s;
+    EXPECT_EQ(r.message.seq, s);
+    EXPECT_EQ(text(r.message.payload), seq_text(s));
+  }
+  EXPECT_EQ(Inspector::open(name).snapshot().readers.size(), 1u);
+  EXPECT_EQ(c.next(0ns).status, ReadStatus::timeout);  // publishes the cursor
+  if (GetParam() == Policy::block) {
+    for (std::uint64_t s = 3 * kCap; s < 4 * kCap; ++s) ASSERT_TRUE(p.publish(bytes(seq_text(s)), 0ns)) << s;
+    EXPECT_EQ(p.publish(bytes("one too many"), 0ns).status, PublishStatus::timeout)
+        << "the reader took its slot back but the producer does not wait for it";
+  }
+}
+
+// The same through poll(): the batch stops at the eviction and says so.
+TEST_P(Eviction, PollReportsAnEvictionAndHandsNothingOver) {
+  constexpr std::uint64_t kCap = 16;
+  ScopedName name("evicted-poll");
+  Bus bus = Bus::create(name, opts(kCap, GetParam()));
+  Consumer c(bus);
+  Producer p(bus);
+  {
+    RawSegment raw(name.path());
+    // Stray stores over the owner ticket and the state.
+    raw.reader(c.slot()).owner.store(12345);
+    raw.reader(c.slot()).state.store(layout::kSlotFree);
+  }
+  for (std::uint64_t s = 0; s < 2 * kCap; ++s) ASSERT_TRUE(p.publish(bytes(seq_text(s)), 0ns)) << s;
+  std::uint64_t handed = 0;
+  const PollResult pr = c.poll([&](const Message&) { ++handed; }, 256);
+  EXPECT_TRUE(pr.evicted);
+  EXPECT_EQ(handed, 0u);
+  EXPECT_EQ(pr.lost, kCap);
+  EXPECT_EQ(c.cursor(), kCap);
+  std::uint64_t expected = kCap;
+  const PollResult rest = c.poll(
+      [&](const Message& m) {
+        EXPECT_EQ(m.seq, expected);
+        EXPECT_EQ(text(m.payload), seq_text(m.seq));
+        ++expected;
+      },
+      256);
+  EXPECT_FALSE(rest.evicted);
+  EXPECT_EQ(rest.count, kCap);
+}
+
+// A record whose commit mark was wiped (zeroed by a stray store) after the
+// producer went past it: in `block` the reader waits for it while the
+// producer, a full ring on, waits for the reader. The reader reports it
+// corrupt and goes on, and the producer with it.
+INSTANTIATE_TEST_SUITE_P(BothPolicies, Eviction, ::testing::Values(Policy::block, Policy::overwrite),
+                         [](const auto& p) { return std::string(to_string(p.param)); });
+
+TEST(RecordFramingBlock, WipedCommitMarkIsReportedCorruptInsteadOfWaitingForever) {
+  constexpr std::uint64_t kCap = 8;
+  ScopedName name("wiped-tag");
+  Bus bus = Bus::create(name, opts(kCap, Policy::block));
+  ConsumerOptions co;
+  co.wait.spin_time = 0ns;
+  co.wait.yield_time = 0ns;
+  Consumer c(bus, co);
+  Producer p(bus);
+  for (std::uint64_t s = 0; s < kCap; ++s) ASSERT_TRUE(p.publish(bytes(seq_text(s)), 0ns));
+  {
+    RawSegment raw(name.path());
+    raw.record_header(0).tag.store(0);
+  }
+  ReadResult r = c.next(2s);
+  ASSERT_EQ(r.status, ReadStatus::corrupt) << to_string(r.status);
+  EXPECT_EQ(r.message.seq, 0u);
+  for (std::uint64_t s = 1; s < kCap; ++s) {
+    r = c.next(1s);
+    ASSERT_EQ(r.status, ReadStatus::message);
+    EXPECT_EQ(r.message.seq, s);
+  }
+  EXPECT_TRUE(p.publish(bytes(seq_text(kCap)), 2s)) << "the producer is still held by the wiped record";
+}
+
+TEST(RecordFramingBlock, ProducerRefusesABusWhoseHeadIsImpossible) {
+  ScopedName name("head-2-63");
+  Bus bus = Bus::create(name, opts(8, Policy::block));
+  {
+    RawSegment raw(name.path());
+    raw.header().head.store(std::uint64_t{1} << 63);
+  }
+  try {
+    Producer p(bus);
+    FAIL() << "a producer published on a bus whose head is 2^63";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.errc(), Errc::corrupt) << e.what();
+    EXPECT_NE(std::string(e.what()).find("head"), std::string::npos) << e.what();
+  }
+  // Refused without taking the role.
+  EXPECT_FALSE(Inspector::open(name).snapshot().producer.attached);
+}
+
+}  // namespace
+}  // namespace shmbus::test

@@ -157,6 +157,7 @@ int main(int argc, char** argv) {
   in->add_option("--record-size", record_size, "Bytes per record, when the bus is created")->capture_default_str();
   in->add_option("--count", io.count, "Stop after N messages published");
   add_connect_options(*in, ic);
+  refuse_negative_numbers(app);
 
   try {
     app.parse(argc, argv);

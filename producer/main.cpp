@@ -694,6 +694,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "Write the summary to stderr as one JSON object");
   add_trust_options(app, o.trust);
   add_version_flag(app, kProgram);
+  refuse_negative_numbers(app);
 
   const ErrorSink sink{kProgram, wants_json(argc, argv)};
   try {

@@ -583,6 +583,58 @@ errors_flags)
   expect_failure bad_capacity "^shmbus-producer: bus '$bus':.*capacity" "$PRODUCER" "$bus" --create --capacity 1000
   ;;
 
+errors_negative_numbers)  # "-1" is refused by every unsigned option, not read as 2^64-1
+  new_bus bus
+  # With --create, --count -1 would publish 2^64-1 messages: the timeout
+  # turns that into a failure with a summary on stderr.
+  expect_failure producer_count "^shmbus-producer: --count: must be 0 or more, not '-1' \(see --help\)$" \
+    timeout 10 "$PRODUCER" "$bus" --create --count -1
+  [[ $LAST_RC -eq 2 ]] || fail "producer --count -1: exit $LAST_RC, want 2"
+  [[ ! -e "/dev/shm/shmbus.$bus" ]] || fail "a refused command line created the bus"
+  expect_failure producer_count_eq "^shmbus-producer: --count: must be 0 or more, not '-1'" \
+    timeout 10 "$PRODUCER" "$bus" --create --count=-1
+  expect_failure producer_count_huge "^shmbus-producer: --count: must be at most 18446744073709551615, not '18446744073709551616'" \
+    timeout 10 "$PRODUCER" "$bus" --create --count 18446744073709551616
+  expect_failure producer_capacity "^shmbus-producer: --capacity: must be 0 or more, not '-2'" \
+    "$PRODUCER" "$bus" --create --capacity -2
+  expect_failure producer_size "^shmbus-producer: --size: must be 0 or more, not '-1'" \
+    "$PRODUCER" "$bus" --create --count 1 --size -1
+  expect_failure producer_max_readers "^shmbus-producer: --max-readers: must be 0 or more, not '-1'" \
+    "$PRODUCER" "$bus" --create --max-readers -1
+  expect_failure producer_readers "^shmbus-producer: --wait-for-readers: must be 0 or more, not '-1'" \
+    "$PRODUCER" "$bus" --create --wait-for-readers -1
+  [[ ! -e "/dev/shm/shmbus.$bus" ]] || fail "a refused command line created the bus"
+  # The consumer: --count -1 would never stop at a count.
+  printf 'a\nb\n' | "$PRODUCER" "$bus" --create --keep-open 2>/dev/null
+  expect_failure consumer_count "^shmbus-consumer: --count: must be 0 or more, not '-1' \(see --help\)$" \
+    timeout 10 "$CONSUMER" "$bus" --count -1
+  [[ $LAST_RC -eq 2 ]] || fail "consumer --count -1: exit $LAST_RC, want 2"
+  expect_failure consumer_from "^shmbus-consumer: --from: must be earliest, latest, resume or a sequence number" \
+    "$CONSUMER" "$bus" --from -1
+  [[ $LAST_RC -eq 2 ]] || fail "consumer --from -1: exit $LAST_RC, want 2"
+  for args in "dump --count -1" "dump --from -1" "dump --last -1" "watch --count -1"; do
+    read -r sub opt val <<<"$args"
+    expect_failure "inspect_${sub}_${opt#--}" "^shmbus-inspect: $opt: must be 0 or more, not '-1'" \
+      timeout 10 "$INSPECT" "$sub" "$bus" "$opt" "$val"
+    [[ $LAST_RC -eq 2 ]] || fail "inspect $args: exit $LAST_RC, want 2"
+  done
+  if [[ -n "${BRIDGE:-}" ]]; then
+    expect_failure bridge_capacity "^shmbus-bridge: --capacity: must be 0 or more, not '-1'" \
+      timeout 10 "$BRIDGE" mirror --connect 127.0.0.1:1 --remote-bus r --bus "$bus" --capacity -1
+    [[ $LAST_RC -eq 2 ]] || fail "bridge --capacity -1: exit $LAST_RC, want 2"
+  fi
+  if [[ -n "${NATS:-}" ]]; then
+    expect_failure nats_out_count "^shmbus-nats: --count: must be 0 or more, not '-1'" \
+      timeout 10 "$NATS" out "$bus" --stream s --server nats://127.0.0.1:1 --count -1
+    [[ $LAST_RC -eq 2 ]] || fail "nats out --count -1: exit $LAST_RC, want 2"
+    expect_failure nats_in_count "^shmbus-nats: --count: must be 0 or more, not '-1'" \
+      timeout 10 "$NATS" in "$bus" --stream s --durable d --server nats://127.0.0.1:1 --count -1
+    [[ $LAST_RC -eq 2 ]] || fail "nats in --count -1: exit $LAST_RC, want 2"
+    expect_failure nats_in_capacity "^shmbus-nats: --capacity: must be 0 or more, not '-1'" \
+      timeout 10 "$NATS" in "$bus" --stream s --durable d --server nats://127.0.0.1:1 --capacity -1
+  fi
+  ;;
+
 errors_wait_timeout)
   new_bus bus
   "$PRODUCER" "$bus" --create --capacity 64 --record-size 64 --keep-open </dev/null 2>/dev/null

@@ -1,16 +1,20 @@
 // The helpers shared by the shmbus programs: synthetic messages, durations,
-// latency histogram.
+// latency histogram, option checks.
 #include <gtest/gtest.h>
 
 #include <array>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <cstddef>
+#include <optional>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "duration.hpp"
 #include "latency_histogram.hpp"
+#include "program.hpp"
 #include "synthetic.hpp"
 
 using namespace shmbus::tools;
@@ -100,6 +104,58 @@ TEST(Duration, Formats) {
   EXPECT_EQ(format_duration(300ms), "300 ms");
   EXPECT_EQ(format_duration(2s), "2 s");
   EXPECT_EQ(format_duration(std::chrono::nanoseconds::max()), "forever");
+}
+
+// What CLI11 makes of `command_line` with refuse_negative_numbers: the
+// parse error, or "ok u64 u32 opt i64 sub" with the values read.
+std::string parse_numbers(const std::string& command_line) {
+  CLI::App app;
+  std::uint64_t u64 = 0;
+  std::uint32_t u32 = 0;
+  std::optional<std::uint64_t> opt;
+  std::int64_t i64 = 0;
+  std::size_t sub_n = 0;
+  app.add_option("--u64", u64);
+  std::uint32_t ranged = 0;
+  app.add_option("--u32", u32);
+  app.add_option("--ranged", ranged)->check(CLI::Range(0u, 1000u));
+  app.add_option("--opt", opt);
+  app.add_option("--i64", i64);
+  app.add_subcommand("sub")->add_option("--n", sub_n);
+  refuse_negative_numbers(app);
+  try {
+    app.parse(command_line, false);
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+  return "ok " + std::to_string(u64) + " " + std::to_string(u32) + " " +
+         (opt ? std::to_string(*opt) : "-") + " " + std::to_string(i64) + " " +
+         std::to_string(sub_n);
+}
+
+TEST(RefuseNegativeNumbers, UnsignedOptionsRefuseANegativeValue) {
+  EXPECT_EQ(parse_numbers("--u64 -1"), "--u64: must be 0 or more, not '-1'");
+  EXPECT_EQ(parse_numbers("--u64=-1"), "--u64: must be 0 or more, not '-1'");
+  EXPECT_EQ(parse_numbers("--u64=' -5'"), "--u64: must be 0 or more, not ' -5'");
+  EXPECT_EQ(parse_numbers("--u64 -18446744073709551615"),
+            "--u64: must be 0 or more, not '-18446744073709551615'");
+  EXPECT_EQ(parse_numbers("--u32 -1"), "--u32: must be 0 or more, not '-1'");
+  EXPECT_EQ(parse_numbers("--opt -1"), "--opt: must be 0 or more, not '-1'");
+  EXPECT_EQ(parse_numbers("sub --n -1"), "--n: must be 0 or more, not '-1'");
+}
+
+TEST(RefuseNegativeNumbers, UnsignedOptionsRefuseAValuePastTheLargest) {
+  EXPECT_EQ(parse_numbers("--u64 18446744073709551616"),
+            "--u64: must be at most 18446744073709551615, not '18446744073709551616'");
+  EXPECT_EQ(parse_numbers("--u64 18446744073709551615"), "ok 18446744073709551615 0 - 0 0");
+}
+
+TEST(RefuseNegativeNumbers, OtherValuesAreLeftAlone) {
+  EXPECT_EQ(parse_numbers("--u64 0 --u32 7 --opt 3 --i64 -4 sub --n 2"), "ok 0 7 3 -4 2");
+  EXPECT_EQ(parse_numbers(""), "ok 0 0 - 0 0");
+  // An option's own checks run first, and still refuse what they refused.
+  EXPECT_EQ(parse_numbers("--ranged 1001"), "--ranged: Value 1001 not in range 0 to 1000");
+  EXPECT_EQ(parse_numbers("--ranged -1"), "--ranged: Value -1 not in range 0 to 1000");
 }
 
 TEST(LatencyHistogram, PercentilesWithinOnePercent) {

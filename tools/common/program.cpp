@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -229,6 +232,31 @@ CLI::Validator positive_number() {
         return {};
       },
       "POSITIVE");
+}
+
+void refuse_negative_numbers(CLI::App& app) {
+  const CLI::Validator check(
+      [](std::string& s) -> std::string {
+        const std::size_t first = s.find_first_not_of(" \t\n\v\f\r");  // strtoull skips these
+        if (first != std::string::npos && s[first] == '-') {
+          return "must be 0 or more, not '" + s + "'";
+        }
+        errno = 0;
+        char* end = nullptr;
+        (void)std::strtoull(s.c_str(), &end, 0);  // how CLI11 reads it (base 0)
+        if (errno == ERANGE) {
+          return "must be at most " + std::to_string(UINT64_MAX) + ", not '" + s + "'";
+        }
+        return {};  // anything else CLI11 refuses or range-checks itself
+      },
+      "");  // no description: the help keeps showing UINT
+  for (CLI::Option* o : app.get_options([](CLI::Option*) { return true; })) {
+    const std::string type = o->get_type_name();
+    if (type == "UINT" || type.starts_with("UINT:")) o->check(check);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    refuse_negative_numbers(*sub);
+  }
 }
 
 CLI::Validator reader_name_validator() {

@@ -76,6 +76,14 @@ std::string plural(std::uint64_t n, std::string_view singular, std::string_view 
 // with "must be a positive number", not a range of 300-digit limits).
 CLI::Validator positive_number();
 
+// CLI11 reads an unsigned option with strtoull, which takes "-1" as 2^64-1
+// and saturates a number past 2^64-1 instead of refusing it. This adds to
+// every option of `app` and of its subcommands whose type is an unsigned
+// integer (CLI11 type name UINT; an option given another type_name() is
+// missed) a check that refuses both: "--count: must be 0 or more, not '-1'".
+// Call it once every option is added, before parsing.
+void refuse_negative_numbers(CLI::App& app);
+
 // Reader names are stored in 31 bytes (and a NUL) in the segment: a longer
 // --name is refused rather than cut silently.
 inline constexpr std::size_t max_reader_name = 31;

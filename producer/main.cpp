@@ -660,8 +660,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--rate", o.rate,
                  "Messages per second, synthetic or from the input (replays a log at a fixed "
-                 "rate; default: as fast as possible)")
-      ->check(positive_number());
+                 "rate; default: as fast as possible); at least 0.001, one message every 1000 s")
+      ->check(message_rate());
   app.add_option("--oversize", o.oversize,
                  "An input line or frame longer than the record's payload: error (stop there, "
                  "exit 1, leave the bus open), skip it, or truncate it; counted in the summary")

@@ -635,6 +635,31 @@ errors_negative_numbers)  # "-1" is refused by every unsigned option, not read a
   fi
   ;;
 
+errors_rate_range)  # a --rate whose pacing interval is not a pace is refused, not a hang
+  new_bus bus
+  # 1e9 / 1e-300 ns is infinite: no message, not even the first, was ever due.
+  expect_failure tiny "^shmbus-producer: --rate: must be at least 0\.001 \(one message every 1000 s\), not '1e-300' \(see --help\)$" \
+    timeout 10 "$PRODUCER" "$bus" --create --count 2 --rate 1e-300
+  [[ $LAST_RC -eq 2 ]] || fail "--rate 1e-300: exit $LAST_RC, want 2"
+  expect_failure below "^shmbus-producer: --rate: must be at least 0\.001 .*not '0\.0009'" \
+    timeout 10 "$PRODUCER" "$bus" --create --count 2 --rate 0.0009
+  expect_failure tiny_input "^shmbus-producer: --rate: must be at least 0\.001 .*not '1e-300'" \
+    timeout 10 "$PRODUCER" "$bus" --create --rate 1e-300
+  [[ ! -e "/dev/shm/shmbus.$bus" ]] || fail "a refused --rate created the bus"
+  for r in inf nan 1e400 -1; do
+    expect_failure "rate_$r" "^shmbus-producer: --rate: must be a positive number, not '$r'" \
+      "$PRODUCER" "$bus" --create --count 2 --rate "$r"
+  done
+  # The lowest rate itself is accepted (message 0 is due at once).
+  timeout 10 "$PRODUCER" "$bus" --create --count 1 --rate 0.001 2>"$work/lowest.err" ||
+    fail "--rate 0.001: $(cat "$work/lowest.err")"
+  grep -q "1 message," "$work/lowest.err" || fail "--rate 0.001: $(cat "$work/lowest.err")"
+  # A rate past any clock's resolution is simply as fast as possible.
+  timeout 10 "$PRODUCER" "$bus" --count 1000 --rate 1e300 2>"$work/highest.err" ||
+    fail "--rate 1e300: $(cat "$work/highest.err")"
+  grep -q "1000 messages," "$work/highest.err" || fail "--rate 1e300: $(cat "$work/highest.err")"
+  ;;
+
 errors_wait_timeout)
   new_bus bus
   "$PRODUCER" "$bus" --create --capacity 64 --record-size 64 --keep-open </dev/null 2>/dev/null

@@ -158,6 +158,28 @@ TEST(RefuseNegativeNumbers, OtherValuesAreLeftAlone) {
   EXPECT_EQ(parse_numbers("--ranged -1"), "--ranged: Value -1 not in range 0 to 1000");
 }
 
+// What message_rate() says of `rate`: empty when it accepts it.
+std::string rate_problem(std::string rate) { return message_rate()(rate); }
+
+TEST(MessageRate, RefusesWhatIsNotAPace) {
+  EXPECT_EQ(rate_problem("0"), "must be a positive number, not '0'");
+  EXPECT_EQ(rate_problem("-1"), "must be a positive number, not '-1'");
+  EXPECT_EQ(rate_problem("inf"), "must be a positive number, not 'inf'");
+  EXPECT_EQ(rate_problem("nan"), "must be a positive number, not 'nan'");
+  EXPECT_EQ(rate_problem("1e400"), "must be a positive number, not '1e400'");
+  EXPECT_EQ(rate_problem("5/s"), "must be a positive number, not '5/s'");
+  EXPECT_EQ(rate_problem("1e-300"),
+            "must be at least 0.001 (one message every 1000 s), not '1e-300'");
+  EXPECT_EQ(rate_problem("0.000999"),
+            "must be at least 0.001 (one message every 1000 s), not '0.000999'");
+}
+
+TEST(MessageRate, AcceptsEveryRateFromTheLowest) {
+  for (const char* ok : {"0.001", "1", "1000", "2.5e6", "1e300"}) {
+    EXPECT_EQ(rate_problem(ok), "") << ok;
+  }
+}
+
 TEST(LatencyHistogram, PercentilesWithinOnePercent) {
   LatencyHistogram h;
   for (std::uint64_t v = 1; v <= 100000; ++v) h.record(v);

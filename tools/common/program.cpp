@@ -4,6 +4,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <charconv>
@@ -99,6 +101,12 @@ std::string unknown_options(const CLI::App& app, const std::string& what) {
     if (!near.empty()) out += " (did you mean '" + near + "'?)";
   }
   return out;
+}
+
+// True when `s` is all one finite number above 0, which goes into `v`.
+bool parse_positive(const std::string& s, double& v) {
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && p == s.data() + s.size() && std::isfinite(v) && v > 0;
 }
 
 }  // namespace
@@ -225,9 +233,19 @@ CLI::Validator positive_number() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
         double v = 0;
-        const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-        if (ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v) || v <= 0) {
-          return "must be a positive number, not '" + s + "'";
+        return parse_positive(s, v) ? std::string() : "must be a positive number, not '" + s + "'";
+      },
+      "POSITIVE");
+}
+
+CLI::Validator message_rate() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        double v = 0;
+        if (!parse_positive(s, v)) return "must be a positive number, not '" + s + "'";
+        if (v < min_message_rate) {
+          return fmt::format("must be at least {} (one message every {} s), not '{}'",
+                             min_message_rate, 1 / min_message_rate, s);
         }
         return {};
       },

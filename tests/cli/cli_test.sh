@@ -660,6 +660,67 @@ errors_rate_range)  # a --rate whose pacing interval is not a pace is refused, n
   grep -q "1000 messages," "$work/highest.err" || fail "--rate 1e300: $(cat "$work/highest.err")"
   ;;
 
+errors_create_leaves_nothing)  # a --create run that fails leaves no segment it made
+  # no_segment NAME: the failed run left no /dev/shm/shmbus.NAME.
+  no_segment() { [[ ! -e "/dev/shm/shmbus.$1" ]] || fail "$2: left /dev/shm/shmbus.$1 behind"; }
+  new_bus bus
+  expect_failure size_zero "^shmbus-producer: bus '$bus': --size 0 is below the synthetic message's fixed part of 24 bytes" \
+    "$PRODUCER" "$bus" --create --count 10 --size 0
+  [[ $LAST_RC -eq 2 ]] || fail "--size 0: exit $LAST_RC, want 2"
+  no_segment "$bus" "--size 0"
+  expect_failure size_record "^shmbus-producer: bus '$bus': --size 300 is longer than the record's max payload of 232 bytes \(record size 256\)" \
+    "$PRODUCER" "$bus" --create --count 10 --size 300 --record-size 256
+  [[ $LAST_RC -eq 2 ]] || fail "--size 300 --record-size 256: exit $LAST_RC, want 2"
+  no_segment "$bus" "--size 300 --record-size 256"
+  expect_failure size_any_record "^shmbus-producer: bus '$bus': --size 2000000 is longer than the largest record's max payload of 1048552 bytes" \
+    "$PRODUCER" "$bus" --create --count 10 --size 2000000
+  [[ $LAST_RC -eq 2 ]] || fail "--size 2000000: exit $LAST_RC, want 2"
+  no_segment "$bus" "--size 2000000"
+  expect_failure no_file "^shmbus-producer: bus '$bus': cannot open '$work/missing'" \
+    "$PRODUCER" "$bus" --create --file "$work/missing"
+  no_segment "$bus" "--file missing"
+  expect_failure max_readers "^shmbus-producer: bus '$bus': max readers 1025 is not between 1 and 1024" \
+    "$PRODUCER" "$bus" --create --max-readers 1025
+  [[ $LAST_RC -eq 2 ]] || fail "--max-readers 1025: exit $LAST_RC, want 2"
+  no_segment "$bus" "--max-readers 1025"
+  # Created, then refused by the library after creating: nobody attached.
+  expect_failure no_readers "^shmbus-producer: bus '$bus': .*reader" \
+    "$PRODUCER" "$bus" --create --count 10 --size 32 --wait-for-readers 1 --wait-timeout 200ms
+  [[ $LAST_RC -eq 1 ]] || fail "--wait-for-readers timeout: exit $LAST_RC, want 1"
+  no_segment "$bus" "--wait-for-readers timeout"
+  # The library's limits themselves are fine.
+  "$PRODUCER" "$bus" --create --max-readers 1024 --capacity 2 --keep-open </dev/null 2>"$work/limits.err" ||
+    fail "--max-readers 1024 --capacity 2: $(cat "$work/limits.err")"
+  "$INSPECT" check "$bus" >/dev/null || fail "--max-readers 1024 --capacity 2: check failed"
+
+  # An existing bus is never removed, whatever fails.
+  new_bus old
+  "$PRODUCER" "$old" --create --record-size 64 --keep-open </dev/null 2>/dev/null
+  expect_failure old_size "^shmbus-producer: bus '$old': --size 100 is longer than the record's max payload of 40 bytes \(record size 64\)" \
+    "$PRODUCER" "$old" --create --count 10 --size 100
+  [[ $LAST_RC -eq 1 ]] || fail "--size past an existing bus's records: exit $LAST_RC, want 1"
+  [[ -e "/dev/shm/shmbus.$old" ]] || fail "an existing bus was removed after --size failed"
+  expect_failure old_readers "^shmbus-producer: bus '$old': .*reader" \
+    "$PRODUCER" "$old" --create --count 10 --size 32 --wait-for-readers 1 --wait-timeout 200ms
+  [[ -e "/dev/shm/shmbus.$old" ]] || fail "an existing bus was removed after --wait-for-readers failed"
+
+  # A bus this run created but a reader joined is in use: it stays.
+  new_bus joined
+  "$CONSUMER" "$joined" --wait-for-bus 10s --format none >/dev/null 2>"$work/joined.err" &
+  pids+=($!)
+  expect_failure joined "^shmbus-producer: bus '$joined': .*reader" \
+    "$PRODUCER" "$joined" --create --count 10 --size 32 --wait-for-readers 2 --wait-timeout 2s
+  [[ -e "/dev/shm/shmbus.$joined" ]] || fail "a created bus a reader had joined was removed"
+  "$INSPECT" show "$joined" --interval 0 | grep -q "shmbus-consumer" || fail "the reader is not attached"
+
+  if [[ -n "${NATS:-}" ]]; then
+    new_bus nats
+    expect_failure nats_no_server "^shmbus-nats: cannot connect" \
+      "$NATS" in "$nats" --stream s --durable d --server nats://127.0.0.1:1 --connect-timeout 200
+    no_segment "$nats" "shmbus-nats in without a server"
+  fi
+  ;;
+
 errors_wait_timeout)
   new_bus bus
   "$PRODUCER" "$bus" --create --capacity 64 --record-size 64 --keep-open </dev/null 2>/dev/null

@@ -1,17 +1,22 @@
 // The helpers shared by the shmbus programs: synthetic messages, durations,
-// latency histogram, option checks.
+// latency histogram, option checks, a bus created for a run that can fail.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
+#include <shmbus/shmbus.hpp>
 
 #include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "created_bus.hpp"
 #include "duration.hpp"
 #include "latency_histogram.hpp"
 #include "program.hpp"
@@ -80,6 +85,19 @@ TEST(Synthetic, FormatIsStable) {
   std::uint64_t first_word = 0;
   std::memcpy(&first_word, buf.data() + synthetic_filler_offset, 8);
   EXPECT_EQ(first_word, 0x8f9cc2f91f84b8a4u);
+}
+
+TEST(Synthetic, SizeProblemNamesTheLimit) {
+  EXPECT_EQ(synthetic_size_problem(24, 64), "");
+  EXPECT_EQ(synthetic_size_problem(40, 64), "");
+  EXPECT_EQ(synthetic_size_problem(0, 64),
+            "--size 0 is below the synthetic message's fixed part of 24 bytes (sequence, "
+            "timestamp, checksum)");
+  EXPECT_EQ(synthetic_size_problem(41, 64),
+            "--size 41 is longer than the record's max payload of 40 bytes (record size 64)");
+  EXPECT_EQ(synthetic_size_problem(shmbus::max_record_size, shmbus::max_record_size),
+            "--size 1048576 is longer than the largest record's max payload of 1048552 bytes "
+            "(record size 1048576)");
 }
 
 TEST(Duration, ParsesUnits) {
@@ -178,6 +196,88 @@ TEST(MessageRate, AcceptsEveryRateFromTheLowest) {
   for (const char* ok : {"0.001", "1", "1000", "2.5e6", "1e300"}) {
     EXPECT_EQ(rate_problem(ok), "") << ok;
   }
+}
+
+// A bus name of this test process; the bus is removed when it goes.
+class TestBus {
+ public:
+  TestBus() : name_("tools-created-" + std::to_string(::getpid()) + "-" + std::to_string(next_++)) {
+    shmbus::Bus::remove(name_);
+  }
+  ~TestBus() { shmbus::Bus::remove(name_); }
+  const std::string& name() const { return name_; }
+  bool exists() const { return shmbus::Bus::exists(name_); }
+
+ private:
+  static inline int next_ = 0;
+  std::string name_;
+};
+
+constexpr shmbus::BusOptions kSmall{.capacity = 8, .record_size = 64, .max_readers = 2};
+
+// Makes the bus with a guard, then throws out of the guard's scope.
+void fail_after(const OpenedBus& opened, const std::function<void()>& before_throw = {}) {
+  const CreatedBusGuard guard(opened, {});
+  if (before_throw) before_throw();
+  throw std::runtime_error("the run failed");
+}
+
+TEST(CreatedBusGuard, AFailureRemovesTheBusItCreated) {
+  TestBus b;
+  const OpenedBus opened = open_or_create_bus(b.name(), kSmall);
+  EXPECT_TRUE(opened.created);
+  EXPECT_THROW(fail_after(opened), std::runtime_error);
+  EXPECT_FALSE(b.exists());
+}
+
+TEST(CreatedBusGuard, ASuccessKeepsTheBus) {
+  TestBus b;
+  {
+    const CreatedBusGuard guard(open_or_create_bus(b.name(), kSmall), {});
+  }
+  EXPECT_TRUE(b.exists());
+}
+
+TEST(CreatedBusGuard, AnExistingBusIsNeverRemoved) {
+  TestBus b;
+  (void)shmbus::Bus::create(b.name(), kSmall);
+  const OpenedBus opened = open_or_create_bus(b.name(), kSmall);
+  EXPECT_FALSE(opened.created);
+  EXPECT_THROW(fail_after(opened), std::runtime_error);
+  EXPECT_TRUE(b.exists());
+}
+
+TEST(CreatedBusGuard, ABusWithMessagesStays) {
+  TestBus b;
+  const OpenedBus opened = open_or_create_bus(b.name(), kSmall);
+  EXPECT_THROW(fail_after(opened,
+                          [&] {
+                            shmbus::Producer p(opened.bus);
+                            const char m[] = "x";
+                            ASSERT_TRUE(p.publish(std::as_bytes(std::span(m)), {}));
+                          }),
+               std::runtime_error);
+  EXPECT_TRUE(b.exists());
+}
+
+TEST(CreatedBusGuard, ABusAReaderJoinedStays) {
+  TestBus b;
+  const OpenedBus opened = open_or_create_bus(b.name(), kSmall);
+  shmbus::Consumer reader(shmbus::Bus::open(b.name()));
+  EXPECT_THROW(fail_after(opened), std::runtime_error);
+  EXPECT_TRUE(b.exists());
+}
+
+TEST(CreatedBusGuard, ABusMadeAgainByAnotherStays) {
+  TestBus b;
+  const OpenedBus opened = open_or_create_bus(b.name(), kSmall);
+  EXPECT_THROW(fail_after(opened,
+                          [&] {
+                            shmbus::Bus::remove(b.name());
+                            (void)shmbus::Bus::create(b.name(), kSmall);
+                          }),
+               std::runtime_error);
+  EXPECT_TRUE(b.exists());
 }
 
 TEST(LatencyHistogram, PercentilesWithinOnePercent) {

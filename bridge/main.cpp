@@ -285,6 +285,7 @@ int main(int argc, char** argv) {
   m->add_flag("--json", ma.json, "Stats lines as JSON");
   m->add_flag("--quiet", ma.quiet, "No per-connection log lines (gaps, stats and errors are still printed)");
   add_trust_options(*m, ma.trust);
+  refuse_negative_numbers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

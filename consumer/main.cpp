@@ -662,6 +662,7 @@ int main(int argc, char** argv) {
                  "and names the address connected to");
   app.add_option("--token-file", o.token_file, "tcp:// only: present the token in this file's first line");
   add_version_flag(app, kProgram);
+  refuse_negative_numbers(app);
 
   const ErrorSink sink{kProgram, wants_json(argc, argv)};
   try {

@@ -144,6 +144,8 @@ int main(int argc, char** argv) {
   metrics->add_option("--listen", metrics_args.listen,
                       "serve over HTTP, e.g. 127.0.0.1:9464 (port 0: any free port, printed on stderr)");
 
+  tools::refuse_negative_numbers(app);
+
   // With --json, errors are a JSON object on stdout, where the reports go.
   tools::ErrorSink sink{kProgram, tools::wants_json(argc, argv), stdout};
   std::vector<std::string> names;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "connection.hpp"
+#include "created_bus.hpp"
 #include "duration.hpp"
 #include "headers.hpp"
 #include "in.hpp"
@@ -157,6 +158,7 @@ int main(int argc, char** argv) {
   in->add_option("--record-size", record_size, "Bytes per record, when the bus is created")->capture_default_str();
   in->add_option("--count", io.count, "Stop after N messages published");
   add_connect_options(*in, ic);
+  refuse_negative_numbers(app);
 
   try {
     app.parse(argc, argv);
@@ -188,6 +190,11 @@ int main(int argc, char** argv) {
       io.idle_timeout = parse_duration(ic.idle_timeout);
       io.create.capacity = capacity;
       io.create.record_size = record_size;
+      // Created here rather than by run_in (which joins it), so that a
+      // failure before anything is published (no server, no stream)
+      // removes the bus again.
+      const OpenedBus opened = open_or_create_bus(io.bus, io.create);
+      const CreatedBusGuard created(opened, io.create.trust);
       const bool json = ic.json;
       const InStats s = run_in(io, stop, [json](const InStats& p) { line(json ? in_json(p).dump() : in_text(p)); });
       line(json ? in_json(s).dump() : in_text(s));

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "created_bus.hpp"
 #include "duration.hpp"
 #include "program.hpp"
 #include "synthetic.hpp"
@@ -465,58 +466,68 @@ void warn_if_different(const Options& o, const BusInfo& info, const CLI::App& ap
   }
 }
 
+// The options of the bus --create makes. Synthetic messages without
+// --record-size get records sized to --size, the fewest cache lines that
+// fit (record_size_for), or max_record_size when none does (which
+// synthetic_size_problem then refuses).
+BusOptions create_options(const Options& o, const CLI::App& app) {
+  BusOptions bo;
+  bo.capacity = o.capacity;
+  bo.record_size = o.record_size;
+  if (o.synthetic && app.get_option("--record-size")->count() == 0) {
+    const std::uint32_t fit = record_size_for(o.size);
+    bo.record_size = fit != 0 ? fit : max_record_size;
+  }
+  bo.policy = o.policy == "overwrite" ? Policy::overwrite : Policy::block;
+  bo.max_readers = o.max_readers;
+  bo.mode = static_cast<mode_t>(std::stoul(o.mode, nullptr, 8));
+  bo.trust = resolve_trust(o.trust);
+  return bo;
+}
+
+// The bus without --create.
+Bus open_existing(const Options& o) {
+  try {
+    return Bus::open(o.bus, OpenOptions{.trust = resolve_trust(o.trust)});
+  } catch (const Error& e) {
+    if (e.errc() != Errc::not_found) throw;
+    throw Reported{std::string(e.what()) + " (use --create to create it)", errc_name(e.errc())};
+  }
+}
+
 int run(const Options& o, const CLI::App& app) {
+  // Everything the command line decides by itself is checked before a bus
+  // is created: a refused run leaves none behind.
   validate_name(o.bus);
   const std::chrono::nanoseconds timeout = parse_duration(o.wait_timeout);
-
-  std::optional<Bus> bus;
-  if (o.create) {
-    BusOptions bo;
-    bo.capacity = o.capacity;
-    bo.record_size = o.record_size;
-    // Synthetic messages without --record-size: records sized to --size, the
-    // fewest cache lines that fit (record_size_for).
-    if (o.synthetic && app.get_option("--record-size")->count() == 0) {
-      if (const std::uint32_t fit = record_size_for(o.size); fit != 0) bo.record_size = fit;
-    }
-    bo.policy = o.policy == "overwrite" ? Policy::overwrite : Policy::block;
-    bo.max_readers = o.max_readers;
-    bo.mode = static_cast<mode_t>(std::stoul(o.mode, nullptr, 8));
-    bo.trust = resolve_trust(o.trust);
-    const bool existed = Bus::exists(o.bus);
-    bus = Bus::open_or_create(o.bus, bo);
-    if (existed) warn_if_different(o, bus->info(), app);
-  } else {
-    try {
-      bus = Bus::open(o.bus, OpenOptions{.trust = resolve_trust(o.trust)});
-    } catch (const Error& e) {
-      if (e.errc() != Errc::not_found) throw;
-      throw Reported{std::string(e.what()) + " (use --create to create it)", errc_name(e.errc())};
-    }
-  }
-  const BusInfo& info = bus->info();
-
+  const std::optional<BusOptions> create =
+      o.create ? std::optional(create_options(o, app)) : std::nullopt;
   if (o.synthetic) {
-    if (o.size < synthetic_header_size) {
-      throw Failure{fmt::format("--size {} is below the synthetic message's fixed part of {} bytes "
-                                "(sequence, timestamp, checksum)",
-                                o.size, synthetic_header_size),
-                    "usage"};
-    }
-    if (o.size > info.max_payload) {
-      throw Failure{fmt::format("--size {} is longer than the record's max payload of {} bytes "
-                                "(record size {})",
-                                o.size, info.max_payload, info.record_size),
-                    "too_large"};
-    }
+    const std::string problem =
+        synthetic_size_problem(o.size, create ? create->record_size : max_record_size);
+    if (!problem.empty()) throw Failure{problem, "usage"};
   }
-
   int fd = STDIN_FILENO;
   if (!o.synthetic && !o.file.empty()) {
     fd = ::open(o.file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       throw Failure{fmt::format("cannot open '{}': {}", o.file, std::strerror(errno)), "io_error"};
     }
+  }
+
+  const OpenedBus opened =
+      create ? open_or_create_bus(o.bus, *create) : OpenedBus{open_existing(o), false};
+  if (create && !opened.created) warn_if_different(o, opened.bus.info(), app);
+  // An error thrown from here while nothing is published and nobody is
+  // attached (the Producer's --wait-for-readers timing out, say) removes a
+  // bus this run created.
+  const CreatedBusGuard created(opened, create ? create->trust : Trust{});
+  const Bus& bus = opened.bus;
+  const BusInfo& info = bus.info();
+
+  // An existing bus keeps its own record size.
+  if (o.synthetic && o.size > info.max_payload) {
+    throw Failure{synthetic_size_problem(o.size, info.record_size), "too_large"};
   }
 
   ProducerOptions po;
@@ -526,7 +537,7 @@ int run(const Options& o, const CLI::App& app) {
                                              : Timestamps::off;
   po.wait_for_readers = o.wait_for_readers;
   po.wait_for_readers_timeout = timeout;
-  Producer producer(*bus, po);
+  Producer producer(bus, po);
   // Only now: SIGINT/SIGTERM while waiting for readers end the process at
   // once (nothing is published yet); from here they stop it cleanly.
   install_stop_handlers();
@@ -660,8 +671,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--rate", o.rate,
                  "Messages per second, synthetic or from the input (replays a log at a fixed "
-                 "rate; default: as fast as possible)")
-      ->check(positive_number());
+                 "rate; default: as fast as possible); at least 0.001, one message every 1000 s")
+      ->check(message_rate());
   app.add_option("--oversize", o.oversize,
                  "An input line or frame longer than the record's payload: error (stop there, "
                  "exit 1, leave the bus open), skip it, or truncate it; counted in the summary")
@@ -694,6 +705,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "Write the summary to stderr as one JSON object");
   add_trust_options(app, o.trust);
   add_version_flag(app, kProgram);
+  refuse_negative_numbers(app);
 
   const ErrorSink sink{kProgram, wants_json(argc, argv)};
   try {

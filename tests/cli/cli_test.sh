@@ -583,6 +583,144 @@ errors_flags)
   expect_failure bad_capacity "^shmbus-producer: bus '$bus':.*capacity" "$PRODUCER" "$bus" --create --capacity 1000
   ;;
 
+errors_negative_numbers)  # "-1" is refused by every unsigned option, not read as 2^64-1
+  new_bus bus
+  # With --create, --count -1 would publish 2^64-1 messages: the timeout
+  # turns that into a failure with a summary on stderr.
+  expect_failure producer_count "^shmbus-producer: --count: must be 0 or more, not '-1' \(see --help\)$" \
+    timeout 10 "$PRODUCER" "$bus" --create --count -1
+  [[ $LAST_RC -eq 2 ]] || fail "producer --count -1: exit $LAST_RC, want 2"
+  [[ ! -e "/dev/shm/shmbus.$bus" ]] || fail "a refused command line created the bus"
+  expect_failure producer_count_eq "^shmbus-producer: --count: must be 0 or more, not '-1'" \
+    timeout 10 "$PRODUCER" "$bus" --create --count=-1
+  expect_failure producer_count_huge "^shmbus-producer: --count: must be at most 18446744073709551615, not '18446744073709551616'" \
+    timeout 10 "$PRODUCER" "$bus" --create --count 18446744073709551616
+  expect_failure producer_capacity "^shmbus-producer: --capacity: must be 0 or more, not '-2'" \
+    "$PRODUCER" "$bus" --create --capacity -2
+  expect_failure producer_size "^shmbus-producer: --size: must be 0 or more, not '-1'" \
+    "$PRODUCER" "$bus" --create --count 1 --size -1
+  expect_failure producer_max_readers "^shmbus-producer: --max-readers: must be 0 or more, not '-1'" \
+    "$PRODUCER" "$bus" --create --max-readers -1
+  expect_failure producer_readers "^shmbus-producer: --wait-for-readers: must be 0 or more, not '-1'" \
+    "$PRODUCER" "$bus" --create --wait-for-readers -1
+  [[ ! -e "/dev/shm/shmbus.$bus" ]] || fail "a refused command line created the bus"
+  # The consumer: --count -1 would never stop at a count.
+  printf 'a\nb\n' | "$PRODUCER" "$bus" --create --keep-open 2>/dev/null
+  expect_failure consumer_count "^shmbus-consumer: --count: must be 0 or more, not '-1' \(see --help\)$" \
+    timeout 10 "$CONSUMER" "$bus" --count -1
+  [[ $LAST_RC -eq 2 ]] || fail "consumer --count -1: exit $LAST_RC, want 2"
+  expect_failure consumer_from "^shmbus-consumer: --from: must be earliest, latest, resume or a sequence number" \
+    "$CONSUMER" "$bus" --from -1
+  [[ $LAST_RC -eq 2 ]] || fail "consumer --from -1: exit $LAST_RC, want 2"
+  for args in "dump --count -1" "dump --from -1" "dump --last -1" "watch --count -1"; do
+    read -r sub opt val <<<"$args"
+    expect_failure "inspect_${sub}_${opt#--}" "^shmbus-inspect: $opt: must be 0 or more, not '-1'" \
+      timeout 10 "$INSPECT" "$sub" "$bus" "$opt" "$val"
+    [[ $LAST_RC -eq 2 ]] || fail "inspect $args: exit $LAST_RC, want 2"
+  done
+  if [[ -n "${BRIDGE:-}" ]]; then
+    expect_failure bridge_capacity "^shmbus-bridge: --capacity: must be 0 or more, not '-1'" \
+      timeout 10 "$BRIDGE" mirror --connect 127.0.0.1:1 --remote-bus r --bus "$bus" --capacity -1
+    [[ $LAST_RC -eq 2 ]] || fail "bridge --capacity -1: exit $LAST_RC, want 2"
+  fi
+  if [[ -n "${NATS:-}" ]]; then
+    expect_failure nats_out_count "^shmbus-nats: --count: must be 0 or more, not '-1'" \
+      timeout 10 "$NATS" out "$bus" --stream s --server nats://127.0.0.1:1 --count -1
+    [[ $LAST_RC -eq 2 ]] || fail "nats out --count -1: exit $LAST_RC, want 2"
+    expect_failure nats_in_count "^shmbus-nats: --count: must be 0 or more, not '-1'" \
+      timeout 10 "$NATS" in "$bus" --stream s --durable d --server nats://127.0.0.1:1 --count -1
+    [[ $LAST_RC -eq 2 ]] || fail "nats in --count -1: exit $LAST_RC, want 2"
+    expect_failure nats_in_capacity "^shmbus-nats: --capacity: must be 0 or more, not '-1'" \
+      timeout 10 "$NATS" in "$bus" --stream s --durable d --server nats://127.0.0.1:1 --capacity -1
+  fi
+  ;;
+
+errors_rate_range)  # a --rate whose pacing interval is not a pace is refused, not a hang
+  new_bus bus
+  # 1e9 / 1e-300 ns is infinite: no message, not even the first, was ever due.
+  expect_failure tiny "^shmbus-producer: --rate: must be at least 0\.001 \(one message every 1000 s\), not '1e-300' \(see --help\)$" \
+    timeout 10 "$PRODUCER" "$bus" --create --count 2 --rate 1e-300
+  [[ $LAST_RC -eq 2 ]] || fail "--rate 1e-300: exit $LAST_RC, want 2"
+  expect_failure below "^shmbus-producer: --rate: must be at least 0\.001 .*not '0\.0009'" \
+    timeout 10 "$PRODUCER" "$bus" --create --count 2 --rate 0.0009
+  expect_failure tiny_input "^shmbus-producer: --rate: must be at least 0\.001 .*not '1e-300'" \
+    timeout 10 "$PRODUCER" "$bus" --create --rate 1e-300
+  [[ ! -e "/dev/shm/shmbus.$bus" ]] || fail "a refused --rate created the bus"
+  for r in inf nan 1e400 -1; do
+    expect_failure "rate_$r" "^shmbus-producer: --rate: must be a positive number, not '$r'" \
+      "$PRODUCER" "$bus" --create --count 2 --rate "$r"
+  done
+  # The lowest rate itself is accepted (message 0 is due at once).
+  timeout 10 "$PRODUCER" "$bus" --create --count 1 --rate 0.001 2>"$work/lowest.err" ||
+    fail "--rate 0.001: $(cat "$work/lowest.err")"
+  grep -q "1 message," "$work/lowest.err" || fail "--rate 0.001: $(cat "$work/lowest.err")"
+  # A rate past any clock's resolution is simply as fast as possible.
+  timeout 10 "$PRODUCER" "$bus" --count 1000 --rate 1e300 2>"$work/highest.err" ||
+    fail "--rate 1e300: $(cat "$work/highest.err")"
+  grep -q "1000 messages," "$work/highest.err" || fail "--rate 1e300: $(cat "$work/highest.err")"
+  ;;
+
+errors_create_leaves_nothing)  # a --create run that fails leaves no segment it made
+  # no_segment NAME: the failed run left no /dev/shm/shmbus.NAME.
+  no_segment() { [[ ! -e "/dev/shm/shmbus.$1" ]] || fail "$2: left /dev/shm/shmbus.$1 behind"; }
+  new_bus bus
+  expect_failure size_zero "^shmbus-producer: bus '$bus': --size 0 is below the synthetic message's fixed part of 24 bytes" \
+    "$PRODUCER" "$bus" --create --count 10 --size 0
+  [[ $LAST_RC -eq 2 ]] || fail "--size 0: exit $LAST_RC, want 2"
+  no_segment "$bus" "--size 0"
+  expect_failure size_record "^shmbus-producer: bus '$bus': --size 300 is longer than the record's max payload of 232 bytes \(record size 256\)" \
+    "$PRODUCER" "$bus" --create --count 10 --size 300 --record-size 256
+  [[ $LAST_RC -eq 2 ]] || fail "--size 300 --record-size 256: exit $LAST_RC, want 2"
+  no_segment "$bus" "--size 300 --record-size 256"
+  expect_failure size_any_record "^shmbus-producer: bus '$bus': --size 2000000 is longer than the largest record's max payload of 1048552 bytes" \
+    "$PRODUCER" "$bus" --create --count 10 --size 2000000
+  [[ $LAST_RC -eq 2 ]] || fail "--size 2000000: exit $LAST_RC, want 2"
+  no_segment "$bus" "--size 2000000"
+  expect_failure no_file "^shmbus-producer: bus '$bus': cannot open '$work/missing'" \
+    "$PRODUCER" "$bus" --create --file "$work/missing"
+  no_segment "$bus" "--file missing"
+  expect_failure max_readers "^shmbus-producer: bus '$bus': max readers 1025 is not between 1 and 1024" \
+    "$PRODUCER" "$bus" --create --max-readers 1025
+  [[ $LAST_RC -eq 2 ]] || fail "--max-readers 1025: exit $LAST_RC, want 2"
+  no_segment "$bus" "--max-readers 1025"
+  # Created, then refused by the library after creating: nobody attached.
+  expect_failure no_readers "^shmbus-producer: bus '$bus': .*reader" \
+    "$PRODUCER" "$bus" --create --count 10 --size 32 --wait-for-readers 1 --wait-timeout 200ms
+  [[ $LAST_RC -eq 1 ]] || fail "--wait-for-readers timeout: exit $LAST_RC, want 1"
+  no_segment "$bus" "--wait-for-readers timeout"
+  # The library's limits themselves are fine.
+  "$PRODUCER" "$bus" --create --max-readers 1024 --capacity 2 --keep-open </dev/null 2>"$work/limits.err" ||
+    fail "--max-readers 1024 --capacity 2: $(cat "$work/limits.err")"
+  "$INSPECT" check "$bus" >/dev/null || fail "--max-readers 1024 --capacity 2: check failed"
+
+  # An existing bus is never removed, whatever fails.
+  new_bus old
+  "$PRODUCER" "$old" --create --record-size 64 --keep-open </dev/null 2>/dev/null
+  expect_failure old_size "^shmbus-producer: bus '$old': --size 100 is longer than the record's max payload of 40 bytes \(record size 64\)" \
+    "$PRODUCER" "$old" --create --count 10 --size 100
+  [[ $LAST_RC -eq 1 ]] || fail "--size past an existing bus's records: exit $LAST_RC, want 1"
+  [[ -e "/dev/shm/shmbus.$old" ]] || fail "an existing bus was removed after --size failed"
+  expect_failure old_readers "^shmbus-producer: bus '$old': .*reader" \
+    "$PRODUCER" "$old" --create --count 10 --size 32 --wait-for-readers 1 --wait-timeout 200ms
+  [[ -e "/dev/shm/shmbus.$old" ]] || fail "an existing bus was removed after --wait-for-readers failed"
+
+  # A bus this run created but a reader joined is in use: it stays.
+  new_bus joined
+  "$CONSUMER" "$joined" --wait-for-bus 10s --format none >/dev/null 2>"$work/joined.err" &
+  pids+=($!)
+  expect_failure joined "^shmbus-producer: bus '$joined': .*reader" \
+    "$PRODUCER" "$joined" --create --count 10 --size 32 --wait-for-readers 2 --wait-timeout 2s
+  [[ -e "/dev/shm/shmbus.$joined" ]] || fail "a created bus a reader had joined was removed"
+  "$INSPECT" show "$joined" --interval 0 | grep -q "shmbus-consumer" || fail "the reader is not attached"
+
+  if [[ -n "${NATS:-}" ]]; then
+    new_bus nats
+    expect_failure nats_no_server "^shmbus-nats: cannot connect" \
+      "$NATS" in "$nats" --stream s --durable d --server nats://127.0.0.1:1 --connect-timeout 200
+    no_segment "$nats" "shmbus-nats in without a server"
+  fi
+  ;;
+
 errors_wait_timeout)
   new_bus bus
   "$PRODUCER" "$bus" --create --capacity 64 --record-size 64 --keep-open </dev/null 2>/dev/null

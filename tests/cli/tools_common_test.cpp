@@ -1,16 +1,25 @@
 // The helpers shared by the shmbus programs: synthetic messages, durations,
-// latency histogram.
+// latency histogram, option checks, a bus created for a run that can fail.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
+#include <shmbus/shmbus.hpp>
 
 #include <array>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <cstddef>
+#include <functional>
+#include <optional>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "created_bus.hpp"
 #include "duration.hpp"
 #include "latency_histogram.hpp"
+#include "program.hpp"
 #include "synthetic.hpp"
 
 using namespace shmbus::tools;
@@ -78,6 +87,19 @@ TEST(Synthetic, FormatIsStable) {
   EXPECT_EQ(first_word, 0x8f9cc2f91f84b8a4u);
 }
 
+TEST(Synthetic, SizeProblemNamesTheLimit) {
+  EXPECT_EQ(synthetic_size_problem(24, 64), "");
+  EXPECT_EQ(synthetic_size_problem(40, 64), "");
+  EXPECT_EQ(synthetic_size_problem(0, 64),
+            "--size 0 is below the synthetic message's fixed part of 24 bytes (sequence, "
+            "timestamp, checksum)");
+  EXPECT_EQ(synthetic_size_problem(41, 64),
+            "--size 41 is longer than the record's max payload of 40 bytes (record size 64)");
+  EXPECT_EQ(synthetic_size_problem(shmbus::max_record_size, shmbus::max_record_size),
+            "--size 1048576 is longer than the largest record's max payload of 1048552 bytes "
+            "(record size 1048576)");
+}
+
 TEST(Duration, ParsesUnits) {
   EXPECT_EQ(parse_duration("250ns"), 250ns);
   EXPECT_EQ(parse_duration("100us"), 100us);
@@ -100,6 +122,162 @@ TEST(Duration, Formats) {
   EXPECT_EQ(format_duration(300ms), "300 ms");
   EXPECT_EQ(format_duration(2s), "2 s");
   EXPECT_EQ(format_duration(std::chrono::nanoseconds::max()), "forever");
+}
+
+// What CLI11 makes of `command_line` with refuse_negative_numbers: the
+// parse error, or "ok u64 u32 opt i64 sub" with the values read.
+std::string parse_numbers(const std::string& command_line) {
+  CLI::App app;
+  std::uint64_t u64 = 0;
+  std::uint32_t u32 = 0;
+  std::optional<std::uint64_t> opt;
+  std::int64_t i64 = 0;
+  std::size_t sub_n = 0;
+  app.add_option("--u64", u64);
+  std::uint32_t ranged = 0;
+  app.add_option("--u32", u32);
+  app.add_option("--ranged", ranged)->check(CLI::Range(0u, 1000u));
+  app.add_option("--opt", opt);
+  app.add_option("--i64", i64);
+  app.add_subcommand("sub")->add_option("--n", sub_n);
+  refuse_negative_numbers(app);
+  try {
+    app.parse(command_line, false);
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+  return "ok " + std::to_string(u64) + " " + std::to_string(u32) + " " +
+         (opt ? std::to_string(*opt) : "-") + " " + std::to_string(i64) + " " +
+         std::to_string(sub_n);
+}
+
+TEST(RefuseNegativeNumbers, UnsignedOptionsRefuseANegativeValue) {
+  EXPECT_EQ(parse_numbers("--u64 -1"), "--u64: must be 0 or more, not '-1'");
+  EXPECT_EQ(parse_numbers("--u64=-1"), "--u64: must be 0 or more, not '-1'");
+  EXPECT_EQ(parse_numbers("--u64=' -5'"), "--u64: must be 0 or more, not ' -5'");
+  EXPECT_EQ(parse_numbers("--u64 -18446744073709551615"),
+            "--u64: must be 0 or more, not '-18446744073709551615'");
+  EXPECT_EQ(parse_numbers("--u32 -1"), "--u32: must be 0 or more, not '-1'");
+  EXPECT_EQ(parse_numbers("--opt -1"), "--opt: must be 0 or more, not '-1'");
+  EXPECT_EQ(parse_numbers("sub --n -1"), "--n: must be 0 or more, not '-1'");
+}
+
+TEST(RefuseNegativeNumbers, UnsignedOptionsRefuseAValuePastTheLargest) {
+  EXPECT_EQ(parse_numbers("--u64 18446744073709551616"),
+            "--u64: must be at most 18446744073709551615, not '18446744073709551616'");
+  EXPECT_EQ(parse_numbers("--u64 18446744073709551615"), "ok 18446744073709551615 0 - 0 0");
+}
+
+TEST(RefuseNegativeNumbers, OtherValuesAreLeftAlone) {
+  EXPECT_EQ(parse_numbers("--u64 0 --u32 7 --opt 3 --i64 -4 sub --n 2"), "ok 0 7 3 -4 2");
+  EXPECT_EQ(parse_numbers(""), "ok 0 0 - 0 0");
+  // An option's own checks run first, and still refuse what they refused.
+  EXPECT_EQ(parse_numbers("--ranged 1001"), "--ranged: Value 1001 not in range 0 to 1000");
+  EXPECT_EQ(parse_numbers("--ranged -1"), "--ranged: Value -1 not in range 0 to 1000");
+}
+
+// What message_rate() says of `rate`: empty when it accepts it.
+std::string rate_problem(std::string rate) { return message_rate()(rate); }
+
+TEST(MessageRate, RefusesWhatIsNotAPace) {
+  EXPECT_EQ(rate_problem("0"), "must be a positive number, not '0'");
+  EXPECT_EQ(rate_problem("-1"), "must be a positive number, not '-1'");
+  EXPECT_EQ(rate_problem("inf"), "must be a positive number, not 'inf'");
+  EXPECT_EQ(rate_problem("nan"), "must be a positive number, not 'nan'");
+  EXPECT_EQ(rate_problem("1e400"), "must be a positive number, not '1e400'");
+  EXPECT_EQ(rate_problem("5/s"), "must be a positive number, not '5/s'");
+  EXPECT_EQ(rate_problem("1e-300"),
+            "must be at least 0.001 (one message every 1000 s), not '1e-300'");
+  EXPECT_EQ(rate_problem("0.000999"),
+            "must be at least 0.001 (one message every 1000 s), not '0.000999'");
+}
+
+TEST(MessageRate, AcceptsEveryRateFromTheLowest) {
+  for (const char* ok : {"0.001", "1", "1000", "2.5e6", "1e300"}) {
+    EXPECT_EQ(rate_problem(ok), "") << ok;
+  }
+}
+
+// A bus name of this test process; the bus is removed when it goes.
+class TestBus {
+ public:
+  TestBus() : name_("tools-created-" + std::to_string(::getpid()) + "-" + std::to_string(next_++)) {
+    shmbus::Bus::remove(name_);
+  }
+  ~TestBus() { shmbus::Bus::remove(name_); }
+  const std::string& name() const { return name_; }
+  bool exists() const { return shmbus::Bus::exists(name_); }
+
+ private:
+  static inline int next_ = 0;
+  std::string name_;
+};
+
+constexpr shmbus::BusOptions kSmall{.capacity = 8, .record_size = 64, .max_readers = 2};
+
+// Makes the bus with a guard, then throws out of the guard's scope.
+void fail_after(const OpenedBus& opened, const std::function<void()>& before_throw = {}) {
+  const CreatedBusGuard guard(opened, {});
+  if (before_throw) before_throw();
+  throw std::runtime_error("the run failed");
+}
+
+TEST(CreatedBusGuard, AFailureRemovesTheBusItCreated) {
+  TestBus b;
+  const OpenedBus opened = open_or_create_bus(b.name(), kSmall);
+  EXPECT_TRUE(opened.created);
+  EXPECT_THROW(fail_after(opened), std::runtime_error);
+  EXPECT_FALSE(b.exists());
+}
+
+TEST(CreatedBusGuard, ASuccessKeepsTheBus) {
+  TestBus b;
+  {
+    const CreatedBusGuard guard(open_or_create_bus(b.name(), kSmall), {});
+  }
+  EXPECT_TRUE(b.exists());
+}
+
+TEST(CreatedBusGuard, AnExistingBusIsNeverRemoved) {
+  TestBus b;
+  (void)shmbus::Bus::create(b.name(), kSmall);
+  const OpenedBus opened = open_or_create_bus(b.name(), kSmall);
+  EXPECT_FALSE(opened.created);
+  EXPECT_THROW(fail_after(opened), std::runtime_error);
+  EXPECT_TRUE(b.exists());
+}
+
+TEST(CreatedBusGuard, ABusWithMessagesStays) {
+  TestBus b;
+  const OpenedBus opened = open_or_create_bus(b.name(), kSmall);
+  EXPECT_THROW(fail_after(opened,
+                          [&] {
+                            shmbus::Producer p(opened.bus);
+                            const char m[] = "x";
+                            ASSERT_TRUE(p.publish(std::as_bytes(std::span(m)), {}));
+                          }),
+               std::runtime_error);
+  EXPECT_TRUE(b.exists());
+}
+
+TEST(CreatedBusGuard, ABusAReaderJoinedStays) {
+  TestBus b;
+  const OpenedBus opened = open_or_create_bus(b.name(), kSmall);
+  shmbus::Consumer reader(shmbus::Bus::open(b.name()));
+  EXPECT_THROW(fail_after(opened), std::runtime_error);
+  EXPECT_TRUE(b.exists());
+}
+
+TEST(CreatedBusGuard, ABusMadeAgainByAnotherStays) {
+  TestBus b;
+  const OpenedBus opened = open_or_create_bus(b.name(), kSmall);
+  EXPECT_THROW(fail_after(opened,
+                          [&] {
+                            shmbus::Bus::remove(b.name());
+                            (void)shmbus::Bus::create(b.name(), kSmall);
+                          }),
+               std::runtime_error);
+  EXPECT_TRUE(b.exists());
 }
 
 TEST(LatencyHistogram, PercentilesWithinOnePercent) {

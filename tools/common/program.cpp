@@ -4,11 +4,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -96,6 +101,12 @@ std::string unknown_options(const CLI::App& app, const std::string& what) {
     if (!near.empty()) out += " (did you mean '" + near + "'?)";
   }
   return out;
+}
+
+// True when `s` is all one finite number above 0, which goes into `v`.
+bool parse_positive(const std::string& s, double& v) {
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && p == s.data() + s.size() && std::isfinite(v) && v > 0;
 }
 
 }  // namespace
@@ -222,13 +233,48 @@ CLI::Validator positive_number() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
         double v = 0;
-        const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-        if (ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v) || v <= 0) {
-          return "must be a positive number, not '" + s + "'";
+        return parse_positive(s, v) ? std::string() : "must be a positive number, not '" + s + "'";
+      },
+      "POSITIVE");
+}
+
+CLI::Validator message_rate() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        double v = 0;
+        if (!parse_positive(s, v)) return "must be a positive number, not '" + s + "'";
+        if (v < min_message_rate) {
+          return fmt::format("must be at least {} (one message every {} s), not '{}'",
+                             min_message_rate, 1 / min_message_rate, s);
         }
         return {};
       },
       "POSITIVE");
+}
+
+void refuse_negative_numbers(CLI::App& app) {
+  const CLI::Validator check(
+      [](std::string& s) -> std::string {
+        const std::size_t first = s.find_first_not_of(" \t\n\v\f\r");  // strtoull skips these
+        if (first != std::string::npos && s[first] == '-') {
+          return "must be 0 or more, not '" + s + "'";
+        }
+        errno = 0;
+        char* end = nullptr;
+        (void)std::strtoull(s.c_str(), &end, 0);  // how CLI11 reads it (base 0)
+        if (errno == ERANGE) {
+          return "must be at most " + std::to_string(UINT64_MAX) + ", not '" + s + "'";
+        }
+        return {};  // anything else CLI11 refuses or range-checks itself
+      },
+      "");  // no description: the help keeps showing UINT
+  for (CLI::Option* o : app.get_options([](CLI::Option*) { return true; })) {
+    const std::string type = o->get_type_name();
+    if (type == "UINT" || type.starts_with("UINT:")) o->check(check);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    refuse_negative_numbers(*sub);
+  }
 }
 
 CLI::Validator reader_name_validator() {

@@ -76,6 +76,22 @@ std::string plural(std::uint64_t n, std::string_view singular, std::string_view 
 // with "must be a positive number", not a range of 300-digit limits).
 CLI::Validator positive_number();
 
+// A check for --rate R, in messages per second: a positive number (as
+// positive_number()) of at least min_message_rate. Pacing puts message i at
+// start + i/R on a 64-bit nanosecond clock; below one message every 1000 s a
+// rate stops being a pace (and 1e-300 overflows the interval, so nothing
+// after the first message would ever be published).
+inline constexpr double min_message_rate = 0.001;
+CLI::Validator message_rate();
+
+// CLI11 reads an unsigned option with strtoull, which takes "-1" as 2^64-1
+// and saturates a number past 2^64-1 instead of refusing it. This adds to
+// every option of `app` and of its subcommands whose type is an unsigned
+// integer (CLI11 type name UINT; an option given another type_name() is
+// missed) a check that refuses both: "--count: must be 0 or more, not '-1'".
+// Call it once every option is added, before parsing.
+void refuse_negative_numbers(CLI::App& app);
+
 // Reader names are stored in 31 bytes (and a NUL) in the segment: a longer
 // --name is refused rather than cut silently.
 inline constexpr std::size_t max_reader_name = 31;

@@ -1,5 +1,8 @@
 #include "synthetic.hpp"
 
+#include <fmt/format.h>
+#include <shmbus/bus.hpp>
+
 #include <cstring>
 
 namespace shmbus::tools {
@@ -113,6 +116,21 @@ SyntheticCheck synthetic_check(std::span<const std::byte> in, SyntheticFields& f
     }
   }
   return SyntheticCheck::bad_filler;
+}
+
+std::string synthetic_size_problem(std::uint64_t size, std::uint32_t record_size) {
+  if (size < synthetic_header_size) {
+    return fmt::format("--size {} is below the synthetic message's fixed part of {} bytes "
+                       "(sequence, timestamp, checksum)",
+                       size, synthetic_header_size);
+  }
+  const std::uint32_t max_payload = max_payload_for(record_size);
+  if (size > max_payload) {
+    return fmt::format("--size {} is longer than {} max payload of {} bytes (record size {})", size,
+                       record_size == max_record_size ? "the largest record's" : "the record's",
+                       max_payload, record_size);
+  }
+  return {};
 }
 
 }  // namespace shmbus::tools

@@ -46,6 +46,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 namespace shmbus::tools {
 
@@ -85,5 +86,11 @@ struct SyntheticFields {
 
 // The checksum `in`'s fixed part and length give (for error messages).
 std::uint64_t synthetic_checksum(std::span<const std::byte> in) noexcept;
+
+// Why `size`-byte synthetic messages (--size) do not fit records of
+// `record_size` bytes, or empty when they do: shorter than the fixed part,
+// or longer than the record's payload (max_payload_for). Pass
+// max_record_size to check against the largest record any bus can have.
+std::string synthetic_size_problem(std::uint64_t size, std::uint32_t record_size);
 
 }  // namespace shmbus::tools

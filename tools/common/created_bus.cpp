@@ -39,8 +39,7 @@ CreatedBusGuard::~CreatedBusGuard() {
     }
     // A reader attaching between the snapshot and the unlink is told its
     // stream ended (removed) instead of waiting on a segment nobody can find.
-    mark_removed(name_, trust_);
-    Bus::remove(name_);
+    remove_in_use(name_, trust_);
   } catch (...) {
     // Left as it is: the failure being reported is the one that matters.
   }

@@ -103,7 +103,7 @@ std::string render_metrics(const std::vector<std::string>& buses, const Trust& t
   Family r_delivered{"shmbus_reader_delivered", "counter", "Messages delivered to the reader", {}};
   Family r_lost{"shmbus_reader_lost", "counter", "Messages the reader lost (overwrite policy)", {}};
   Family r_alive{"shmbus_reader_alive", "gauge",
-                 "1 if the reader's process is alive; 0 if dead, a zombie or its pid was reused", {}};
+                 "1 if the reader's process is alive (holds its slot's lock); 0 if dead or unknown", {}};
   Family r_last{"shmbus_reader_last_active_timestamp_seconds", "gauge",
                 "CLOCK_REALTIME of the reader's last batch or wait", {}};
 

@@ -234,21 +234,15 @@ Bus open_bus(const Options& o) {
   const OpenOptions open_options{.trust = resolve_trust(o.trust)};
   if (!o.wait_for_bus) return Bus::open(o.bus, open_options);
   const std::chrono::nanoseconds limit = parse_duration(*o.wait_for_bus);
-  // A segment that exists but does not validate yet may be one its creator is
-  // still initialising: keep trying for this long after it appeared.
-  constexpr auto kSettle = std::chrono::seconds(2);
   const auto start = Clock::now();
-  std::optional<Clock::time_point> appeared;
   for (;;) {
+    // A bus appears under its name only once complete (its creator renames
+    // it into place): whatever is there is judged at once.
     if (Bus::exists(o.bus)) {
-      if (!appeared) appeared = Clock::now();
       try {
         return Bus::open(o.bus, open_options);
       } catch (const Error& e) {
-        const Errc c = e.errc();
-        const bool settling = c == Errc::not_ready || c == Errc::not_a_bus || c == Errc::truncated;
-        if (c != Errc::not_found && !(settling && Clock::now() - *appeared < kSettle)) throw;
-        if (c == Errc::not_found) appeared.reset();  // removed again
+        if (e.errc() != Errc::not_found) throw;  // else removed again: wait on
       }
     }
     if (stop_requested()) {

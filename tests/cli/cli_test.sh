@@ -752,9 +752,9 @@ errors_start_and_slots)
   ;;
 
 open_while_creating)
-  # Bus::open on a segment whose creator is still initialising it must wait
-  # for it (up to its ready timeout), not reject it. A large segment makes the
-  # window between sizing the file and writing its header wide.
+  # A bus appears under its name only once its creator has finished it (it
+  # is built under a temporary name and renamed into place): opening it the
+  # moment it appears always succeeds. A large segment makes creation slow.
   for i in 1 2 3 4 5; do
     new_bus bus
     "$PRODUCER" "$bus" --create --capacity 262144 --record-size 128 --keep-open </dev/null 2>/dev/null &
@@ -764,6 +764,17 @@ open_while_creating)
       || fail "attempt $i: opening a bus being created failed: $(cat "$work/open$i.err")"
     wait "${pids[-1]}"
   done
+  # A file at the name that was never initialised (not made by shmbus) is
+  # refused at once, --wait-for-bus or not: there is no creator to wait for.
+  new_bus bogus
+  head -c 8192 /dev/zero >"/dev/shm/shmbus.$bogus"
+  start=$(date +%s%N)
+  rc=0
+  "$CONSUMER" "$bogus" --wait-for-bus 5s --count 1 2>"$work/bogus.err" || rc=$?
+  took_ms=$((($(date +%s%N) - start) / 1000000))
+  [[ $rc -eq 1 ]] || fail "a never-initialised segment: exit $rc: $(cat "$work/bogus.err")"
+  grep -q 'never initialised' "$work/bogus.err" || fail "$(cat "$work/bogus.err")"
+  [[ $took_ms -lt 2500 ]] || fail "took $took_ms ms to refuse a never-initialised segment (waited for a creator)"
   ;;
 
 *)

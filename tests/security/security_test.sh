@@ -272,6 +272,25 @@ rm_force_group_member)
   [[ $(cat "$work/reader.out") == $'a\nb' ]] || fail "reader got: $(cat "$work/reader.out")"
   ;;
 
+rm_live_invalid)
+  # A live bus whose header no longer validates (a stray store into its
+  # version word) is still in use: rm without --force refuses it, judged by
+  # its users' locks, not by the header.
+  new_bus bus
+  "$producer" "$bus" --create --count 0 --keep-open 2>/dev/null || fail "create"
+  "$producer" "$bus" --count 100000000 --rate 100 2>/dev/null &
+  pids+=($!)
+  for _ in $(seq 100); do
+    "$inspect" show "$bus" --json 2>/dev/null | grep -Eq '"attached": *true' && break
+    sleep 0.02
+  done
+  printf '\x09\0\0\0' | dd of="/dev/shm/shmbus.$bus" bs=1 seek=8 conv=notrunc status=none
+  expect_failure rm 'not removed: in use by a live process' "$inspect" rm "$bus"
+  [[ -e /dev/shm/shmbus.$bus ]] || fail "removed a live bus"
+  "$inspect" rm "$bus" --force >/dev/null 2>&1 || fail "rm --force"
+  [[ ! -e /dev/shm/shmbus.$bus ]] || fail "rm --force left it"
+  ;;
+
 table_full)
   # A full reader table is a clear one-line error naming the bus, and a slot
   # comes free again when its reader leaves.

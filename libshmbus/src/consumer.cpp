@@ -330,11 +330,12 @@ struct Consumer::Impl {
     return Step::corrupt;
   }
 
-  // True while the slot is ours: nobody reclaimed it or wrote over its
-  // owner or state. Two loads of a line only attach and reclaim write.
+  // True while the producer counts our cursor: nobody reclaimed the slot or
+  // wrote over its state. One load of a line only attach and reclaim write
+  // (a stray store over the owner ticket alone changes nothing the producer
+  // does; detach then leaves the slot to gc).
   bool slot_is_ours() const noexcept {
-    return slot->owner.load(std::memory_order_relaxed) == ticket &&
-           slot->state.load(std::memory_order_relaxed) == layout::kSlotActive;
+    return slot->state.load(std::memory_order_relaxed) == layout::kSlotActive;
   }
 
   // Our slot was taken from us (cleared by a stray store, or freed by

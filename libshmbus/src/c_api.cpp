@@ -464,7 +464,7 @@ shmbus_read_status shmbus_consumer_next(shmbus_consumer* consumer, int64_t timeo
 int64_t shmbus_consumer_read_batch(shmbus_consumer* consumer, shmbus_message* out, size_t max,
                                    int64_t timeout_ns, shmbus_batch_result* result) {
   constexpr const char* fn = "shmbus_consumer_read_batch";
-  if (result) *result = shmbus_batch_result{0, 0, 0, SHMBUS_END_NONE};
+  if (result) *result = shmbus_batch_result{0, 0, 0, SHMBUS_END_NONE, 0, 0};
   if (!consumer || (!out && max)) {
     invalid(fn, "consumer or out is NULL");
     return -1;
@@ -483,7 +483,8 @@ int64_t shmbus_consumer_read_batch(shmbus_consumer* consumer, shmbus_message* ou
   for (size_t i = 0; i < got.size(); ++i) fill_message(got[i], out[i]);
   if (result) {
     *result = shmbus_batch_result{pr.lost, pr.corrupt, pr.end_of_stream ? 1 : 0,
-                                  static_cast<std::uint32_t>(pr.end_reason)};
+                                  static_cast<std::uint32_t>(pr.end_reason), pr.evicted ? 1 : 0,
+                                  pr.stale_view ? 1 : 0};
   }
   return static_cast<int64_t>(got.size());
 }

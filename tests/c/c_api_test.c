@@ -1,7 +1,9 @@
 /* The C API, used from a program compiled as C99 (not C++): every call of
  * shmbus.h, its statuses, and its refusals of bad arguments. */
+#define _XOPEN_SOURCE 700 /* pwrite, in strict C99 */
 #include <shmbus/shmbus.h>
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -341,6 +343,52 @@ static void test_durable_reader_resumes(void) {
   CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);
 }
 
+/* A stray store clears a live reader's slot state (offset 512 + 128 x slot
+ * + 8 in the segment file): the producer laps it; the reader is told
+ * SHMBUS_READ_EVICTED with the exact loss, and reads on from there. */
+static void test_evicted_reader_is_told(void) {
+  shmbus_bus_options o;
+  shmbus_bus* bus = NULL;
+  shmbus_producer* p = NULL;
+  shmbus_consumer* c = NULL;
+  shmbus_message m;
+  shmbus_batch_result br;
+  char path[128];
+  uint32_t zero = 0;
+  uint64_t i;
+  int fd;
+  shmbus_bus_options_init(&o);
+  o.capacity = 8;
+  o.record_size = 64;
+  CHECK_STATUS(shmbus_bus_create(bus_name2, &o, &bus), SHMBUS_OK);
+  if (!bus) return;
+  CHECK_STATUS(shmbus_consumer_open(bus, NULL, &c), SHMBUS_OK);
+  CHECK_STATUS(shmbus_producer_open(bus, NULL, &p), SHMBUS_OK);
+  snprintf(path, sizeof path, "/dev/shm/shmbus.%s", bus_name2);
+  fd = open(path, O_RDWR);
+  CHECK(fd >= 0);
+  CHECK(pwrite(fd, &zero, sizeof zero, 512 + 128 * (off_t)shmbus_consumer_slot(c) + 8) == sizeof zero);
+  close(fd);
+  for (i = 0; i < 20; ++i) CHECK_STATUS(shmbus_producer_publish(p, &i, sizeof i, 0, NULL), SHMBUS_OK);
+  CHECK_STATUS(shmbus_consumer_next(c, one_second, &m), SHMBUS_READ_EVICTED);
+  CHECK(m.lost == 12 && m.seq == 12);
+  CHECK_STATUS(shmbus_consumer_next(c, one_second, &m), SHMBUS_READ_MESSAGE);
+  CHECK(m.seq == 12);
+  /* Again, through a batch read. */
+  fd = open(path, O_RDWR);
+  CHECK(fd >= 0);
+  CHECK(pwrite(fd, &zero, sizeof zero, 512 + 128 * (off_t)shmbus_consumer_slot(c) + 8) == sizeof zero);
+  close(fd);
+  for (i = 20; i < 40; ++i) CHECK_STATUS(shmbus_producer_publish(p, &i, sizeof i, 0, NULL), SHMBUS_OK);
+  CHECK(shmbus_consumer_read_batch(c, &m, 1, one_second, &br) == 0);
+  CHECK(br.evicted == 1 && br.lost == 32 - 13);
+  CHECK(shmbus_consumer_cursor(c) == 32);
+  shmbus_producer_destroy(p);
+  shmbus_consumer_destroy(c);
+  shmbus_bus_close(bus);
+  CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);
+}
+
 int main(void) {
   snprintf(bus_name, sizeof bus_name, "c-api-test-%ld", (long)getpid());
   snprintf(bus_name2, sizeof bus_name2, "c-api-test-ow-%ld", (long)getpid());
@@ -349,6 +397,7 @@ int main(void) {
   test_block_bus();
   test_overwrite_bus_reports_losses();
   test_durable_reader_resumes();
+  test_evicted_reader_is_told();
   shmbus_bus_remove(bus_name, NULL);
   shmbus_bus_remove(bus_name2, NULL);
   if (failures) {

@@ -317,6 +317,9 @@ typedef struct shmbus_batch_result {
   uint64_t corrupt;    /* records skipped as corrupt */
   int end_of_stream;   /* 1 if the stream ended after these */
   uint32_t end_reason; /* shmbus_end_reason, with end_of_stream */
+  int evicted;         /* 1 if the consumer's slot was taken from it (see SHMBUS_READ_EVICTED):
+                          nothing was read, `lost` says what is gone */
+  int stale_view;      /* with evicted: a message from the previous call was overwritten */
 } shmbus_batch_result;
 
 /* Up to `max` messages available now (waiting up to `timeout_ns` for the

@@ -356,7 +356,8 @@ int run_gc(const std::string& bus, const std::vector<std::string>& forget, bool 
   // Only a live producer can continue; a stopped one does once resumed.
   const Liveness producer_liveness = Inspector::open(bus, g_trust).snapshot().producer.liveness;
   const bool producer_alive = is_alive(producer_liveness);
-  const bool producer_stopped = producer_alive && process_stopped(before.pid, before.start_ticks);
+  const bool producer_stopped = producer_alive && !in_other_pid_namespace(before.pid_namespace) &&
+                                process_stopped(before.pid, before.start_ticks);
   const bool unblocked = held_back && producer_alive;
   if (json_out) {
     json list = json::array();
@@ -373,21 +374,21 @@ int run_gc(const std::string& bus, const std::vector<std::string>& forget, bool 
     return 0;
   }
   for (const ReaderView& r : reclaimed) {
-    print_out(fmt::format("bus '{}': reclaimed reader {} '{}' (pid {}, {}, cursor {}, delivered {})\n",
-                          bus, r.slot, display_name(r.name), r.pid, to_string(r.liveness), r.cursor,
-                          r.delivered));
+    print_out(fmt::format("bus '{}': reclaimed reader {} '{}' ({}, {}, cursor {}, delivered {})\n",
+                          bus, r.slot, display_name(r.name), pid_label(r.pid, r.pid_namespace),
+                          to_string(r.liveness), r.cursor, r.delivered));
   }
   if (unblocked && !producer_stopped) {
-    print_out(fmt::format("bus '{}': producer pid {} was held back by it and can continue\n", bus,
-                          before.pid));
+    print_out(fmt::format("bus '{}': producer {} was held back by it and can continue\n", bus,
+                          pid_label(before.pid, before.pid_namespace)));
   } else if (unblocked) {
-    print_out(fmt::format("bus '{}': producer pid {} was held back by it; it is stopped and "
+    print_out(fmt::format("bus '{}': producer {} was held back by it; it is stopped and "
                           "continues once resumed (SIGCONT)\n",
-                          bus, before.pid));
+                          bus, pid_label(before.pid, before.pid_namespace)));
   } else if (held_back) {
-    print_out(fmt::format("bus '{}': producer pid {} that it held back is {}; a new producer can "
+    print_out(fmt::format("bus '{}': producer {} that it held back is {}; a new producer can "
                           "take the bus over\n",
-                          bus, before.pid, to_string(producer_liveness)));
+                          bus, pid_label(before.pid, before.pid_namespace), to_string(producer_liveness)));
   }
   return 0;
 }
@@ -409,10 +410,11 @@ int run_rm(const std::string& bus, bool force, bool json_out) {
   std::vector<std::string> users;
   if (snap) {
     const ProducerView& p = snap->producer;
-    if (is_alive(p.liveness)) users.push_back(fmt::format("producer pid {}", p.pid));
+    if (is_alive(p.liveness)) users.push_back("producer " + pid_label(p.pid, p.pid_namespace));
     for (const ReaderView& r : snap->readers) {
       if (is_alive(r.liveness)) {
-        users.push_back(fmt::format("reader {} '{}' pid {}", r.slot, display_name(r.name), r.pid));
+        users.push_back(fmt::format("reader {} '{}' {}", r.slot, display_name(r.name),
+                                    pid_label(r.pid, r.pid_namespace)));
       }
     }
   }

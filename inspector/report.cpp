@@ -30,8 +30,8 @@ bool same_reader(const ReaderView& a, const ReaderView& b) {
 }
 
 std::string reader_label(const ReaderReport& r) {
-  return fmt::format("reader {} '{}' (pid {}, {})", r.view.slot, display_name(r.view.name),
-                     r.view.pid, r.stopped ? "stopped" : to_string(r.view.liveness));
+  return fmt::format("reader {} '{}' ({}, {})", r.view.slot, display_name(r.view.name),
+                     pid_label(r.view.pid, r.view.pid_namespace), r.stopped ? "stopped" : to_string(r.view.liveness));
 }
 
 // Rows of cells; columns sized to fit. Cells in `right` columns are right
@@ -76,14 +76,14 @@ std::string producer_text(const BusReport& r) {
   const ProducerView& p = r.snap.producer;
   std::string s;
   if (p.attached) {
-    s = fmt::format("pid {} {}", p.pid, r.producer_stopped ? "stopped" : to_string(p.liveness));
+    s = fmt::format("{} {}", pid_label(p.pid, p.pid_namespace), r.producer_stopped ? "stopped" : to_string(p.liveness));
     // A dead producer's last wait says nothing any more.
     if (p.waiting_for_space && r.producer_alive) {
       s += ", waiting for space";
       if (r.blocked_on_slot) s += fmt::format(" (held back by reader {})", *r.blocked_on_slot);
     }
   } else if (p.pid != 0) {
-    s = fmt::format("none (last: pid {})", p.pid);
+    s = fmt::format("none (last: {})", pid_label(p.pid, p.pid_namespace));
   } else {
     s = "none";
   }
@@ -168,7 +168,7 @@ BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
     ReaderReport rr;
     rr.view = v;
     rr.alive = is_alive(v.liveness);
-    rr.stopped = rr.alive && process_stopped(v.pid, v.start_ticks);
+    rr.stopped = rr.alive && !in_other_pid_namespace(v.pid_namespace) && process_stopped(v.pid, v.start_ticks);
     rr.lag = snap.head > v.cursor ? snap.head - v.cursor : 0;
     rr.lag_percent = percent_of(rr.lag, cap);
     rr.idle_s = age_seconds(v.last_active_ns, now_ns);
@@ -176,7 +176,8 @@ BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
     r.readers.push_back(std::move(rr));
   }
   r.fill_percent = percent_of(r.unread, cap);
-  r.producer_stopped = r.producer_alive && process_stopped(snap.producer.pid, snap.producer.start_ticks);
+  r.producer_stopped = r.producer_alive && !in_other_pid_namespace(snap.producer.pid_namespace) &&
+                       process_stopped(snap.producer.pid, snap.producer.start_ticks);
   if (r.producer_alive && snap.producer.waiting_for_space && snap.producer.blocked_on_slot) {
     for (const ReaderReport& rr : r.readers) {
       if (rr.view.slot == *snap.producer.blocked_on_slot && rr.lag >= cap) {
@@ -198,9 +199,9 @@ BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
   if (p.attached && !is_alive(p.liveness)) {
     r.warnings.push_back(
         {"producer_dead", std::nullopt,
-         fmt::format("producer pid {} is {}: consumers drain what it committed, then see "
+         fmt::format("producer {} is {}: consumers drain what it committed, then see "
                      "end-of-stream; a new producer can take the bus over",
-                     p.pid, to_string(p.liveness))});
+                     pid_label(p.pid, p.pid_namespace), to_string(p.liveness))});
   }
   if (r.producer_alive && p.waiting_for_space) {
     std::string who = "a reader";
@@ -210,8 +211,8 @@ BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
       }
     }
     r.warnings.push_back({"producer_blocked", r.blocked_on_slot,
-                          fmt::format("producer pid {} is blocked on a full ring, held back by {}",
-                                      p.pid, who)});
+                          fmt::format("producer {} is blocked on a full ring, held back by {}",
+                                      pid_label(p.pid, p.pid_namespace), who)});
   }
   for (const ReaderReport& rr : r.readers) {
     if (cap == 0 || rr.lag * 2 <= cap) continue;
@@ -247,7 +248,10 @@ nlohmann::ordered_json to_json(const ReaderView& v) {
       {"start_ticks", v.start_ticks},
       {"liveness", to_string(v.liveness)},
       {"alive", is_alive(v.liveness)},
-      {"stopped", is_alive(v.liveness) && process_stopped(v.pid, v.start_ticks)},
+      {"stopped", is_alive(v.liveness) && !in_other_pid_namespace(v.pid_namespace) &&
+                      process_stopped(v.pid, v.start_ticks)},
+      {"pid_namespace", v.pid_namespace == 0 ? json(nullptr) : json(v.pid_namespace)},
+      {"other_pid_namespace", in_other_pid_namespace(v.pid_namespace)},
       {"cursor", v.cursor},
       {"delivered", v.delivered},
       {"lost", v.lost},
@@ -314,6 +318,8 @@ nlohmann::ordered_json to_json(const BusReport& r) {
       {"producer",
        {{"attached", p.attached},
         {"pid", p.pid},
+        {"pid_namespace", p.pid_namespace == 0 ? json(nullptr) : json(p.pid_namespace)},
+        {"other_pid_namespace", in_other_pid_namespace(p.pid_namespace)},
         {"start_ticks", p.start_ticks},
         {"liveness", to_string(p.liveness)},
         {"alive", r.producer_alive},
@@ -410,12 +416,15 @@ std::string render_show(const BusReport& r) {
   if (r.readers.empty()) {
     out += "  no readers\n";
   } else {
+    bool any_elsewhere = false;
     std::vector<std::vector<std::string>> rows{{"SLOT", "NAME", "PID", "STATE", "CURSOR", "LAG",
                                                 "LAG%", "DELIVERED", "LOST", "RATE",
                                                 "LAST-READ"}};
     for (const ReaderReport& rr : r.readers) {
       const ReaderView& v = rr.view;
-      rows.push_back({fmt::format("{}", v.slot), display_name(v.name), fmt::format("{}", v.pid),
+      const bool elsewhere = in_other_pid_namespace(v.pid_namespace);
+      any_elsewhere |= elsewhere;
+      rows.push_back({fmt::format("{}", v.slot), display_name(v.name), fmt::format("{}{}", v.pid, elsewhere ? "*" : ""),
                       reader_state(rr),
                       fmt::format("{}", v.cursor), fmt::format("{}", rr.lag),
                       fmt::format("{:.1f}%", rr.lag_percent), fmt::format("{}", v.delivered),
@@ -423,6 +432,9 @@ std::string render_show(const BusReport& r) {
     }
     out += render_table(rows, {true, false, true, false, true, true, true, true, true, true, false},
                         "  ");
+    if (any_elsewhere)
+      out += fmt::format("  * pid in another PID namespace (a container): `fuser -v {}` lists host pids\n",
+                         segment_path(s.info.name));
   }
   if (!s.bookmarks.empty()) {
     out += '\n';
@@ -431,7 +443,7 @@ std::string render_show(const BusReport& r) {
       std::string lag = fmt::format("{}", s.head > b.cursor ? s.head - b.cursor : 0);
       if (b.cursor < s.oldest) lag += fmt::format(" ({} gone)", s.oldest - b.cursor);
       rows.push_back({display_name(b.name), fmt::format("{}", b.cursor), lag,
-                      b.held ? fmt::format("pid {}", b.holder_pid) : std::string("-"),
+                      b.held ? pid_label(b.holder_pid, b.holder_pid_namespace) : std::string("-"),
                       human_age(age_seconds(b.updated_ns, r.now_ns))});
     }
     out += render_table(rows, {false, true, true, false, false}, "  ");
@@ -448,7 +460,8 @@ std::string render_watch_line(const BusReport& r) {
                                  s.info.name, s.head, human_rate(r.publish_rate), r.fill_percent);
   const ProducerView& p = s.producer;
   if (p.attached) {
-    line += fmt::format("{} {}{}", p.pid, r.producer_stopped ? "stopped" : to_string(p.liveness),
+    line += fmt::format("{}{} {}{}", p.pid, in_other_pid_namespace(p.pid_namespace) ? "*" : "",
+                        r.producer_stopped ? "stopped" : to_string(p.liveness),
                         p.waiting_for_space && r.producer_alive ? " blocked" : "");
   } else {
     line += "none";

@@ -514,6 +514,7 @@ void Consumer::Impl::attach() {
   slot->owner.store(ticket, std::memory_order_relaxed);
   slot->pid.store(static_cast<std::uint32_t>(owner_pid), std::memory_order_relaxed);
   slot->start_ticks.store(detail::self_start_ticks(), std::memory_order_relaxed);
+  slot->pid_ns.store(detail::self_pid_namespace(), std::memory_order_relaxed);
   std::memset(slot->name, 0, sizeof slot->name);
   std::memcpy(slot->name, opt.name.data(), std::min(opt.name.size(), sizeof slot->name - 1));
   slot->attach_time_ns.store(detail::realtime_ns(), std::memory_order_relaxed);

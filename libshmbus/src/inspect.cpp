@@ -60,6 +60,7 @@ ReaderView reader_view(const detail::Segment& seg, std::uint32_t i) {
   v.pid = static_cast<pid_t>(r.pid.load(std::memory_order_relaxed));
   v.generation = r.generation.load(std::memory_order_relaxed);
   v.start_ticks = r.start_ticks.load(std::memory_order_relaxed);
+  v.pid_namespace = r.pid_ns.load(std::memory_order_relaxed);
   v.liveness = liveness_of(seg.reader_holder(i));
   v.name = slot_name(r);
   v.cursor = r.cursor.load(std::memory_order_acquire);
@@ -103,6 +104,7 @@ Snapshot Inspector::snapshot() const {
   p.attached = h.producer_owner.load(std::memory_order_acquire) != 0;
   p.pid = static_cast<pid_t>(h.producer_pid.load(std::memory_order_relaxed));
   p.start_ticks = h.producer_start_ticks.load(std::memory_order_relaxed);
+  p.pid_namespace = h.producer_pid_ns.load(std::memory_order_relaxed);
   // The role lock says whether a producer lives, attached or not (one that
   // detached without closing leaves no owner but may still run).
   p.liveness = liveness_of(seg.producer_holder());
@@ -125,7 +127,10 @@ Snapshot Inspector::snapshot() const {
     v.cursor = b.cursor.load(std::memory_order_relaxed);
     v.updated_ns = b.updated_ns.load(std::memory_order_relaxed);
     v.held = seg.bookmark_holder(i) == detail::Holder::alive;
-    if (v.held) v.holder_pid = static_cast<pid_t>(b.holder.load(std::memory_order_relaxed));
+    if (v.held) {
+      v.holder_pid = static_cast<pid_t>(b.holder.load(std::memory_order_relaxed));
+      v.holder_pid_namespace = b.holder_pid_ns.load(std::memory_order_relaxed);
+    }
     s.bookmarks.push_back(std::move(v));
   }
   s.removed = h.removed.load(std::memory_order_relaxed) != 0;
@@ -314,6 +319,18 @@ std::vector<ListEntry> list_buses(const Trust& trust) {
   ::closedir(d);
   std::sort(out.begin(), out.end(), [](const ListEntry& a, const ListEntry& b) { return a.name < b.name; });
   return out;
+}
+
+bool in_other_pid_namespace(std::uint32_t pid_ns) noexcept {
+  if (pid_ns == 0) return false;
+  const std::uint32_t ours = detail::self_pid_namespace();
+  return ours != 0 && ours != pid_ns;
+}
+
+std::string pid_label(pid_t pid, std::uint32_t pid_ns) {
+  std::string s = "pid " + std::to_string(pid);
+  if (in_other_pid_namespace(pid_ns)) s += " in another PID namespace";
+  return s;
 }
 
 const char* to_string(Liveness l) noexcept {

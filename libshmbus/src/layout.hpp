@@ -20,7 +20,7 @@
 //    64  creation   creation_time_ns u64 | creator_pid u32 | reserved  (immutable)
 //   128  publish    head u64 | oldest u64 | reserved         (producer writes)
 //   192  producer   owner u64 | start_ticks u64 | pid u32 | closed u32 | takeovers u32 |
-//                   flags u32 | producer_waits u64 | producer_wait_ns u64 |
+//                   pid_ns u32 | producer_waits u64 | producer_wait_ns u64 |
 //                   wakeups u64 | readers_reclaimed u64
 //   256  data wake  data_futex u32 | data_sleepers u32 | data_armed u32 | removed u32 |
 //                   reserved                  (consumers sleep here; the producer reads
@@ -35,7 +35,7 @@
 //     0  owner u64 | state u32 | pid u32 | generation u64 | name char[32] |
 //        attach_time_ns u64                                 (set at attach/reclaim)
 //    64  cursor u64 | delivered u64 | lost u64 | last_active_ns u64 | sleeping u32 |
-//        reserved u32 | start_ticks u64 | reserved        (the consumer writes)
+//        pid_ns u32 | start_ticks u64 | reserved          (the consumer writes)
 //
 // Bookmark (64 bytes; one per durable reader name, ConsumerOptions::durable):
 //
@@ -43,7 +43,7 @@
 //                     a label for people; the bookmark's role lock says
 //                     whether a live reader holds it
 //     8  state u32    kBookmarkEmpty / kBookmarkValid (name and cursor set)
-//    12  reserved u32
+//    12  holder_pid_ns u32  inode of the holder's PID namespace, 0 if unknown (a label)
 //    16  cursor u64   next sequence the named reader will read; written by the
 //                     holder each time it publishes its slot's cursor
 //    24  updated_ns u64  CLOCK_REALTIME of the holder's last detach or update
@@ -202,7 +202,7 @@ struct alignas(kCacheLine) SegmentHeader {
   std::atomic<std::uint32_t> producer_pid;     // last holder (kept after it leaves)
   std::atomic<std::uint32_t> closed;           // 1 = end-of-stream marked
   std::atomic<std::uint32_t> takeovers;
-  std::atomic<std::uint32_t> producer_flags;   // reserved
+  std::atomic<std::uint32_t> producer_pid_ns;  // label: inode of the holder's PID namespace, 0 if unknown
   std::atomic<std::uint64_t> producer_waits;
   std::atomic<std::uint64_t> producer_wait_ns;
   std::atomic<std::uint64_t> wakeups;
@@ -244,7 +244,7 @@ struct alignas(kCacheLine) ReaderSlot {
   std::atomic<std::uint64_t> lost;
   std::atomic<std::uint64_t> last_active_ns;
   std::atomic<std::uint32_t> sleeping;
-  std::uint32_t reserved1a;
+  std::atomic<std::uint32_t> pid_ns;       // label: inode of the holder's PID namespace, 0 if unknown
   std::atomic<std::uint64_t> start_ticks;  // label: the holder's start time from its /proc, 0 if none
   std::uint64_t reserved1[2];
 };
@@ -252,7 +252,7 @@ struct alignas(kCacheLine) ReaderSlot {
 struct alignas(kCacheLine) Bookmark {
   std::atomic<std::uint64_t> holder;  // label: pid of the last holder, 0 = never held
   std::atomic<std::uint32_t> state;   // kBookmarkEmpty / kBookmarkValid
-  std::uint32_t reserved;
+  std::atomic<std::uint32_t> holder_pid_ns;  // label, as ReaderSlot::pid_ns
   std::atomic<std::uint64_t> cursor;
   std::atomic<std::uint64_t> updated_ns;
   char name[kReaderNameSize];  // NUL-padded; untrusted when read
@@ -296,7 +296,7 @@ static_assert(offsetof(SegmentHeader, producer_start_ticks) == 200);
 static_assert(offsetof(SegmentHeader, producer_pid) == 208);
 static_assert(offsetof(SegmentHeader, closed) == 212);
 static_assert(offsetof(SegmentHeader, takeovers) == 216);
-static_assert(offsetof(SegmentHeader, producer_flags) == 220);
+static_assert(offsetof(SegmentHeader, producer_pid_ns) == 220);
 static_assert(offsetof(SegmentHeader, producer_waits) == 224);
 static_assert(offsetof(SegmentHeader, producer_wait_ns) == 232);
 static_assert(offsetof(SegmentHeader, wakeups) == 240);
@@ -324,11 +324,13 @@ static_assert(offsetof(ReaderSlot, delivered) == 72);
 static_assert(offsetof(ReaderSlot, lost) == 80);
 static_assert(offsetof(ReaderSlot, last_active_ns) == 88);
 static_assert(offsetof(ReaderSlot, sleeping) == 96);
+static_assert(offsetof(ReaderSlot, pid_ns) == 100);
 static_assert(offsetof(ReaderSlot, start_ticks) == 104);
 
 static_assert(sizeof(Bookmark) == 64 && alignof(Bookmark) == kCacheLine && kSharedOk<Bookmark>);
 static_assert(offsetof(Bookmark, holder) == 0);
 static_assert(offsetof(Bookmark, state) == 8);
+static_assert(offsetof(Bookmark, holder_pid_ns) == 12);
 static_assert(offsetof(Bookmark, cursor) == 16);
 static_assert(offsetof(Bookmark, updated_ns) == 24);
 static_assert(offsetof(Bookmark, name) == 32);

@@ -5,6 +5,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,6 +37,12 @@ std::uint64_t monotonic_ns() noexcept {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return std::uint64_t(ts.tv_sec) * 1'000'000'000u + std::uint64_t(ts.tv_nsec);
+}
+
+std::uint32_t self_pid_namespace() noexcept {
+  struct stat st {};
+  if (::stat("/proc/self/ns/pid", &st) != 0) return 0;
+  return static_cast<std::uint32_t>(st.st_ino);  // nsfs inodes are 32-bit
 }
 
 std::uint64_t self_start_ticks() noexcept {

@@ -49,6 +49,7 @@
 #include <optional>
 
 #include "segment.hpp"
+#include "shmbus/inspect.hpp"
 #include "shared_copy.hpp"
 #include "sys.hpp"
 
@@ -246,8 +247,10 @@ void Producer::Impl::acquire_role() {
   if (!detail::try_lock(role.get(), layout::kProducerLockByte)) {
     if (errno == EAGAIN || errno == EACCES)
       detail::fail(Errc::producer_active, seg.info().name,
-                   "another producer is attached (pid " +
-                       std::to_string(h->producer_pid.load(std::memory_order_relaxed)) + ")");
+                   "another producer is attached (" +
+                       pid_label(static_cast<pid_t>(h->producer_pid.load(std::memory_order_relaxed)),
+                                 h->producer_pid_ns.load(std::memory_order_relaxed)) +
+                       ")");
     detail::fail(Errc::system, seg.info().name,
                  std::string("cannot lock the producer role: ") + std::strerror(errno));
   }
@@ -263,6 +266,7 @@ void Producer::Impl::acquire_role() {
   owner_pid = ::getpid();
   h->producer_pid.store(static_cast<std::uint32_t>(owner_pid), std::memory_order_relaxed);
   h->producer_start_ticks.store(detail::self_start_ticks(), std::memory_order_relaxed);
+  h->producer_pid_ns.store(detail::self_pid_namespace(), std::memory_order_relaxed);
   // A label: consumers test the lock, not this word.
   h->producer_owner.store(static_cast<std::uint32_t>(owner_pid), std::memory_order_release);
   if (took_over) h->takeovers.fetch_add(1, std::memory_order_relaxed);

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <vector>
 
+#include "shmbus/inspect.hpp"
 #include "sys.hpp"
 
 namespace bip = boost::interprocess;
@@ -563,9 +564,12 @@ bool holds_name(const layout::Bookmark& b, std::string_view name) {
 }
 
 [[noreturn]] void name_held(const Segment& s, std::string_view name, std::uint32_t i) {
+  const layout::Bookmark& b = *s.bookmark(i);
   fail(Errc::name_in_use, s.info().name,
-       "reader name '" + std::string(name) + "' is held by a live reader (pid " +
-           std::to_string(s.bookmark(i)->holder.load(std::memory_order_relaxed)) + ")");
+       "reader name '" + std::string(name) + "' is held by a live reader (" +
+           pid_label(static_cast<pid_t>(b.holder.load(std::memory_order_relaxed)),
+                     b.holder_pid_ns.load(std::memory_order_relaxed)) +
+           ")");
 }
 
 // Takes bookmark i's role lock through `fd`; false if a live holder has it.
@@ -597,6 +601,7 @@ std::uint32_t hold_bookmark(Segment& s, std::string_view name, int fd, std::uint
         continue;
       }
       s.bookmark(*i)->holder.store(me, std::memory_order_relaxed);
+      s.bookmark(*i)->holder_pid_ns.store(self_pid_namespace(), std::memory_order_relaxed);
       return *i;
     }
     bool claimed = false;
@@ -615,6 +620,7 @@ std::uint32_t hold_bookmark(Segment& s, std::string_view name, int fd, std::uint
       b.cursor.store(initial_cursor, std::memory_order_relaxed);
       b.updated_ns.store(realtime_ns(), std::memory_order_relaxed);
       b.holder.store(me, std::memory_order_relaxed);
+      b.holder_pid_ns.store(self_pid_namespace(), std::memory_order_relaxed);
       // Publishes name and cursor: pairs with holds_name()'s acquire load.
       b.state.store(layout::kBookmarkValid, std::memory_order_release);
       // Did another reader create the same name at the same time? A name is

@@ -53,6 +53,9 @@ inline void prefetch_for_write(const void* p) noexcept {
 // boot), or 0 without /proc. A label for people: liveness is decided by
 // role locks (role_lock.hpp), never by pids or start times.
 std::uint64_t self_start_ticks() noexcept;
+// The inode of this process's PID namespace (/proc/self/ns/pid), or 0
+// without /proc. A label: pids are only meaningful within one namespace.
+std::uint32_t self_pid_namespace() noexcept;
 
 // FUTEX_WAIT on a word in shared memory (not FUTEX_PRIVATE: waker and sleeper
 // are different processes). Returns when woken, when *word != expected, on a

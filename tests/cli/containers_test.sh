@@ -113,7 +113,7 @@ second_producer_from_own_namespace)
     "$INSPECT" show "$bus" --json 2>/dev/null | grep -Eq '"attached": *true' && break
     sleep 0.02
   done
-  expect_failure second 'another producer is attached \(pid [0-9]+\)' in_ns "$PRODUCER" "$bus" --count 10
+  expect_failure second 'another producer is attached \(pid [0-9]+ in another PID namespace\)' in_ns "$PRODUCER" "$bus" --count 10
   wait "$first" || fail "the first producer: $(cat "$work/p.err")"
   wait "${pids[0]}" || fail "the reader failed"
   check_verified "$work/c.json" "$N"

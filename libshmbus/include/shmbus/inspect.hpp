@@ -30,10 +30,19 @@ enum class Liveness : std::uint8_t {
 };
 const char* to_string(Liveness l) noexcept;
 
+// True when `pid_ns` (the inode of a process's PID namespace, as stored
+// beside its pid; 0 if it had no /proc) is known and is not this process's:
+// its pid means nothing here.
+bool in_other_pid_namespace(std::uint32_t pid_ns) noexcept;
+// How to name that process to a person here: "pid 1234", or "pid 1 in
+// another PID namespace".
+std::string pid_label(pid_t pid, std::uint32_t pid_ns);
+
 struct ProducerView {
   bool attached = false;          // a process holds the producer role
   pid_t pid = 0;                  // the holder, or the last holder (a label)
   std::uint64_t start_ticks = 0;  // its start time from its /proc, 0 if it had none (a label)
+  std::uint32_t pid_namespace = 0;  // inode of its PID namespace, 0 if unknown (a label)
   Liveness liveness = Liveness::dead;
   bool closed = false;            // end-of-stream was marked
   bool waiting_for_space = false; // blocked on a full ring (block policy)
@@ -46,6 +55,7 @@ struct ReaderView {
   std::uint32_t slot = 0;
   pid_t pid = 0;                  // a label (see Liveness)
   std::uint64_t start_ticks = 0;  // its start time from its /proc, 0 if it had none (a label)
+  std::uint32_t pid_namespace = 0;  // inode of its PID namespace, 0 if unknown (a label)
   std::uint64_t generation = 0;   // the slot's attachments and reclaims: tells one attachment from the next
   Liveness liveness = Liveness::dead;
   std::string name;
@@ -65,6 +75,7 @@ struct BookmarkView {
   std::uint64_t updated_ns = 0;   // CLOCK_REALTIME of its holder's last attach or detach
   bool held = false;              // a live reader holds the name now
   pid_t holder_pid = 0;           // with held
+  std::uint32_t holder_pid_namespace = 0;  // with held: inode of its PID namespace, 0 if unknown
 };
 
 struct Counters {

@@ -67,11 +67,13 @@ struct Claim {
   explicit operator bool() const noexcept { return status == PublishStatus::ok; }
 };
 
-// Producer owns the bus's producer role exclusively. Constructing one on a bus
-// whose producer is alive throws Error(Errc::producer_active) naming its pid;
-// on a bus whose producer died (or left), it takes over and continues the
-// sequence after the last committed record. Not thread-safe: one thread at a
-// time per Producer.
+// Producer owns the bus's producer role exclusively, through a lock the
+// kernel drops when its process dies (in any PID or mount namespace; see
+// Liveness in inspect.hpp). Constructing one on a bus whose producer is
+// alive throws Error(Errc::producer_active) naming its pid; on a bus whose
+// producer died (or left), it takes over and continues the sequence after
+// the last committed record. A forked child's copy holds nothing (do not
+// publish from it). Not thread-safe: one thread at a time per Producer.
 class Producer {
  public:
   explicit Producer(const Bus& bus, const ProducerOptions& options = {});
@@ -144,7 +146,8 @@ class Producer {
   // waiting for another producer to take the bus over and continue.
   void detach() noexcept;
 
-  // Consumers currently attached and alive (rescans the reader table).
+  // Consumers currently attached and alive (rescans the reader table and
+  // tests each one's lock: one system call per attached reader).
   std::uint32_t live_readers() const;
 
   // Sequence the next message will get: after a takeover, the one after the

@@ -14,12 +14,27 @@
 //                  name it); in `overwrite` the producer must run on, and the
 //                  continued consumer must get exact loss counts.
 //
+// A third of the rounds, chosen by the seeded RNG in both policies, run the
+// consumers, the producers (the one taking over after a kill too) or all of
+// them as containers run processes: each in a PID namespace of its own
+// (util-linux `unshare --pid --fork --kill-child`), half of those with /proc
+// unmounted as well. Liveness is the kernel's role locks, so none of that may
+// change the outcome; every check below holds for those rounds alike. The
+// driver SIGKILLs the unshare wrapper, as a container is killed (the program
+// goes with it, and the round goes on once the program itself is gone), and
+// sends every other signal (SIGSTOP, SIGCONT, the producer's SIGUSR1) to the
+// program, by the pid it has here: the wrapper's only child. The pid a
+// program prints, and the library stores as its label, is its namespace's
+// (1); `shmbus-inspect show` must name a stopped reader by that label. Where
+// namespaces cannot be made (not root), those rounds run unisolated, said
+// once on stderr.
+//
 // Policies alternate between rounds. After each round: every surviving
 // consumer received every sequence from 0 to the end exactly once (or, in
 // `overwrite`, was told exactly which it lost), byte for byte; the reader
 // table holds no slot once dead readers are reclaimed; `shmbus-inspect check`
-// is clean. The run ends with one summary line on stderr, and exits non-zero
-// if any round failed.
+// is clean. The run ends with one summary line on stderr, the namespaced
+// rounds' figures last, and exits non-zero if any round failed.
 //
 //   shmbus-chaos --inspect PATH [--rounds N] [--max-seconds S] [--seed N] [--run-ms MS]
 //
@@ -48,14 +63,33 @@
 #include <vector>
 
 #include "child_process.hpp"
+#include "isolation.hpp"
 #include "payload.hpp"
 #include "shmbus/shmbus.hpp"
+
+// Without /proc, LeakSanitizer cannot list the threads it must stop at exit
+// and fails the process, and no sanitizer can read its options from the
+// environment (it reads /proc/self/environ): a role started without /proc
+// runs without the leak check, AddressSanitizer and UBSan still on.
+#if defined(__SANITIZE_ADDRESS__)  // GCC
+#define CHAOS_ASAN 1
+#elif defined(__has_feature)       // clang
+#if __has_feature(address_sanitizer)
+#define CHAOS_ASAN 1
+#endif
+#endif
+#if defined(CHAOS_ASAN)
+extern "C" const char* __asan_default_options() {
+  return ::access("/proc/self/task", F_OK) == 0 ? "" : "detect_leaks=0";
+}
+#endif
 
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using shmbus::test::check_payload;
+using shmbus::test::Isolation;
 using shmbus::test::make_payload;
 
 constexpr std::uint64_t kEndMagic = 0x454e'4421'c4a0'5e11ULL;  // end marker: seq ^ this
@@ -90,7 +124,8 @@ std::uint64_t u64(const std::map<std::string, std::string>& f, const char* key) 
 
 // ---------------------------------------------------------------- roles ----
 
-// Reads until the end marker, checking every message. Prints
+// Reads until the end marker, checking every message. Prints (P the pid it
+// sees for itself: 1 in a PID namespace of its own)
 //   ready slot=S pid=P
 //   done delivered=.. reported_lost=.. missed=.. duplicated=.. torn=.. corrupt=.. end=..
 //        eos_died=.. eos_other=.. library_lost=..
@@ -214,13 +249,21 @@ int run_producer(const std::string& name, std::uint32_t wait_readers) {
 
 // --------------------------------------------------------------- driver ----
 
-// A child process running one role (this program, re-executed), its stdout
-// on a pipe; killed with the driver, and killed and reaped when dropped.
+// A child process, its stdout on a pipe; killed with the driver, and killed
+// and reaped when dropped.
 using Child = shmbus::test::ChildProcess;
-std::unique_ptr<Child> start_role(std::vector<std::string> args) {
-  args.insert(args.begin(), "/proc/self/exe");
-  return std::make_unique<Child>("/proc/self/exe", std::move(args));
-}
+
+// A process running one role (this program, re-executed): `child` is the
+// process started, the unshare wrapper when isolated; `pid` the program
+// itself, by its pid here (the wrapper's only child); `label` the pid it
+// sees for itself, as its ready line says and the bus stores it.
+struct Role {
+  std::unique_ptr<Child> child;
+  Isolation isolation = Isolation::none;
+  pid_t pid = -1;
+  std::uint64_t label = 0;
+  bool namespaced() const { return isolation != Isolation::none; }
+};
 
 // Runs PROGRAM ARGS..., returns its exit status and everything it printed.
 std::pair<int, std::string> run_capture(const std::vector<std::string>& args) {
@@ -245,6 +288,8 @@ const char* to_string(Fault f) {
 
 struct Options {
   std::string inspect;
+  std::string self;         // this program, by a path that means the same inside a namespace
+  bool namespaces = true;   // whether PID namespaces can be made here
   int rounds = 200;
   int max_seconds = 240;
   std::uint64_t seed = 0;
@@ -267,6 +312,10 @@ struct Totals {
   std::uint64_t eos_died = 0;  // consumers told the producer died, that then read on after the takeover
   std::uint64_t max_dead_reader_block_ns = 0;  // block, kill-consumer rounds
   std::uint64_t max_publish_wait_ns = 0;       // every round but stop-consumer in block
+  // Rounds with processes in PID namespaces of their own: how many, their
+  // processes (and how many of those had no /proc), the SIGKILLs and
+  // SIGSTOPs whose victim was one of them, and the rounds that failed.
+  int ns_rounds = 0, ns_processes = 0, ns_without_proc = 0, ns_kills = 0, ns_stops = 0, ns_failed = 0;
 };
 
 class Round {
@@ -279,6 +328,13 @@ class Round {
     const int pick = static_cast<int>(rng_() % 100);
     fault_ = pick < 44 ? Fault::kill_consumer : pick < 84 ? Fault::kill_producer : Fault::stop_consumer;
     ++t_.by_fault[static_cast<int>(fault_)];
+    // A third of the rounds: the consumers, the producers or all of them in
+    // PID namespaces of their own. Drawn alike where namespaces cannot be
+    // made, so a seed picks the same faults and moments everywhere.
+    const std::uint64_t place = rng_() % 9;
+    consumers_namespaced_ = place == 0 || place == 2;
+    producers_namespaced_ = place == 1 || place == 2;
+    if (namespaced()) ++t_.ns_rounds;
     name_ = "chaos-" + std::to_string(::getpid()) + "-" + std::to_string(index_);
     shmbus::Bus::remove(name_);
     shmbus::BusOptions bo;
@@ -291,12 +347,13 @@ class Round {
     inspector_.emplace(shmbus::Inspector::open(name_));
 
     for (int k = 0; k < 3; ++k) {
-      consumers_.push_back(start_role({"--role", "consumer", name_}));
-      const auto l = consumers_.back()->line(Clock::now() + 30s);
-      if (!l || fields(*l)["kind"] != "ready") return fail("consumer " + std::to_string(k) + " did not start");
-      slots_.push_back(static_cast<std::uint32_t>(u64(fields(*l), "slot")));
+      const std::string who = "consumer " + std::to_string(k);
+      consumers_.push_back(start_role(who, {"--role", "consumer", name_}, consumers_namespaced_));
+      const auto f = ready(consumers_.back());
+      if (!f) return fail(who + " did not start");
+      slots_.push_back(static_cast<std::uint32_t>(u64(*f, "slot")));
     }
-    producers_.push_back(start_role({"--role", "producer", name_, "3"}));
+    producers_.push_back(start_role("producer 0", {"--role", "producer", name_, "3"}, producers_namespaced_));
     if (!producer_ready()) return fail("producer did not start");
     const auto started = Clock::now();
     const auto delay = std::chrono::microseconds(500 + rng_() % static_cast<std::uint64_t>(o_.run_ms * 700));
@@ -310,8 +367,7 @@ class Round {
     }
     std::this_thread::sleep_until(started + std::chrono::milliseconds(o_.run_ms));
     // End the stream: the current producer publishes the end marker.
-    Child& prod = *producers_.back();
-    ::kill(prod.pid(), SIGUSR1);
+    ::kill(producers_.back().pid, SIGUSR1);
     ok = settle() && ok;
     ok = after_round() && ok;
     inspector_.reset();
@@ -320,45 +376,97 @@ class Round {
     return ok;
   }
 
+  // Whether the round runs processes in PID namespaces of their own.
+  bool namespaced() const { return (consumers_namespaced_ || producers_namespaced_) && o_.namespaces; }
+
  private:
   bool fail(const std::string& why) {
-    std::fprintf(stderr, "chaos: round %d (%s, %s, bus %s): FAIL: %s\n", index_, shmbus::to_string(policy_),
-                 to_string(fault_), name_.c_str(), why.c_str());
+    std::fprintf(stderr, "chaos: round %d (%s, %s, bus %s%s%s): FAIL: %s\n", index_, shmbus::to_string(policy_),
+                 to_string(fault_), name_.c_str(), where_.empty() ? "" : "; in own PID namespaces: ",
+                 where_.c_str(), why.c_str());
     failed_ = true;
     return false;
   }
 
+  // Starts a role, in a PID namespace of its own if `in_namespace` (and
+  // namespaces can be made here), half of those without /proc.
+  Role start_role(const std::string& who, std::vector<std::string> args, bool in_namespace) {
+    Role r;
+    if (in_namespace) {
+      const bool no_proc = rng_() % 2 == 0;
+      if (o_.namespaces) {
+        r.isolation = no_proc ? Isolation::own_namespaces : Isolation::pid_namespace;
+        ++t_.ns_processes;
+        if (no_proc) ++t_.ns_without_proc;
+        where_ += (where_.empty() ? "" : ", ") + who + (no_proc ? " (no /proc)" : "");
+      }
+    }
+    args.insert(args.begin(), o_.self);
+    args = shmbus::test::isolated(r.isolation, std::move(args));
+    r.child = std::make_unique<Child>(args[0], args);
+    return r;
+  }
+
+  // The role's ready line, once the program itself is known by its pid
+  // here; nullopt if it did not start.
+  std::optional<std::map<std::string, std::string>> ready(Role& r) {
+    const auto l = r.child->line(Clock::now() + 30s);
+    if (!l) return std::nullopt;
+    auto f = fields(*l);
+    if (f["kind"] != "ready") return std::nullopt;
+    r.label = u64(f, "pid");
+    // It has printed, so the wrapper has forked it.
+    r.pid = r.namespaced() ? shmbus::test::only_child(r.child->pid()) : r.child->pid();
+    if (r.pid <= 0) return std::nullopt;
+    return f;
+  }
+
   bool producer_ready() {
-    const auto l = producers_.back()->line(Clock::now() + 30s);
-    if (!l || fields(*l)["kind"] != "ready") return false;
-    producer_first_.push_back(u64(fields(*l), "first"));
+    const auto f = ready(producers_.back());
+    if (!f) return false;
+    producer_first_.push_back(u64(*f, "first"));
     return true;
+  }
+
+  // SIGKILLs the role as its container would be: the wrapper, which takes
+  // the program with it. True once the program itself is gone (its role
+  // locks dropped): reaped, or an orphan whose state reads 'Z'.
+  bool kill_role(Role& r) {
+    if (r.namespaced()) ++t_.ns_kills;
+    ::kill(r.child->pid(), SIGKILL);
+    const auto deadline = Clock::now() + 10s;
+    if (!r.child->wait_exit(deadline)) return false;
+    if (!r.namespaced()) return true;
+    for (;;) {
+      const char st = shmbus::test::process_state(r.pid);
+      if (st == 'Z' || st == 'X' || st == '?') return true;
+      if (Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(1ms);
+    }
   }
 
   // The victim counts as running if its process has not exited and the
   // stream has not ended (a consumer exits only after the end marker).
-  bool victim_running(Child& c) {
-    const bool r = c.running() && !inspector_->snapshot().producer.closed;
+  bool victim_running(Role& v) {
+    const bool r = v.child->running() && !inspector_->snapshot().producer.closed;
     if (!r) ++t_.victim_not_running;
     return r;
   }
 
   bool kill_consumer() {
     victim_ = static_cast<int>(rng_() % consumers_.size());
-    Child& c = *consumers_[static_cast<std::size_t>(victim_)];
+    Role& c = consumers_[static_cast<std::size_t>(victim_)];
     victim_running(c);
-    ::kill(c.pid(), SIGKILL);
-    if (!c.wait_exit(Clock::now() + 10s)) return fail("killed consumer did not exit");
+    if (!kill_role(c)) return fail("killed consumer did not exit");
     return true;
   }
 
   bool kill_producer() {
-    Child& p = *producers_.back();
+    Role& p = producers_.back();
     victim_running(p);
-    ::kill(p.pid(), SIGKILL);
-    if (!p.wait_exit(Clock::now() + 10s)) return fail("killed producer did not exit");
+    if (!kill_role(p)) return fail("killed producer did not exit");
     // A new producer takes the bus over and continues the sequence.
-    producers_.push_back(start_role({"--role", "producer", name_, "0"}));
+    producers_.push_back(start_role("producer 1", {"--role", "producer", name_, "0"}, producers_namespaced_));
     if (!producer_ready()) return fail("the new producer did not start (takeover failed?)");
     const auto s = inspector_->snapshot();
     if (s.producer.takeovers != 1) return fail("takeovers counter is " + std::to_string(s.producer.takeovers));
@@ -373,10 +481,12 @@ class Round {
 
   bool stop_consumer() {
     victim_ = static_cast<int>(rng_() % consumers_.size());
-    Child& c = *consumers_[static_cast<std::size_t>(victim_)];
+    Role& c = consumers_[static_cast<std::size_t>(victim_)];
     const std::uint32_t slot = slots_[static_cast<std::size_t>(victim_)];
     victim_running(c);
-    ::kill(c.pid(), SIGSTOP);
+    // To the program itself: a stopped wrapper would stop nothing.
+    if (c.namespaced()) ++t_.ns_stops;
+    ::kill(c.pid, SIGSTOP);
     stopped_ = true;
     bool ok = true;
     const auto deadline = Clock::now() + 10s;
@@ -384,7 +494,7 @@ class Round {
     // runnable, and one running on the other CPU reads on until the signal
     // reaches it. Until then it may still move its cursor, ending a wait
     // the producer began on it; judge only a reader that is really stopped.
-    while (shmbus::test::process_state(c.pid()) != 'T') {
+    while (shmbus::test::process_state(c.pid) != 'T') {
       if (Clock::now() >= deadline) return fail("the consumer did not stop within 10 s of SIGSTOP");
       std::this_thread::sleep_for(1ms);
     }
@@ -402,8 +512,9 @@ class Round {
       }
       if (ok) {
         const auto [rc, out] = run_capture({o_.inspect, "show", name_, "--interval", "0"});
+        // By the pid it sees for itself: the only one the bus knows.
         const std::string want = "held back by reader " + std::to_string(slot);
-        const std::string pid = "pid " + std::to_string(c.pid());
+        const std::string pid = "(pid " + std::to_string(c.label) + ",";
         bool named = false;
         std::istringstream lines(out);
         for (std::string l; std::getline(lines, l);)
@@ -432,7 +543,7 @@ class Round {
       }
       if (ok) ++t_.lapped_overwrite;
     }
-    ::kill(c.pid(), SIGCONT);
+    ::kill(c.pid, SIGCONT);
     return ok;
   }
 
@@ -440,7 +551,7 @@ class Round {
   bool settle() {
     bool ok = true;
     const auto deadline = Clock::now() + kHangBound;
-    Child& prod = *producers_.back();
+    Child& prod = *producers_.back().child;
     std::optional<std::string> done;
     for (auto l = prod.line(deadline); l; l = prod.line(deadline))
       if (fields(*l)["kind"] == "done") done = *l;
@@ -465,7 +576,7 @@ class Round {
     }
     for (std::size_t k = 0; k < consumers_.size(); ++k) {
       if (fault_ == Fault::kill_consumer && static_cast<int>(k) == victim_) continue;
-      Child& c = *consumers_[k];
+      Child& c = *consumers_[k].child;
       std::optional<std::string> cd;
       for (auto l = c.line(deadline); l; l = c.line(deadline))
         if (fields(*l)["kind"] == "done") cd = *l;
@@ -538,9 +649,11 @@ class Round {
   Fault fault_ = Fault::kill_consumer;
   std::string name_;
   std::optional<shmbus::Inspector> inspector_;
-  std::vector<std::unique_ptr<Child>> consumers_;
+  bool consumers_namespaced_ = false, producers_namespaced_ = false;
+  std::string where_;  // the processes in PID namespaces of their own, for failure reports
+  std::vector<Role> consumers_;
   std::vector<std::uint32_t> slots_;
-  std::vector<std::unique_ptr<Child>> producers_;
+  std::vector<Role> producers_;
   std::vector<std::uint64_t> producer_first_;
   int victim_ = -1;
   bool stopped_ = false;
@@ -573,8 +686,13 @@ void remove_buses_of_dead_drivers() {
   }
 }
 
-int run_driver(const Options& o) {
+int run_driver(Options o) {
   remove_buses_of_dead_drivers();
+  o.self = std::filesystem::read_symlink("/proc/self/exe").string();
+  if (const std::string why = shmbus::test::isolation_unavailable(); !why.empty()) {
+    o.namespaces = false;
+    std::fprintf(stderr, "shmbus-chaos: %s: the rounds meant for own PID namespaces run unisolated\n", why.c_str());
+  }
   std::mt19937_64 rng(o.seed);
   Totals t;
   const auto start = Clock::now();
@@ -589,6 +707,7 @@ int run_driver(const Options& o) {
     }
     ++t.rounds;
     if (!ok) ++t.failed;
+    if (!ok && r.namespaced()) ++t.ns_failed;
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::fprintf(stderr,
@@ -599,12 +718,14 @@ int run_driver(const Options& o) {
                " delivered, %" PRIu64 " lost (reported exactly, overwrite), %" PRIu64 " missed, %" PRIu64
                " duplicated, %" PRIu64 " torn, %" PRIu64 " corrupt; max block by a dead reader %.1f ms "
                "(bound %lld ms), max publish wait %.1f ms; slots: %d reclaimed by the producer, %d by gc, "
-               "%d leaked; inspect check clean %d/%d\n",
+               "%d leaked; inspect check clean %d/%d; in own PID namespaces: %d rounds (%d processes, %d of them "
+               "without /proc; %d kills, %d stops), %d failed\n",
                t.rounds, secs, o.seed, (t.rounds + 1) / 2, t.rounds / 2, t.failed, t.by_fault[0], t.by_fault[1],
                t.takeovers, t.eos_died, t.by_fault[2], t.held_block, t.lapped_overwrite, t.victim_not_running, t.delivered,
                t.reported_lost, t.missed, t.duplicated, t.torn, t.corrupt, t.max_dead_reader_block_ns / 1e6,
                static_cast<long long>(kDeadReaderBound.count()), t.max_publish_wait_ns / 1e6,
-               t.reclaimed_by_producer, t.reclaimed_by_gc, t.slots_leaked, t.checks_clean, t.rounds);
+               t.reclaimed_by_producer, t.reclaimed_by_gc, t.slots_leaked, t.checks_clean, t.rounds, t.ns_rounds,
+               t.ns_processes, t.ns_without_proc, t.ns_kills, t.ns_stops, t.ns_failed);
   if (t.rounds < o.rounds) {
     std::fprintf(stderr, "shmbus-chaos: only %d of %d rounds within the %d s budget\n", t.rounds, o.rounds,
                  o.max_seconds);

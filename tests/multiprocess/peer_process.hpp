@@ -1,5 +1,6 @@
 // Runs shmbus_test_peer as a separate process (fork + exec, through
-// tests/lib/child_process.hpp) and talks to it through its stdout, one line
+// tests/lib/child_process.hpp; isolated, if asked, through
+// tests/lib/isolation.hpp) and talks to it through its stdout, one line
 // at a time, with a deadline on every wait.
 #pragma once
 
@@ -17,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "child_process.hpp"
+#include "isolation.hpp"
 
 namespace shmbus::test {
 
@@ -40,53 +42,6 @@ inline std::uint64_t u64(const Fields& f, const std::string& key) {
     return ~std::uint64_t{0};
   }
   return std::stoull(it->second);
-}
-
-// Where a peer runs, as containers run processes that share /dev/shm.
-enum class Isolation {
-  none,
-  pid_namespace,    // a PID namespace (and mount namespace with its own /proc) of its own
-  no_proc,          // a mount namespace without /proc
-  own_namespaces,   // both: its own PID namespace and no /proc at all
-};
-
-// The command that runs `program` isolated (through util-linux unshare,
-// which kills what it started when it is killed itself).
-inline std::vector<std::string> isolated(Isolation iso, std::vector<std::string> args) {
-  const std::vector<std::string> no_proc = {"/bin/sh", "-c", "umount -l /proc && exec \"$0\" \"$@\""};
-  std::vector<std::string> pre;
-  switch (iso) {
-    case Isolation::none: return args;
-    case Isolation::pid_namespace:
-      pre = {"/usr/bin/unshare", "--pid", "--fork", "--kill-child", "--mount-proc"};
-      break;
-    case Isolation::no_proc:
-      pre = {"/usr/bin/unshare", "--mount", "--fork", "--kill-child"};
-      pre.insert(pre.end(), no_proc.begin(), no_proc.end());
-      break;
-    case Isolation::own_namespaces:
-      pre = {"/usr/bin/unshare", "--pid", "--mount", "--fork", "--kill-child"};
-      pre.insert(pre.end(), no_proc.begin(), no_proc.end());
-      break;
-  }
-  pre.insert(pre.end(), args.begin(), args.end());
-  return pre;
-}
-
-// Why isolated peers cannot run here, or "" if they can (they need root, or
-// unprivileged user namespaces, and util-linux unshare).
-inline std::string isolation_unavailable() {
-  static const std::string why = [] {
-    if (::access("/usr/bin/unshare", X_OK) != 0) return std::string("util-linux unshare is not installed");
-    ChildProcess probe("/usr/bin/unshare", {"unshare", "--pid", "--mount", "--fork", "--kill-child", "/bin/sh", "-c",
-                                            "umount -l /proc && test ! -e /proc/self"},
-                       ChildProcess::Capture::stdout_and_stderr);
-    probe.reap();
-    if (probe.exit_code() != 0)
-      return std::string("cannot make PID and mount namespaces here (needs root or CAP_SYS_ADMIN)");
-    return std::string();
-  }();
-  return why;
 }
 
 class Peer {

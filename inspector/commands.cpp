@@ -339,6 +339,17 @@ int run_check(const std::string& bus, bool json_out) {
 }
 
 int run_gc(const std::string& bus, const std::vector<std::string>& forget, bool json_out) {
+  // What creators killed mid-way left in /dev/shm (the bus itself may not
+  // exist then).
+  const std::vector<std::string> abandoned = remove_abandoned_creations(bus);
+  if (!json_out) {
+    for (const std::string& path : abandoned)
+      print_out(fmt::format("bus '{}': removed {} (left by a creation killed mid-way)\n", bus, path));
+  }
+  if (!abandoned.empty() && !Bus::exists(bus) && forget.empty()) {
+    if (json_out) print_json(json{{"bus", bus}, {"reclaimed", json::array()}, {"abandoned_creations", abandoned}});
+    return 0;
+  }
   // What the producer was waiting for, to say whether it can move on now.
   const ProducerView before = Inspector::open(bus, g_trust).snapshot().producer;
   const std::vector<ReaderView> reclaimed = reclaim_dead_readers(bus, g_trust);
@@ -365,10 +376,11 @@ int run_gc(const std::string& bus, const std::vector<std::string>& forget, bool 
     print_json(json{{"bus", bus},
                     {"reclaimed", std::move(list)},
                     {"forgotten", forgotten},
+                    {"abandoned_creations", abandoned},
                     {"producer_unblocked", unblocked}});
     return 0;
   }
-  if (reclaimed.empty() && !forgotten.empty()) return 0;
+  if (reclaimed.empty() && (!forgotten.empty() || !abandoned.empty())) return 0;
   if (reclaimed.empty()) {
     print_out(fmt::format("bus '{}': no dead readers\n", bus));
     return 0;

@@ -260,6 +260,11 @@ std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust&
   return out;
 }
 
+std::vector<std::string> remove_abandoned_creations(std::string_view name) {
+  validate_name(name);
+  return detail::remove_dead_temporaries(name);
+}
+
 bool forget_reader_name(std::string_view name, std::string_view reader, const Trust& trust) {
   auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, trust);
   return detail::forget_bookmark(*seg, reader);

@@ -201,32 +201,6 @@ struct FdMapping {
 
 std::string temp_prefix(std::string_view bus) { return ".shmbus." + std::string(bus) + "."; }
 
-// Removes temporary files of earlier creations of `bus` whose creator died
-// (nobody holds their creator lock). Only files this process may remove.
-void remove_dead_temporaries(std::string_view bus) {
-  DIR* d = ::opendir(kShmDir);
-  if (!d) return;
-  const std::string prefix = temp_prefix(bus);
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) {
-    const std::string_view fn = e->d_name;
-    if (fn.size() == prefix.size() + 6 && fn.substr(0, prefix.size()) == prefix) names.emplace_back(fn);
-  }
-  ::closedir(d);
-  for (const std::string& fn : names) {
-    const std::string path = std::string(kShmDir) + "/" + fn;
-    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) continue;
-    struct stat st {}, now {};
-    // Held by us while we unlink it, so a creator still alive (which holds
-    // it from its first moment) is never cut short.
-    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && try_lock(fd, layout::kCreatorLockByte) &&
-        ::lstat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev)
-      ::unlink(path.c_str());
-    ::close(fd);
-  }
-}
-
 std::string random_suffix() {
   static constexpr char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   std::uint64_t r = 0;
@@ -251,6 +225,35 @@ int publish_name(const std::string& from, const std::string& to) {
 }
 
 }  // namespace
+
+// Removes temporary files of earlier creations of `bus` whose creator died
+// (nobody holds their creator lock). Only files this process may remove.
+std::vector<std::string> remove_dead_temporaries(std::string_view bus) {
+  std::vector<std::string> removed;
+  DIR* d = ::opendir(kShmDir);
+  if (!d) return removed;
+  const std::string prefix = ".shmbus." + std::string(bus) + ".";
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    const std::string_view fn = e->d_name;
+    if (fn.size() == prefix.size() + 6 && fn.substr(0, prefix.size()) == prefix) names.emplace_back(fn);
+  }
+  ::closedir(d);
+  for (const std::string& fn : names) {
+    const std::string path = std::string(kShmDir) + "/" + fn;
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat st {}, now {};
+    // Held by us while we unlink it, so a creator still alive (which holds
+    // it from its first moment) is never cut short.
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && try_lock(fd, layout::kCreatorLockByte) &&
+        ::lstat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev &&
+        ::unlink(path.c_str()) == 0)
+      removed.push_back(path);
+    ::close(fd);
+  }
+  return removed;
+}
 
 std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions& o) {
   validate_name(name);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <sys/types.h>
 
@@ -142,6 +143,11 @@ inline std::optional<Gap> read_gap(layout::RecordHeader* r, std::uint64_t seq, s
   if (to <= seq || to - seq > capacity || to >= layout::kMaxSequence) return std::nullopt;
   return Gap{to, len == layout::kGapLost};
 }
+
+// Removes the temporary files (.shmbus.NAME.XXXXXX) that creators of `bus`
+// who died mid-way left behind: those whose creator lock nobody holds, and
+// that this process may remove. Returns their paths.
+std::vector<std::string> remove_dead_temporaries(std::string_view bus);
 
 // Frees reader slot `i`, left in use by a holder that is gone. The caller
 // holds the slot's role lock. Returns false if there was nothing to free.

@@ -552,6 +552,17 @@ TEST(Creation, ABusAppearsUnderItsNameOnlyOnceCompleteAndADeadCreatorsFileIsRemo
   EXPECT_EQ(Bus::open(name).info().capacity, 16u);
 }
 
+TEST(Creation, GcRemovesWhatADeadCreatorLeftEvenWithoutTheBus) {
+  ScopedName name("abandoned");
+  const std::string dead = plant_temporary(name.str(), "DEAD02");
+  const std::vector<std::string> removed = remove_abandoned_creations(name.str());
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0], dead);
+  struct stat st {};
+  EXPECT_NE(::stat(dead.c_str(), &st), 0);
+  EXPECT_TRUE(remove_abandoned_creations(name.str()).empty());
+}
+
 TEST(HostileSegments, ImpossibleHeaderFieldsAreCorrupt) {
   using H = layout::SegmentHeader;
   const std::pair<const char*, void (*)(H&)> cases[] = {

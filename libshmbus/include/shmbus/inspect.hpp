@@ -147,6 +147,12 @@ class Inspector {
 // Returns the reclaimed readers as they were.
 std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust& trust = {});
 
+// Removes what creations of bus `name` that were killed mid-way left in
+// /dev/shm (.shmbus.NAME.XXXXXX files nobody is building any more; the bus
+// itself was never there). Returns their paths. Creating the bus again does
+// the same.
+std::vector<std::string> remove_abandoned_creations(std::string_view name);
+
 // Drops the remembered reader name `reader` of bus `name`. Returns false if
 // there is none; throws Errc::name_in_use if a live reader holds it.
 bool forget_reader_name(std::string_view name, std::string_view reader, const Trust& trust = {});

@@ -59,11 +59,12 @@ BusReport make_report(const Snapshot& before, const Snapshot& after, double seco
 
 bool is_alive(Liveness l) noexcept;
 
-// True when process `pid` is stopped (state T or t in /proc/PID/stat).
+// True when process `pid` of this PID namespace, started at `start_ticks`,
+// is stopped (state T or t in /proc/PID/stat).
 bool process_stopped(pid_t pid, std::uint64_t start_ticks) noexcept;
 
-// What the STATE column shows: "alive", "alive,asleep", "stopped", "dead",
-// "zombie" or "pid reused".
+// What the STATE column shows: "alive", "alive,asleep", "stopped", "dead"
+// or "unknown".
 std::string reader_state(const ReaderReport& r);
 
 // JSON (schema in docs/inspector.md).

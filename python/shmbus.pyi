@@ -41,7 +41,9 @@ class Bus:
     def open_or_create(name: str, *, capacity: int = 65536, record_size: int = 256,
                        policy: Policy = "block", max_readers: int = 16, mode: int = 0o600) -> Bus: ...
     @staticmethod
-    def open(name: str, ready_timeout: float = 2.0) -> Bus: ...
+    def open(name: str, ready_timeout: float = 2.0) -> Bus:
+        """Opens an existing bus. Never waits: a bus appears under its name
+        only once complete (ready_timeout is unused, kept for compatibility)."""
     @staticmethod
     def remove(name: str) -> bool:
         """Removes the bus's name; True if it existed. Mapped users carry on."""

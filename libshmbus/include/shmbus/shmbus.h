@@ -124,8 +124,8 @@ SHMBUS_API shmbus_status shmbus_bus_create(const char* name, const shmbus_bus_op
                                            shmbus_bus** out);
 
 /* Opens an existing bus, validating its header against the real segment
- * size. Waits up to `ready_timeout_ns` for a creator still initialising it
- * (negative: the default, 2 s). */
+ * size. Never waits: a bus appears under its name only once its creator has
+ * finished it, so `ready_timeout_ns` is unused (kept for compatibility). */
 SHMBUS_API shmbus_status shmbus_bus_open(const char* name, int64_t ready_timeout_ns,
                                          shmbus_bus** out);
 

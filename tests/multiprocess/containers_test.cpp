@@ -178,6 +178,56 @@ TEST_P(Isolated, PausedReaderHoldsTheProducerUntilItIsKilled) {
   EXPECT_EQ(Inspector::open(name).snapshot().counters.readers_reclaimed, 1u);
 }
 
+// A durable name held from another namespace is held: refused to anyone
+// else while its holder lives, free (with its cursor) once it is killed.
+TEST_P(Isolated, DurableNameIsHeldWhileItsIsolatedHolderLives) {
+  const Setting& set = GetParam();
+  ScopedName name("ns-durable");
+  BusOptions o;
+  o.capacity = 64;
+  o.record_size = 128;
+  Bus bus = Bus::create(name, o);
+  Producer producer(bus);
+  const std::size_t max = bus.info().max_payload;
+  std::vector<std::byte> buf(max);
+  for (std::uint64_t s = 0; s < 20; ++s) {
+    const std::size_t n = make_payload(s, max, buf.data());
+    ASSERT_TRUE(producer.publish(std::span<const std::byte>(buf.data(), n)));
+  }
+  Peer holder(peer_args(set, {"consumer", name.str(), "--name", "audit", "--durable", "--pause-after", "10"}),
+              set.isolation);
+  ASSERT_TRUE(holder.wait_line("paused", 10s)) << dump(holder);
+  ConsumerOptions co;
+  co.name = "audit";
+  co.start = Start::resume;
+  try {
+    Consumer second(bus, co);
+    ADD_FAILURE() << "took a durable name a live reader in another namespace holds";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.errc(), Errc::name_in_use) << e.what();
+  }
+  EXPECT_TRUE(reclaim_dead_readers(name.str()).empty());
+  holder.kill(SIGKILL);
+  holder.reap();
+  // The unshare wrapper is gone at once; the reader a moment later (killed
+  // by the wrapper's death): the name is free once the kernel has closed
+  // its files.
+  const auto deadline = Clock::now() + 10s;
+  while (Clock::now() < deadline) {
+    const Snapshot snap = Inspector::open(name).snapshot();
+    if (!snap.bookmarks.empty() && !snap.bookmarks[0].held) break;
+    std::this_thread::sleep_for(1ms);
+  }
+  // Gone: the name is free, and resumes where its holder last published its
+  // cursor (never after what it read).
+  Consumer heir(bus, co);
+  EXPECT_TRUE(heir.resumed());
+  EXPECT_LE(heir.cursor(), 10u);
+  const ReadResult r = heir.next(1s);
+  ASSERT_EQ(r.status, ReadStatus::message);
+  EXPECT_EQ(r.message.seq, heir.cursor() - 1);
+}
+
 // The producer isolated, the reader on the host: the reader never takes
 // the live producer for dead, and a second producer (on the host) is refused.
 TEST_P(Isolated, LiveProducerIsNeverTakenForDeadNorTakenOver) {

@@ -4,7 +4,7 @@
 //   shmbus_test_peer producer BUS COUNT [--wait-readers N] [--mode publish|claim|batch]
 //                                       [--close] [--hold]
 //   shmbus_test_peer consumer BUS [--start earliest|latest|SEQ] [--expect-first SEQ]
-//                                 [--name NAME] [--poll] [--pause-after K] [--eos-rounds N]
+//                                 [--name NAME] [--durable] [--poll] [--pause-after K] [--eos-rounds N]
 //   shmbus_test_peer --main-thread-exits producer|consumer ...   (the role in a second thread)
 //
 // The producer publishes COUNT messages continuing the bus's sequence, each
@@ -192,6 +192,8 @@ int run_consumer(const std::string& bus_name, std::vector<std::string_view> args
       chk.expected = to_u64(args[++i]);
     } else if (args[i] == "--name" && i + 1 < args.size()) {
       co.name = args[++i];
+    } else if (args[i] == "--durable") {
+      co.durable = true;
     } else if (args[i] == "--poll") {
       use_poll = true;
     } else if (args[i] == "--pause-after" && i + 1 < args.size()) {

@@ -351,7 +351,16 @@ int run_gc(const std::string& bus, const std::vector<std::string>& forget, bool 
     return 0;
   }
   // What the producer was waiting for, to say whether it can move on now.
-  const ProducerView before = Inspector::open(bus, g_trust).snapshot().producer;
+  const Snapshot snap_before = Inspector::open(bus, g_trust).snapshot();
+  const ProducerView before = snap_before.producer;
+  if (!json_out) {
+    // Never reclaimed on a guess: say which could not be judged.
+    for (const ReaderView& r : snap_before.readers) {
+      if (r.liveness == Liveness::unknown)
+        print_out(fmt::format("bus '{}': reader {} '{}' ({}) left alone: its lock cannot be tested\n", bus, r.slot,
+                              display_name(r.name), pid_label(r.pid, r.pid_namespace)));
+    }
+  }
   const std::vector<ReaderView> reclaimed = reclaim_dead_readers(bus, g_trust);
   std::vector<std::string> forgotten;
   for (const std::string& name : forget) {

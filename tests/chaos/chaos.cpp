@@ -512,9 +512,12 @@ class Round {
       }
       if (ok) {
         const auto [rc, out] = run_capture({o_.inspect, "show", name_, "--interval", "0"});
-        // By the pid it sees for itself: the only one the bus knows.
+        // By the pid it sees for itself (the only one the bus knows), said
+        // to be another PID namespace's when it is and could tell (a
+        // process without /proc cannot name its namespace).
         const std::string want = "held back by reader " + std::to_string(slot);
-        const std::string pid = "(pid " + std::to_string(c.label) + ",";
+        const std::string pid = "(pid " + std::to_string(c.label) +
+                                (c.isolation == Isolation::pid_namespace ? " in another PID namespace," : ",");
         bool named = false;
         std::istringstream lines(out);
         for (std::string l; std::getline(lines, l);)

@@ -143,6 +143,11 @@ evicted)
     reader=$!
     pids+=("$reader")
     wait_readers "$bus" 1
+    # Attached (its state word set) once it waits asleep for data.
+    for _ in $(seq 200); do
+      "$INSPECT" show "$bus" --interval 0 2>/dev/null | grep -q 'alive,asleep' && break
+      sleep 0.02
+    done
     # Reader slot 0's state word: header (512) + 8. Four zero bytes.
     printf '\0\0\0\0' | dd of="/dev/shm/shmbus.$bus" bs=1 seek=520 conv=notrunc status=none
     "$PRODUCER" "$bus" --count 1000 --wait-timeout 5s 2>"$work/p.err" || fail "producer: $(cat "$work/p.err")"

@@ -128,8 +128,9 @@ struct Consumer::Impl {
 
   void release() noexcept {
     if (cursor == published) return;
-    // Only we write it while we hold the name; the next holder reads it after
-    // its acquire CAS of holder, which pairs with release_bookmark().
+    // Only we write it while we hold the name's lock; the next holder reads
+    // it after taking that lock, which our unlock in release_bookmark()
+    // orders after this store.
     if (bookmark) bookmark->cursor.store(cursor, std::memory_order_relaxed);
     slot->delivered.store(delivered, std::memory_order_relaxed);
     slot->lost.store(lost, std::memory_order_relaxed);
@@ -347,6 +348,9 @@ struct Consumer::Impl {
   // the last call (in place, `block`) has been overwritten since.
   std::uint64_t rejoin(bool& stale_view) noexcept {
     stale_view = false;
+    // Without the slot's lock (a forked child's copy of a consumer) the slot
+    // is not ours to take back: this copy stays evicted.
+    if (!role) return 0;
     if (!overwrite) {
       for (std::uint64_t s = view_from; s < cursor && !stale_view; ++s) {
         const std::uint64_t t = seg.record(s)->tag.load(std::memory_order_acquire);
@@ -489,15 +493,23 @@ void Consumer::Impl::attach() {
   }
   const std::uint32_t n = seg.max_readers();
   int lock_error = 0;
-  for (std::uint32_t i = 0; i < n && !slot; ++i) {
-    // Free for us exactly when no live process holds its lock.
-    if (!detail::try_lock(role.get(), layout::reader_lock_byte(i))) {
-      if (errno != EAGAIN && errno != EACCES) lock_error = errno;
-      continue;
+  for (int pass = 0; pass < 4 && !slot && lock_error == 0; ++pass) {
+    bool briefly_locked = false;  // a slot in nobody's use, locked for a moment by a reclaimer
+    for (std::uint32_t i = 0; i < n && !slot; ++i) {
+      // Free for us exactly when no live process holds its lock.
+      if (!detail::try_lock(role.get(), layout::reader_lock_byte(i))) {
+        if (errno != EAGAIN && errno != EACCES) lock_error = errno;
+        const layout::ReaderSlot* r = seg.reader(i);
+        briefly_locked |= r->owner.load(std::memory_order_relaxed) == layout::kOwnerFree &&
+                          r->state.load(std::memory_order_relaxed) == layout::kSlotFree;
+        continue;
+      }
+      detail::clean_slot(seg, i);  // left in use by a reader that died
+      slot = seg.reader(i);
+      index = i;
     }
-    detail::clean_slot(seg, i);  // left in use by a reader that died
-    slot = seg.reader(i);
-    index = i;
+    if (!briefly_locked) break;
+    ::sched_yield();  // setup path: let the reclaimer finish
   }
   if (!slot) {
     drop_bookmark();  // not started: a name created just now is not remembered
@@ -585,8 +597,9 @@ void Consumer::Impl::attach() {
 
 void Consumer::Impl::detach() noexcept {
   if (!slot) return;
-  // A forked child destroying its copy must not free its parent's slot.
-  if (::getpid() != owner_pid) {
+  // A forked child destroying its copy must not free its parent's slot (its
+  // copy of the role's descriptor was closed at fork).
+  if (!role) {
     slot = nullptr;
     bookmark = nullptr;
     return;

@@ -259,6 +259,7 @@ void Producer::Impl::acquire_role() {
   const std::uint64_t start_head = h->head.load(std::memory_order_acquire);
   // Untrusted: no bus publishes 2^62 messages (layout.hpp, kMaxSequence).
   if (start_head >= layout::kMaxSequence) {
+    detail::unlock(role.get(), layout::kProducerLockByte);
     role = detail::RoleFd();
     detail::fail(Errc::corrupt, seg.info().name,
                  "head " + std::to_string(start_head) + " is impossible (at or past 2^62): not publishing on it");
@@ -302,8 +303,9 @@ void Producer::Impl::acquire_role() {
 }
 
 void Producer::Impl::release_role(bool mark_closed) noexcept {
-  // A forked child destroying its copy must not end its parent's stream.
-  if (::getpid() != owner_pid) return;
+  // A forked child destroying its copy must not end its parent's stream
+  // (its copy of the role's descriptor was closed at fork).
+  if (!role) return;
   if (claim_open) {
     // An open claim is abandoned: its record never gets a commit mark.
     claim_open = false;

@@ -22,87 +22,133 @@ flock byte_range(short type, std::uint64_t byte, std::uint64_t len) noexcept {
   return fl;
 }
 
-// Descriptors that hold roles, closed in a forked child. A fixed table of
-// atomics: the fork handler runs in the child, where no lock another thread
-// held at fork time may be taken. A process holding more roles than this
-// keeps the rest across fork (exec still closes them).
+// Descriptors that hold roles, closed in a forked child.
+//
+// fork() copies the descriptor table before it copies memory, so the table
+// here and the descriptors themselves agree in the child only if no thread
+// is between opening and recording a descriptor, or between forgetting and
+// closing one, while another forks: g_registry_mutex covers both, and the
+// atfork prepare handler takes it, so fork() waits for those few
+// instructions. The child closes every recorded descriptor (close() is
+// async-signal-safe) and counts one more fork generation; a RoleFd made in
+// an earlier generation is then empty in the child, whatever its pid (a
+// forked child may have its parent's pid in a new PID namespace).
+//
+// A fixed table (entries hold fd + 1, 0 is empty): a process holding more
+// roles than this keeps the rest across fork (exec still closes them).
 constexpr int kTracked = 4096;
-std::atomic<int> g_role_fds[kTracked];
-std::atomic<bool> g_table_ready{false};
+int g_role_fds[kTracked];  // guarded by g_registry_mutex
+pthread_mutex_t g_registry_mutex = PTHREAD_MUTEX_INITIALIZER;
+std::atomic<std::uint64_t> g_fork_generation{0};
 
-void close_roles_in_child() noexcept {
-  for (auto& slot : g_role_fds) {
-    const int fd = slot.load(std::memory_order_relaxed);
-    if (fd > 0) {
-      ::close(fd);
-      slot.store(0, std::memory_order_relaxed);
+void before_fork() noexcept { ::pthread_mutex_lock(&g_registry_mutex); }
+void after_fork_in_parent() noexcept { ::pthread_mutex_unlock(&g_registry_mutex); }
+void after_fork_in_child() noexcept {
+  for (int& entry : g_role_fds) {
+    if (entry != 0) {
+      ::close(entry - 1);
+      entry = 0;
+    }
+  }
+  g_fork_generation.fetch_add(1, std::memory_order_relaxed);  // only this thread runs in the child
+  // The forking thread took it in before_fork and is the child's only thread.
+  ::pthread_mutex_unlock(&g_registry_mutex);
+}
+
+void install_fork_handlers() noexcept {
+  static const bool installed = [] {
+    ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+    return true;
+  }();
+  (void)installed;
+}
+
+// Called with g_registry_mutex held.
+void track(int fd) noexcept {
+  for (int& entry : g_role_fds) {
+    if (entry == 0) {
+      entry = fd + 1;
+      return;
     }
   }
 }
 
-void track(int fd) noexcept {
-  static const bool installed = [] {
-    ::pthread_atfork(nullptr, nullptr, close_roles_in_child);
-    return true;
-  }();
-  (void)installed;
-  for (auto& slot : g_role_fds) {
-    int empty = 0;
-    // Only the table matters, not what it guards: relaxed.
-    if (slot.compare_exchange_strong(empty, fd, std::memory_order_relaxed)) return;
-  }
-}
-
+// Called with g_registry_mutex held.
 void untrack(int fd) noexcept {
-  for (auto& slot : g_role_fds) {
-    int mine = fd;
-    if (slot.compare_exchange_strong(mine, 0, std::memory_order_relaxed)) return;
+  for (int& entry : g_role_fds) {
+    if (entry == fd + 1) {
+      entry = 0;
+      return;
+    }
   }
 }
 
 }  // namespace
 
+// The kernel takes its own spinlock for a lock operation, except a test
+// that finds no lock on the file at all, which it answers without one: the
+// fences make every call a full barrier for what this process stored before
+// it (e.g. a producer's owner word before it unlocks) and loads after it.
 Holder test_lock(int fd, std::uint64_t byte, std::uint64_t len) noexcept {
   flock fl = byte_range(F_WRLCK, byte, len);
-  if (::fcntl(fd, F_OFD_GETLK, &fl) != 0) return Holder::unknown;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const int rc = ::fcntl(fd, F_OFD_GETLK, &fl);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (rc != 0) return Holder::unknown;
   return fl.l_type == F_UNLCK ? Holder::none : Holder::alive;
 }
 
 bool try_lock(int fd, std::uint64_t byte) noexcept {
   flock fl = byte_range(F_WRLCK, byte, 1);
-  return ::fcntl(fd, F_OFD_SETLK, &fl) == 0;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const bool taken = ::fcntl(fd, F_OFD_SETLK, &fl) == 0;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return taken;
 }
 
 void unlock(int fd, std::uint64_t byte) noexcept {
   flock fl = byte_range(F_UNLCK, byte, 1);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   ::fcntl(fd, F_OFD_SETLK, &fl);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-RoleFd::RoleFd(int fd) noexcept : fd_(fd), pid_(::getpid()) {
-  if (fd_ >= 0) track(fd_);
+std::uint64_t fork_generation() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
+
+RoleFd RoleFd::open(const char* path, int flags) noexcept {
+  install_fork_handlers();
+  RoleFd r;
+  ::pthread_mutex_lock(&g_registry_mutex);
+  r.fd_ = ::open(path, flags | O_CLOEXEC);
+  if (r.fd_ >= 0) track(r.fd_);
+  ::pthread_mutex_unlock(&g_registry_mutex);
+  r.generation_ = fork_generation();
+  return r;
 }
 
 RoleFd::~RoleFd() { reset(); }
 
-RoleFd::RoleFd(RoleFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)), pid_(o.pid_) {}
+RoleFd::RoleFd(RoleFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)), generation_(o.generation_) {}
 
 RoleFd& RoleFd::operator=(RoleFd&& o) noexcept {
   if (this != &o) {
     reset();
     fd_ = std::exchange(o.fd_, -1);
-    pid_ = o.pid_;
+    generation_ = o.generation_;
   }
   return *this;
 }
 
-int RoleFd::get() const noexcept { return fd_ >= 0 && pid_ == ::getpid() ? fd_ : -1; }
+int RoleFd::get() const noexcept { return fd_ >= 0 && generation_ == fork_generation() ? fd_ : -1; }
 
 void RoleFd::reset() noexcept {
   // In a forked child the descriptor was closed after fork and its number
   // may belong to another file by now: leave it alone.
-  if (fd_ >= 0 && pid_ == ::getpid()) {
+  if (get() >= 0) {
+    ::pthread_mutex_lock(&g_registry_mutex);
     untrack(fd_);
     ::close(fd_);
+    ::pthread_mutex_unlock(&g_registry_mutex);
   }
   fd_ = -1;
 }

@@ -36,6 +36,11 @@ bool try_lock(int fd, std::uint64_t byte) noexcept;
 // Drops the lock on byte `byte` held through `fd`.
 void unlock(int fd, std::uint64_t byte) noexcept;
 
+// How many times this process's lineage has been forked since shmbus first
+// opened a role in it, counted in each child: a handle made before a fork
+// belongs to the parent when the generation has changed since.
+std::uint64_t fork_generation() noexcept;
+
 // An open file description of its own on a segment file, through which a
 // role's lock is held. A process that forks keeps its roles to itself: the
 // child's copy of the descriptor is closed right after fork() (a
@@ -44,8 +49,9 @@ void unlock(int fd, std::uint64_t byte) noexcept;
 class RoleFd {
  public:
   RoleFd() = default;
-  // Takes ownership of `fd`.
-  explicit RoleFd(int fd) noexcept;
+  // ::open(path, flags | O_CLOEXEC), recorded for the fork handler; empty
+  // (errno set) if the open failed.
+  static RoleFd open(const char* path, int flags) noexcept;
   ~RoleFd();
   RoleFd(RoleFd&& o) noexcept;
   RoleFd& operator=(RoleFd&& o) noexcept;
@@ -55,11 +61,13 @@ class RoleFd {
   // -1 when empty, and in a forked child (where the descriptor was closed).
   int get() const noexcept;
   explicit operator bool() const noexcept { return get() >= 0; }
+  // The descriptor as opened, even in a forked child: to compare, not to use.
+  int raw() const noexcept { return fd_; }
 
  private:
   void reset() noexcept;
   int fd_ = -1;
-  pid_t pid_ = 0;  // the process that opened it
+  std::uint64_t generation_ = 0;  // fork_generation() when it was opened
 };
 
 }  // namespace shmbus::detail

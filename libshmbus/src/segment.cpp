@@ -16,6 +16,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "shmbus/inspect.hpp"
@@ -234,7 +235,7 @@ std::vector<std::string> remove_dead_temporaries(std::string_view bus) {
   if (!d) return removed;
   const std::string prefix = ".shmbus." + std::string(bus) + ".";
   std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) {
+  while (const dirent* e = ::readdir(d)) {
     const std::string_view fn = e->d_name;
     if (fn.size() == prefix.size() + 6 && fn.substr(0, prefix.size()) == prefix) names.emplace_back(fn);
   }
@@ -277,9 +278,16 @@ std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions
     seg->path_ = path;
     bool renamed = false;
     try {
-      // Ours from the first moment: a cleaner of dead creators' files skips it.
-      if (!try_lock(raw, layout::kCreatorLockByte))
+      // Ours from the first moment: a cleaner of dead creators' files skips
+      // it. One that opened it in the instant before holds the lock and
+      // removes it: build again under another name.
+      if (!try_lock(raw, layout::kCreatorLockByte)) {
+        if ((errno == EAGAIN || errno == EACCES) && attempt < 16) {
+          ::unlink(temp.c_str());
+          continue;
+        }
         fail(Errc::system, name, std::string("cannot lock the new segment: ") + std::strerror(errno));
+      }
       if (::fchmod(raw, o.mode) != 0)  // the umask applied; the user asked for exactly o.mode
         fail(Errc::system, name, std::string("fchmod: ") + std::strerror(errno));
       if (::ftruncate(raw, static_cast<off_t>(size)) != 0)
@@ -476,14 +484,12 @@ RoleFd Segment::open_role_fd() const {
   // lost its name meanwhile), else by path; either way it must be the
   // file we mapped.
   const std::string self = "/proc/self/fd/" + std::to_string(fd_);
-  int fd = ::open(self.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   struct stat st {};
-  if (fd >= 0 && ::fstat(fd, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) return RoleFd(fd);
-  if (fd >= 0) ::close(fd);
-  fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
-  if (fd >= 0 && ::fstat(fd, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) return RoleFd(fd);
-  const int err = fd < 0 ? errno : 0;
-  if (fd >= 0) ::close(fd);
+  RoleFd f = RoleFd::open(self.c_str(), O_RDWR | O_NONBLOCK | O_NOCTTY);
+  if (f && ::fstat(f.get(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) return f;
+  f = RoleFd::open(path_.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  const int err = f ? 0 : errno;
+  if (f && ::fstat(f.get(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) return f;
   if (err == ENOENT || err == 0)
     fail(Errc::not_found, info_.name, path_ + " was removed (or replaced by another file) since it was opened");
   fail(err == EACCES || err == EPERM ? Errc::permission_denied : Errc::system, info_.name,
@@ -531,26 +537,28 @@ bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept {
   if (r->owner.load(std::memory_order_relaxed) == layout::kOwnerFree &&
       r->state.load(std::memory_order_relaxed) == layout::kSlotFree)
     return false;
-  // Cheap test first; only a slot nobody holds is worth a descriptor.
   if (s.reader_holder(i) != Holder::none) return false;
-  try {
-    // Held through a description of our own while we clean it, so an
-    // attacher (which takes the same lock) never meets a half-cleaned slot.
-    const RoleFd f = s.open_role_fd();
-    if (!try_lock(f.get(), layout::reader_lock_byte(i))) return false;
-    return clean_slot(s, i);  // closing f drops the lock
-  } catch (const Error&) {
-    return false;  // removed meanwhile: nothing to reclaim for
-  }
+  // Locked through the mapping's own description while we clean it, so an
+  // attacher (which takes the same lock) never meets a half-cleaned slot.
+  // That description is shared by every thread of this process using this
+  // Segment: they take turns.
+  const std::lock_guard<std::mutex> one_at_a_time(s.reclaim_mutex());
+  const std::uint64_t byte = layout::reader_lock_byte(i);
+  if (!try_lock(s.fd(), byte)) return false;  // held after all, or a read-only mapping
+  const bool cleaned = clean_slot(s, i);
+  unlock(s.fd(), byte);
+  return cleaned;
 }
 
 // ---- bookmarks ----
 //
-// Claiming an empty bookmark: CAS holder kOwnerFree (or a dead identity) ->
-// us while state is empty, write the name, then publish state = valid with
-// release. Two readers creating the same name at once both end up valid;
-// each then looks again, and the one whose bookmark has the higher index
-// withdraws, so a name is only ever held through its lowest bookmark.
+// A bookmark is held through its role lock. Claiming an empty one: take its
+// lock, check it is still empty, write the name, then publish state = valid
+// with release. Two readers creating the same name at once may both get as
+// far as valid; each then fences and looks for another bookmark with the
+// name, and withdraws if it finds one (at least one of them does), so a
+// name is never held twice. Taking over a name (hold or forget) is taking
+// its lock: the previous holder's last cursor store comes before its unlock.
 
 std::string stored_name(const char (&name)[layout::kReaderNameSize]) {
   char copy[layout::kReaderNameSize + 1] = {};
@@ -626,13 +634,17 @@ std::uint32_t hold_bookmark(Segment& s, std::string_view name, int fd, std::uint
       b.holder_pid_ns.store(self_pid_namespace(), std::memory_order_relaxed);
       // Publishes name and cursor: pairs with holds_name()'s acquire load.
       b.state.store(layout::kBookmarkValid, std::memory_order_release);
-      // Did another reader create the same name at the same time? A name is
-      // only ever held through its lowest bookmark.
-      const auto first = find_bookmark(s, name);
-      if (first && *first < i) {
+      // Did another reader create the same name at the same time? Each
+      // stores its bookmark valid, fences, then looks for any other with the
+      // name (Dekker: at least one of two creators sees the other) and
+      // withdraws if it finds one; the next attempt finds the survivor.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      bool twin = false;
+      for (std::uint32_t j = 0; j < s.max_readers() && !twin; ++j) twin = j != i && holds_name(*s.bookmark(j), name);
+      if (twin) {
         b.state.store(layout::kBookmarkEmpty, std::memory_order_release);
         unlock(fd, byte);
-        break;  // take the lower one from the top
+        break;  // from the top
       }
       created = true;
       return i;
@@ -659,12 +671,18 @@ bool forget_bookmark(Segment& s, std::string_view name) {
     // Held ourselves while clearing, so no reader takes it half-cleared.
     const RoleFd f = s.open_role_fd();
     if (!lock_bookmark(s, f.get(), *i)) name_held(s, name, *i);
+    const std::uint64_t byte = layout::bookmark_lock_byte(s.max_readers(), *i);
     layout::Bookmark& b = *s.bookmark(*i);
-    if (!holds_name(b, name)) continue;  // forgotten or moved meanwhile
+    if (!holds_name(b, name)) {  // forgotten or moved meanwhile
+      unlock(f.get(), byte);
+      continue;
+    }
     b.state.store(layout::kBookmarkEmpty, std::memory_order_release);
     std::memset(b.name, 0, sizeof b.name);
     b.cursor.store(0, std::memory_order_relaxed);
     b.holder.store(0, std::memory_order_relaxed);
+    b.holder_pid_ns.store(0, std::memory_order_relaxed);
+    unlock(f.get(), byte);
     return true;
   }
   fail(Errc::name_in_use, s.info().name, "reader name '" + std::string(name) + "' keeps changing hands");

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -95,8 +96,11 @@ class Segment {
   Holder reader_holder(std::uint32_t i) const noexcept;
   Holder producer_holder() const noexcept;
   Holder bookmark_holder(std::uint32_t i) const noexcept;
-  // The descriptor of the mapped file (never used to hold a role).
+  // The descriptor of the mapped file: never holds a role, only a dead
+  // reader's slot lock for as long as it takes to clean it (reclaim_if_dead),
+  // one thread at a time.
   int fd() const noexcept { return fd_; }
+  std::mutex& reclaim_mutex() const noexcept { return reclaim_mutex_; }
 
  private:
   Segment() = default;
@@ -104,6 +108,7 @@ class Segment {
 
   BusInfo info_{};
   int fd_ = -1;
+  mutable std::mutex reclaim_mutex_;
   std::string path_;
   dev_t dev_ = 0;
   ino_t ino_ = 0;

@@ -2,6 +2,9 @@
 // ended (EndReason), and a bus removed by force.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <atomic>
+#include <optional>
+#include <thread>
 #include <unistd.h>
 
 #include <shmbus/inspect.hpp>

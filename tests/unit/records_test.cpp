@@ -1,12 +1,15 @@
 // Byte-level tests: fake half-written, torn and impossible records by writing
 // the documented fields of layout.hpp directly into a mapped segment, and check
 // that a consumer never delivers them.
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
+#include <atomic>
 
 #include <gtest/gtest.h>
 
@@ -596,6 +599,100 @@ TEST(RecordFramingBlock, ProducerRefusesABusWhoseHeadIsImpossible) {
   }
   // Refused without taking the role.
   EXPECT_FALSE(Inspector::open(name).snapshot().producer.attached);
+}
+
+}  // namespace
+}  // namespace shmbus::test
+
+namespace shmbus::test {
+namespace {
+
+// Descriptors of this process open on `path` (the Bus's own is one).
+int descriptors_on(const std::string& path) {
+  int n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  while (const dirent* e = ::readdir(d)) {
+    char link[300], target[512];
+    std::snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+    const ssize_t k = ::readlink(link, target, sizeof target - 1);
+    if (k <= 0) continue;
+    target[k] = '\0';
+    if (path == target) ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+// A child forked while another thread attaches and detaches never keeps a
+// role's descriptor: it would keep the role's lock, so a dead parent's
+// reader would hold a block producer (and the producer role, a name) for
+// as long as the child lives.
+TEST(Fork, AChildForkedMidAttachKeepsNoRoleDescriptor) {
+  ScopedName name("fork-roles");
+  BusOptions o;
+  o.capacity = 64;
+  o.max_readers = 4;
+  Bus bus = Bus::create(name, o);
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    while (!stop) {
+      Consumer c(bus);
+      ConsumerOptions d;
+      d.name = "durable";
+      d.durable = true;
+      Consumer named(bus, d);
+    }
+  });
+  int kept = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const pid_t p = ::fork();
+    if (p == 0) ::_exit(descriptors_on(name.path()) > 1 ? 1 : 0);
+    int st = 0;
+    ASSERT_EQ(::waitpid(p, &st, 0), p);
+    kept += WIFEXITED(st) && WEXITSTATUS(st) == 1;
+  }
+  stop = true;
+  churn.join();
+  EXPECT_EQ(kept, 0) << "children that kept a role's descriptor, of 1000";
+}
+
+// A process whose stdin is closed gets descriptor 0 for its role: a child it
+// forks must not keep that one either (a dead parent's slot stays
+// reclaimable while the child lives).
+TEST(Fork, ARoleOnDescriptorZeroIsNotKeptByAChild) {
+  ScopedName name("fork-fd0");
+  BusOptions o;
+  o.capacity = 64;
+  o.max_readers = 2;
+  Bus bus = Bus::create(name, o);
+  int to_grandchild[2];
+  ASSERT_EQ(::pipe(to_grandchild), 0);
+  const pid_t reader = ::fork();
+  ASSERT_GE(reader, 0);
+  if (reader == 0) {
+    ::close(0);
+    auto* c = new Consumer(Bus::open(name));  // never detached: this process dies holding it
+    (void)c;
+    int started[2];
+    if (::pipe(started) != 0) ::_exit(2);
+    if (::fork() == 0) {  // a worker that never execs, alive until told
+      char x = 0;
+      ::close(to_grandchild[1]);
+      (void)::write(started[1], &x, 1);  // fork() has returned here: the fork handlers have run
+      (void)::read(to_grandchild[0], &x, 1);
+      ::_exit(0);
+    }
+    char x;
+    (void)::read(started[0], &x, 1);
+    ::_exit(0);
+  }
+  ::close(to_grandchild[0]);
+  int st = 0;
+  ASSERT_EQ(::waitpid(reader, &st, 0), reader);
+  // The reader is gone, its worker lives: the slot must be reclaimable.
+  EXPECT_EQ(reclaim_dead_readers(name.str()).size(), 1u) << "the forked worker kept the dead reader's lock";
+  ::close(to_grandchild[1]);  // the worker exits (reaped by init)
 }
 
 }  // namespace

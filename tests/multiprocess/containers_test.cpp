@@ -88,7 +88,10 @@ TEST_P(Isolated, LiveReaderIsNeverTakenForDeadAndGetsEveryMessage) {
   Bus bus = Bus::create(name, o);
   const std::size_t max = bus.info().max_payload;
 
-  Peer reader(peer_args(set, {"consumer", name.str(), "--name", "isolated", "--expect-first", "0"}), set.isolation);
+  // It naps every half ring, so the ring fills and the producer waits for
+  // it, and tests its liveness, over and over.
+  Peer reader(peer_args(set, {"consumer", name.str(), "--name", "isolated", "--expect-first", "0", "--nap-every", "512"}),
+              set.isolation);
   // Waits for a reader it can only know through its lock.
   ProducerOptions po;
   po.wait_for_readers = 1;

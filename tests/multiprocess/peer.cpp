@@ -5,6 +5,7 @@
 //                                       [--close] [--hold]
 //   shmbus_test_peer consumer BUS [--start earliest|latest|SEQ] [--expect-first SEQ]
 //                                 [--name NAME] [--durable] [--poll] [--pause-after K] [--eos-rounds N]
+//                                 [--nap-every N]
 //   shmbus_test_peer --main-thread-exits producer|consumer ...   (the role in a second thread)
 //
 // The producer publishes COUNT messages continuing the bus's sequence, each
@@ -175,6 +176,7 @@ int run_consumer(const std::string& bus_name, std::vector<std::string_view> args
   co.name = "peer-" + std::to_string(::getpid());
   bool use_poll = false;
   std::optional<std::uint64_t> pause_after;
+  std::uint64_t nap_every = 0, next_nap = 0;  // --nap-every: a 2 ms pause after each N messages
   std::uint64_t eos_rounds = 1;
   Checker chk;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -192,6 +194,8 @@ int run_consumer(const std::string& bus_name, std::vector<std::string_view> args
       chk.expected = to_u64(args[++i]);
     } else if (args[i] == "--name" && i + 1 < args.size()) {
       co.name = args[++i];
+    } else if (args[i] == "--nap-every" && i + 1 < args.size()) {
+      nap_every = next_nap = to_u64(args[++i]);
     } else if (args[i] == "--durable") {
       co.durable = true;
     } else if (args[i] == "--poll") {
@@ -220,6 +224,12 @@ int run_consumer(const std::string& bus_name, std::vector<std::string_view> args
   say("attached cursor=" + std::to_string(c.cursor()) + " slot=" + std::to_string(c.slot()));
 
   while (eos_rounds > 0) {
+    if (nap_every && chk.delivered >= next_nap) {
+      // A reader slower than its producer now and then: the ring fills and
+      // the producer waits for it (testing its liveness) each time.
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      next_nap = chk.delivered + nap_every;
+    }
     if (pause_after && chk.delivered >= *pause_after) {
       // Stop reading while holding the slot; the test kills us.
       say("paused delivered=" + std::to_string(chk.delivered) + " cursor=" + std::to_string(c.cursor()));

@@ -86,7 +86,7 @@ struct Consumer::Impl {
   bool resumed = false;
   bool started = false;          // cursor holds the start position
   std::uint64_t resume_gap = 0;
-  pid_t owner_pid = 0;          // the process holding the slot (not a forked child)
+  pid_t owner_pid = 0;          // label stored in the slot: our pid when we attached
   std::size_t batch_cap = 64;
   std::uint64_t release_every;  // publish the cursor after this many reads (1 for tiny rings)
   std::unique_ptr<std::byte[]> copy;  // overwrite: batch_cap * max_payload bytes
@@ -339,6 +339,26 @@ struct Consumer::Impl {
     return slot->state.load(std::memory_order_relaxed) == layout::kSlotActive;
   }
 
+  // Makes cursor `c` binding for the producer and returns it, raised to
+  // the producer's floor if, in `block`, the producer moved past it
+  // meanwhile. Dekker with the producer's rescan: we store our cursor and
+  // state, fence, then load its floor; it stores the floor, fences, then
+  // loads cursors again. Either it sees our cursor, or we see its floor.
+  std::uint64_t activate(std::uint64_t c) noexcept {
+    slot->cursor.store(c, std::memory_order_relaxed);
+    // From here the producer counts our cursor (pairs with its acquire load).
+    slot->state.store(layout::kSlotActive, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!overwrite) {
+      const std::uint64_t floor = bus.oldest();
+      if (c < floor) {
+        c = floor;
+        slot->cursor.store(c, std::memory_order_release);
+      }
+    }
+    return c;
+  }
+
   // Our slot was taken from us (cleared by a stray store, or freed by
   // force): the producer stopped counting our cursor and may have
   // overwritten records we had not read. We still hold the slot's role
@@ -362,19 +382,7 @@ struct Consumer::Impl {
     slot->owner.store(ticket, std::memory_order_relaxed);
     slot->pid.store(static_cast<std::uint32_t>(owner_pid), std::memory_order_relaxed);
     const std::uint64_t hd = h->head.load(std::memory_order_acquire);
-    std::uint64_t c = std::max(cursor, std::min(detail::oldest_retained(seg, hd), hd));
-    slot->cursor.store(c, std::memory_order_relaxed);
-    // The producer counts our cursor again (pairs with its acquire load).
-    slot->state.store(layout::kSlotActive, std::memory_order_release);
-    // Dekker with the producer's rescan, as at attach.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!overwrite) {
-      const std::uint64_t floor = bus.oldest();
-      if (c < floor) {
-        c = floor;
-        slot->cursor.store(c, std::memory_order_release);
-      }
-    }
+    const std::uint64_t c = activate(std::max(cursor, std::min(detail::oldest_retained(seg, hd), hd)));
     cursor = published = view_from = c;
     last_lost = c - from;
     lost += last_lost;
@@ -571,20 +579,11 @@ void Consumer::Impl::attach() {
       }
       break;
   }
-  slot->cursor.store(c, std::memory_order_relaxed);
-  // From here the producer counts our cursor (pairs with its acquire load).
-  slot->state.store(layout::kSlotActive, std::memory_order_release);
-  // Dekker with the producer's rescan: we stored our cursor, now load its
-  // floor; it stores the floor, fences, then loads cursors again.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!overwrite) {
-    const std::uint64_t floor = bus.oldest();
-    if (c < floor) {
-      if (opt.start == Start::sequence) not_retained(opt.start_seq, floor, bus.head());
-      if (opt.start == Start::resume && resumed) resume_gap += floor - c;
-      c = floor;
-      slot->cursor.store(c, std::memory_order_release);
-    }
+  const std::uint64_t wanted = c;
+  c = activate(c);
+  if (c > wanted) {  // the producer moved past it while we attached
+    if (opt.start == Start::sequence) not_retained(opt.start_seq, c, bus.head());
+    if (opt.start == Start::resume && resumed) resume_gap += c - wanted;
   }
   cursor = published = view_from = c;
   started = true;

@@ -88,7 +88,6 @@ struct Producer::Impl {
   std::uint64_t claim_seq = 0;
   std::size_t claim_size = 0;
   std::uint64_t next_liveness = 0;     // when to check the readers holding us back
-  pid_t owner_pid = 0;                 // the process that holds the role (not a forked child)
   std::optional<detail::PublishClock> clock;  // Timestamps::precise only (calibrating takes 2 ms)
 
   Impl(const Bus& b, const ProducerOptions& o)
@@ -264,7 +263,7 @@ void Producer::Impl::acquire_role() {
     detail::fail(Errc::corrupt, seg.info().name,
                  "head " + std::to_string(start_head) + " is impossible (at or past 2^62): not publishing on it");
   }
-  owner_pid = ::getpid();
+  const pid_t owner_pid = ::getpid();
   h->producer_pid.store(static_cast<std::uint32_t>(owner_pid), std::memory_order_relaxed);
   h->producer_start_ticks.store(detail::self_start_ticks(), std::memory_order_relaxed);
   h->producer_pid_ns.store(detail::self_pid_namespace(), std::memory_order_relaxed);

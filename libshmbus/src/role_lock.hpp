@@ -61,8 +61,6 @@ class RoleFd {
   // -1 when empty, and in a forked child (where the descriptor was closed).
   int get() const noexcept;
   explicit operator bool() const noexcept { return get() >= 0; }
-  // The descriptor as opened, even in a forked child: to compare, not to use.
-  int raw() const noexcept { return fd_; }
 
  private:
   void reset() noexcept;

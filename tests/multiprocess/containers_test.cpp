@@ -26,26 +26,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::uint64_t message_count() {
-  if (const char* env = std::getenv("SHMBUS_TEST_MESSAGES")) return std::strtoull(env, nullptr, 10);
-  return SHMBUS_TEST_MESSAGES;
-}
-
-std::string dump(const Peer& p) {
-  std::string s = p.describe() + " said:";
-  for (const auto& l : p.lines()) s += "\n  " + l;
-  return s;
-}
-
-Fields result_of(Peer& p, std::chrono::milliseconds timeout) {
-  const int code = p.wait_exit(timeout);
-  EXPECT_EQ(code, 0) << dump(p);
-  for (auto it = p.lines().rbegin(); it != p.lines().rend(); ++it)
-    if (it->rfind("result ", 0) == 0) return parse_fields(*it);
-  ADD_FAILURE() << "no result line; " << dump(p);
-  return {};
-}
-
 struct Setting {
   const char* name;
   Isolation isolation;

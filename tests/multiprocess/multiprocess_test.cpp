@@ -23,13 +23,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// 1,000,000 in a normal build; fewer under sanitizers (set by CMake), or
-// whatever SHMBUS_TEST_MESSAGES says.
-std::uint64_t message_count() {
-  if (const char* env = std::getenv("SHMBUS_TEST_MESSAGES")) return std::strtoull(env, nullptr, 10);
-  return SHMBUS_TEST_MESSAGES;
-}
-
 BusOptions options(Policy policy, std::uint64_t capacity, std::uint32_t max_readers = 8) {
   BusOptions o;
   o.policy = policy;
@@ -37,23 +30,6 @@ BusOptions options(Policy policy, std::uint64_t capacity, std::uint32_t max_read
   o.record_size = 128;
   o.max_readers = max_readers;
   return o;
-}
-
-std::string dump(const Peer& p) {
-  std::string s = p.describe() + " said:";
-  for (const auto& l : p.lines()) s += "\n  " + l;
-  return s;
-}
-
-// Waits for `p` to exit and returns its "result" line's fields; fails if it
-// did not exit 0.
-Fields result_of(Peer& p, std::chrono::milliseconds timeout) {
-  const int code = p.wait_exit(timeout);
-  EXPECT_EQ(code, 0) << dump(p);
-  for (auto it = p.lines().rbegin(); it != p.lines().rend(); ++it)
-    if (it->rfind("result ", 0) == 0) return parse_fields(*it);
-  ADD_FAILURE() << "no result line; " << dump(p);
-  return {};
 }
 
 void publish_in_process(Producer& p, std::uint64_t count) {

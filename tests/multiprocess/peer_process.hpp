@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -114,5 +115,32 @@ class Peer {
   std::vector<std::string> lines_;
   std::size_t next_ = 0;
 };
+
+// Everything a peer said, for failure messages.
+inline std::string dump(const Peer& p) {
+  std::string s = p.describe() + " said:";
+  for (const auto& l : p.lines()) s += "\n  " + l;
+  return s;
+}
+
+// Waits for `p` to exit and returns its "result" line's fields; fails if it
+// did not exit 0.
+inline Fields result_of(Peer& p, std::chrono::milliseconds timeout) {
+  const int code = p.wait_exit(timeout);
+  EXPECT_EQ(code, 0) << dump(p);
+  for (auto it = p.lines().rbegin(); it != p.lines().rend(); ++it)
+    if (it->rfind("result ", 0) == 0) return parse_fields(*it);
+  ADD_FAILURE() << "no result line; " << dump(p);
+  return {};
+}
+
+#ifdef SHMBUS_TEST_MESSAGES
+// 1,000,000 in a normal build; fewer under sanitizers (set by CMake), or
+// whatever SHMBUS_TEST_MESSAGES in the environment says.
+inline std::uint64_t message_count() {
+  if (const char* env = std::getenv("SHMBUS_TEST_MESSAGES")) return std::strtoull(env, nullptr, 10);
+  return SHMBUS_TEST_MESSAGES;
+}
+#endif
 
 }  // namespace shmbus::test

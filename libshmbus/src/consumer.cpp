@@ -23,8 +23,9 @@
 #include <string>
 
 #include "segment.hpp"
-#include "shared_copy.hpp"
 #include "sys.hpp"
+#include "thread_check.hpp"
+#include "waiter.hpp"
 
 namespace shmbus {
 
@@ -51,7 +52,6 @@ const char* to_string(EndReason r) noexcept {
 }
 
 namespace {
-constexpr std::uint64_t kLivenessPeriodNs = 50'000'000;  // producer death noticed within this
 constexpr std::size_t kCopyBudget = 4u << 20;             // overwrite copy buffer, bytes
 // `moved`: the cursor crossed a gap that lost nothing (never leaves try_read).
 enum class Step { message, empty, lost, corrupt, moved };
@@ -62,6 +62,7 @@ struct Consumer::Impl {
   Bus bus;
   detail::Segment& seg;
   layout::SegmentHeader* h;
+  detail::RecordRing ring;
   layout::ReaderSlot* slot = nullptr;
   std::uint32_t index = 0;
   ConsumerOptions opt;
@@ -90,11 +91,13 @@ struct Consumer::Impl {
   std::size_t batch_cap = 64;
   std::uint64_t release_every;  // publish the cursor after this many reads (1 for tiny rings)
   std::unique_ptr<std::byte[]> copy;  // overwrite: batch_cap * max_payload bytes
+  [[no_unique_address]] detail::OneThread calls;  // debug builds: one thread at a time
 
   Impl(const Bus& b, const ConsumerOptions& o)
       : bus(b),
         seg(*b.segment()),
         h(seg.header()),
+        ring(seg.ring()),
         opt(o),
         cap(seg.capacity()),
         mask(seg.capacity() - 1),
@@ -168,30 +171,29 @@ struct Consumer::Impl {
 
   Step try_read_once(Message& out, std::byte* copy_to) noexcept {
     const std::uint64_t c = cursor;
-    layout::RecordHeader* r = seg.record(c);
-    // Pairs with the producer's release store of the commit tag.
-    const std::uint64_t t = r->tag.load(std::memory_order_acquire);
-    if (t == c + 1) [[likely]] {
-      // One read of the (untrusted) length, checked below before any use.
-      // Relaxed atomic reads: in `overwrite` the producer may be rewriting
-      // the record now (see shared_copy.hpp); in `block` they cost the same
-      // as plain loads.
-      const std::uint32_t len = std::atomic_ref<std::uint32_t>(r->length).load(std::memory_order_relaxed);
-      const std::uint64_t ts = std::atomic_ref<std::uint64_t>(r->timestamp_ns).load(std::memory_order_relaxed);
-      const std::byte* src = detail::Segment::payload(r);
+    layout::RecordHeader* r = ring.record(c);
+    const std::uint64_t t = detail::RecordRing::load_tag(r);
+    if (t == detail::committed_tag(c)) [[likely]] {
+      std::uint32_t len;
+      std::uint64_t ts;
+      const std::byte* src;
       std::optional<detail::Gap> gap;
       if (overwrite) {
-        if (len <= max_payload) detail::load_shared_words(copy_to, src, len);
-        else gap = detail::read_gap(r, c, cap);
-        // Seqlock re-check: pairs with the producer's release fence after its
-        // BUSY store (begin_write). A changed tag means the copy may be torn:
-        // discard it.
-        std::atomic_thread_fence(std::memory_order_acquire);
-        if (r->tag.load(std::memory_order_relaxed) != t) return lapped(c, out);
+        // The producer may be rewriting the record now: a checked copy.
+        detail::RecordRing::Copy copied;
+        if (!ring.copy_checked(r, t, c, copy_to, copied)) return lapped(c, out);
+        len = copied.length;
+        ts = copied.timestamp_ns;
+        gap = copied.gap;
         src = copy_to;
+      } else {
+        // In place: no writer is on a record we have not read.
+        len = detail::RecordRing::load_length(r);
+        ts = detail::RecordRing::load_timestamp(r);
+        src = detail::RecordRing::payload(r);
       }
       if (len > max_payload) [[unlikely]] {
-        if (!overwrite) gap = detail::read_gap(r, c, cap);
+        if (!overwrite) gap = ring.read_gap(r, c);
         if (gap) return cross_gap(c, *gap);
         out.seq = c;
         cursor = c + 1;
@@ -205,9 +207,7 @@ struct Consumer::Impl {
       eos_reported = false;
       return Step::message;
     }
-    if (t == 0) return Step::empty;
-    const std::uint64_t tseq = (t & ~layout::kBusyBit) - 1;
-    if (tseq <= c) return Step::empty;  // an older occupant, or record c being written
+    if (detail::tag_state(t, c) == detail::TagState::not_yet) return Step::empty;
     return lapped(c, out);
   }
 
@@ -216,49 +216,44 @@ struct Consumer::Impl {
   // overwritten too before we read it, the next lap is counted the same way.)
   // A tag no lap can explain makes record `c` corrupt (`out.seq` says which).
   Step lapped(std::uint64_t c, Message& out) noexcept {
-    layout::RecordHeader* r = seg.record(c);
-    const std::uint64_t t = r->tag.load(std::memory_order_acquire);
-    const std::uint64_t tseq = (t & ~layout::kBusyBit) - 1;
-    if (t == 0 || tseq <= c) return Step::empty;  // raced with nothing: read again
+    layout::RecordHeader* r = ring.record(c);
+    const std::uint64_t t = detail::RecordRing::load_tag(r);
+    if (detail::tag_state(t, c) != detail::TagState::passed) return Step::empty;  // raced with nothing: read again
+    const std::uint64_t tseq = detail::tag_seq(t);
     // Being written while no message was ever published: a bus starting at a
     // later sequence is writing its start markers (Producer::skip_to), which
     // skip nothing. Judged once committed.
-    if ((t & layout::kBusyBit) && h->head.load(std::memory_order_acquire) == 0) return Step::empty;
-    if ((tseq & mask) != (c & mask)) {           // a tag that cannot be in this slot
+    if (detail::is_busy(t) && h->head.load(std::memory_order_acquire) == 0) return Step::empty;
+    if (!ring.same_slot(tseq, c)) {  // a tag that cannot be in this slot
       out.seq = c;
       cursor = c + 1;
       return Step::corrupt;
     }
-    if (t == tseq + 1) {
+    if (t == detail::committed_tag(tseq)) {
       // A gap marker past us (Producer::skip_to): it knows exactly where the
       // stream goes on.
-      const std::optional<detail::Gap> gap = detail::read_gap(r, tseq, cap);
-      // Pairs with the producer's release fence after its BUSY store.
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (gap && r->tag.load(std::memory_order_relaxed) == t) return cross_gap(c, *gap);
+      const std::optional<detail::Gap> gap = ring.read_gap(r, tseq);
+      if (gap && detail::RecordRing::unchanged(r, t)) return cross_gap(c, *gap);
     }
     // Loaded after the tag's acquire load, which pairs with the commit's
     // release store, head is at least what the producer had published
     // before it committed record tseq (for a committed tag; a BUSY one gives
     // no such promise, and is only ever read again below).
     const std::uint64_t hd = h->head.load(std::memory_order_acquire);
-    if ((tseq >= hd && tseq - hd >= cap) || tseq >= kMaxSequence) [[unlikely]] {
+    const std::optional<std::uint64_t> n = detail::resume_after_lap(c, tseq, hd, cap);
+    if (!n) [[unlikely]] {
       // A tag a full ring past head: no publish writes one (a batch runs at
       // most half a ring ahead of head). Only skip_to's markers, while BUSY,
       // or a tag that changed under us may look like this: read again.
       // Anything else is a corrupt record, not a lap to a made-up sequence.
-      if ((t & layout::kBusyBit) || r->tag.load(std::memory_order_acquire) != t) return Step::empty;
+      if (detail::is_busy(t) || detail::RecordRing::load_tag(r) != t) return Step::empty;
       out.seq = c;
       cursor = c + 1;
       return Step::corrupt;
     }
-    // Everything up to tseq - capacity is certainly gone; head (untrusted,
-    // so only used when plausible) may say more is.
-    std::uint64_t n = std::max(c + 1, tseq + 1 - cap);
-    if (hd >= cap && hd <= tseq + cap + 1) n = std::max(n, hd - cap);
-    last_lost = n - c;
+    last_lost = *n - c;
     lost += last_lost;
-    cursor = n;
+    cursor = *n;
     return Step::lost;
   }
 
@@ -278,9 +273,9 @@ struct Consumer::Impl {
 
   // True when no more data can come: the producer closed the bus, or the
   // producer that holds the role is dead. Checked only when the ring is empty.
-  // `probe`: allowed to test the producer's role lock (one system call) if
-  // 50 ms have passed.
-  bool end_of_stream(std::uint64_t now, bool probe) noexcept {
+  // `probe`: allowed to test the producer's role lock (one system call; the
+  // Waiter says when, at most once per liveness period).
+  bool end_of_stream(bool probe) noexcept {
     // Pairs with the producer's release store of `closed` after its last commit.
     if (h->closed.load(std::memory_order_acquire) != 0) {
       end = h->removed.load(std::memory_order_relaxed) != 0 ? EndReason::removed : EndReason::closed;
@@ -290,8 +285,7 @@ struct Consumer::Impl {
     if (end == EndReason::producer_died && h->takeovers.load(std::memory_order_acquire) == dead_takeovers &&
         h->producer_owner.load(std::memory_order_acquire) != 0)
       return true;
-    if (!probe || now < next_liveness) return false;
-    next_liveness = now + kLivenessPeriodNs;
+    if (!probe) return false;
     // No producer attached, or one that left without closing: wait for one.
     if (h->producer_owner.load(std::memory_order_acquire) == 0) return false;
     // Alive, or the lock cannot be tested: never guess.
@@ -299,7 +293,7 @@ struct Consumer::Impl {
     // The lock is free: the producer left or died. One that left cleared its
     // owner word (and closed, if it did) before unlocking; the lock test
     // above orders those stores before these loads.
-    if (h->closed.load(std::memory_order_acquire) != 0) return end_of_stream(now, false);
+    if (h->closed.load(std::memory_order_acquire) != 0) return end_of_stream(false);
     if (h->producer_owner.load(std::memory_order_acquire) == 0) return false;
     const std::uint32_t takeovers = h->takeovers.load(std::memory_order_acquire);
     // A successor counts its takeover after taking the lock: test it again.
@@ -324,8 +318,7 @@ struct Consumer::Impl {
     const std::uint64_t c = cursor;
     const std::uint64_t hd = h->head.load(std::memory_order_acquire);
     if (hd >= kMaxSequence || hd <= c || hd - c < cap) return Step::empty;
-    // Pairs with the commit's release store, as every tag load here.
-    if (seg.record(c)->tag.load(std::memory_order_acquire) == c + 1) return Step::empty;
+    if (detail::RecordRing::load_tag(ring.record(c)) == detail::committed_tag(c)) return Step::empty;
     out.seq = c;
     cursor = c + 1;
     return Step::corrupt;
@@ -372,10 +365,8 @@ struct Consumer::Impl {
     // is not ours to take back: this copy stays evicted.
     if (!role) return 0;
     if (!overwrite) {
-      for (std::uint64_t s = view_from; s < cursor && !stale_view; ++s) {
-        const std::uint64_t t = seg.record(s)->tag.load(std::memory_order_acquire);
-        stale_view = (t & ~layout::kBusyBit) != s + 1 || (t & layout::kBusyBit);
-      }
+      for (std::uint64_t s = view_from; s < cursor && !stale_view; ++s)
+        stale_view = detail::RecordRing::load_tag(ring.record(s)) != detail::committed_tag(s);
     }
     const std::uint64_t from = cursor;
     ticket = slot->generation.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -403,75 +394,60 @@ struct Consumer::Impl {
     // About to wait: the producer may be waiting for the records we hold.
     release();
 
-    const std::uint64_t start = detail::monotonic_ns();
-    const std::uint64_t deadline =
-        timeout == forever ? UINT64_MAX
-                           : start + static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
-    const std::uint64_t spin_end =
-        start + static_cast<std::uint64_t>(std::max<std::int64_t>(0, opt.wait.spin_time.count()));
-    const std::uint64_t yield_end =
-        spin_end + static_cast<std::uint64_t>(std::max<std::int64_t>(0, opt.wait.yield_time.count()));
     slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
     bool eos = false;
-    std::uint32_t yields = 0;
-    for (std::uint64_t now = start;; now = detail::monotonic_ns()) {
+    for (detail::Waiter w(opt.wait, timeout, next_liveness);; w.tick()) {
       // The liveness probe is kept out of the spin phase (a short wait makes
       // no system call), except for a caller that does not wait at all.
-      if (!eos && now >= next_liveness && (now >= spin_end || now >= deadline)) {
+      const bool probe = !eos && w.liveness_due();
+      if (probe) {
         s = lost_commit(out);
         if (s != Step::empty) return from_step(s);
       }
-      if (!eos && end_of_stream(now, now >= spin_end || now >= deadline)) {
+      if (!eos && end_of_stream(probe)) {
         // Everything committed before the close (or the death) is visible now.
         s = try_read(out, copy_to);
         if (s != Step::empty) return from_step(s);
         // Report it once; after that, wait (asleep) for a new producer until
         // the timeout, instead of returning at once to a spinning caller.
-        if (!eos_reported || now >= deadline) {
+        if (!eos_reported || w.expired()) {
           eos_reported = true;
           return Wait::eos;
         }
         eos = true;
       }
-      if (now >= deadline) return eos ? Wait::eos : Wait::timeout;
-      if (!eos && (opt.wait.strategy == WaitStrategy::busy_spin || now < spin_end)) {
-        for (int k = 0; k < 16; ++k) {
-          detail::cpu_relax();
+      if (w.expired()) return eos ? Wait::eos : Wait::timeout;
+      switch (eos ? detail::Waiter::Phase::sleep : w.phase()) {
+        case detail::Waiter::Phase::spin:
+          // One load of a line we read next anyway: checked after every pause.
+          for (int k = 0; k < detail::kSpinStep; ++k) {
+            detail::cpu_relax();
+            s = try_read(out, copy_to);
+            if (s != Step::empty) return from_step(s);
+          }
+          continue;
+        case detail::Waiter::Phase::yield: w.yield(); break;
+        case detail::Waiter::Phase::sleep: {
+          // Dekker with the producer: we arm data_armed, then
+          // heavy_barrier() and re-check the record; it stores the tag, then
+          // loads data_armed. data_sleepers only counts us for the inspector.
+          // slot->sleeping records that we hold one count of data_sleepers, so a
+          // reclaimer can give it back if we die asleep (see reclaim_if_dead).
+          h->data_sleepers.fetch_add(1, std::memory_order_acq_rel);
+          slot->sleeping.store(1, std::memory_order_relaxed);
+          h->data_armed.store(1, std::memory_order_relaxed);
+          const std::uint32_t seen = h->data_futex.load(std::memory_order_acquire);
+          const bool barrier_ok = detail::heavy_barrier();
           s = try_read(out, copy_to);
+          if (s == Step::empty && (eos || h->closed.load(std::memory_order_acquire) == 0))
+            detail::futex_wait(&h->data_futex, seen, w.sleep_slice(barrier_ok, detail::kLivenessPeriodNs));
+          if (slot->sleeping.exchange(0, std::memory_order_acq_rel) != 0)
+            h->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
+          slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
           if (s != Step::empty) return from_step(s);
+          if (eos && !end_of_stream(false)) eos = false;  // a new producer took over: wait for its data as usual
+          break;
         }
-        continue;
-      }
-      // The yield phase lasts yield_time AND kMinYields yields: when other
-      // processes share this CPU, each yield hands them a whole slice, and
-      // wall time alone would send us to sleep (a heavy barrier and a futex
-      // wake-up for the producer) while the stream is still flowing.
-      if (!eos && (opt.wait.strategy == WaitStrategy::spin_yield || now < yield_end ||
-                   yields < detail::kMinYields)) {
-        ++yields;
-        ::sched_yield();
-      } else {
-        // Sleep. Dekker with the producer: we arm data_armed, then
-        // heavy_barrier() and re-check the record; it stores the tag, then
-        // loads data_armed. data_sleepers only counts us for the inspector.
-        // slot->sleeping records that we hold one count of data_sleepers, so a
-        // reclaimer can give it back if we die asleep (see reclaim_if_dead).
-        h->data_sleepers.fetch_add(1, std::memory_order_acq_rel);
-        slot->sleeping.store(1, std::memory_order_relaxed);
-        h->data_armed.store(1, std::memory_order_relaxed);
-        const std::uint32_t seen = h->data_futex.load(std::memory_order_acquire);
-        const bool barrier_ok = detail::heavy_barrier();
-        s = try_read(out, copy_to);
-        if (s == Step::empty && (eos || h->closed.load(std::memory_order_acquire) == 0)) {
-          std::uint64_t slice = std::min(deadline - now, kLivenessPeriodNs);
-          if (!barrier_ok) slice = std::min<std::uint64_t>(slice, 1'000'000);
-          detail::futex_wait(&h->data_futex, seen, slice);
-        }
-        if (slot->sleeping.exchange(0, std::memory_order_acq_rel) != 0)
-          h->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
-        slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
-        if (s != Step::empty) return from_step(s);
-        if (eos && !end_of_stream(now, false)) eos = false;  // a new producer took over: wait for its data as usual
       }
       s = try_read(out, copy_to);
       if (s != Step::empty) return from_step(s);
@@ -630,13 +606,18 @@ Consumer::Consumer(const Bus& bus, const ConsumerOptions& options)
 }
 
 Consumer::~Consumer() {
-  if (impl_) impl_->detach();
+  if (!impl_) return;
+  detail::OneThread::Scope in(impl_->calls, "~Consumer");
+  impl_->detach();
 }
 
 Consumer::Consumer(Consumer&&) noexcept = default;
 Consumer& Consumer::operator=(Consumer&& o) noexcept {
   if (this != &o) {
-    if (impl_) impl_->detach();
+    if (impl_) {
+      detail::OneThread::Scope in(impl_->calls, "Consumer::operator=");
+      impl_->detach();
+    }
     impl_ = std::move(o.impl_);
   }
   return *this;
@@ -644,6 +625,7 @@ Consumer& Consumer::operator=(Consumer&& o) noexcept {
 
 ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
   Impl& c = *impl_;
+  detail::OneThread::Scope in(c.calls, "Consumer::next");
   ReadResult r;
   if (!c.slot_is_ours()) [[unlikely]] {
     r.status = ReadStatus::evicted;
@@ -685,6 +667,7 @@ ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
 std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult& result,
                                               std::chrono::nanoseconds timeout) noexcept {
   Impl& c = *impl_;
+  detail::OneThread::Scope in(c.calls, "Consumer::read_batch");
   result = {};
   if (!c.slot_is_ours()) [[unlikely]] {
     result.evicted = true;

@@ -11,7 +11,6 @@
 #include <cstring>
 
 #include "segment.hpp"
-#include "shared_copy.hpp"
 #include "sys.hpp"
 
 namespace shmbus {
@@ -88,10 +87,9 @@ Snapshot Inspector::snapshot() const {
   s.head = h.head.load(std::memory_order_acquire);
   s.oldest = detail::oldest_retained(seg, s.head);
   if (s.head > 0) {
-    const layout::RecordHeader* r = seg.record(s.head - 1);
-    if (r->tag.load(std::memory_order_acquire) == s.head)
-      s.last_publish_ns = std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(r->timestamp_ns))
-                              .load(std::memory_order_relaxed);
+    layout::RecordHeader* r = seg.record(s.head - 1);
+    if (detail::RecordRing::load_tag(r) == detail::committed_tag(s.head - 1))
+      s.last_publish_ns = detail::RecordRing::load_timestamp(r);
   }
   s.counters.published = s.head;
   s.counters.producer_waits = h.producer_waits.load(std::memory_order_relaxed);
@@ -143,28 +141,26 @@ Snapshot Inspector::snapshot() const {
 }
 
 std::optional<RecordView> Inspector::record(std::uint64_t seq) const {
-  const detail::Segment& seg = *impl_->seg;
-  layout::RecordHeader* r = seg.record(seq);
-  const std::uint64_t t = r->tag.load(std::memory_order_acquire);
-  if (t != seq + 1) return std::nullopt;
+  const detail::RecordRing ring = impl_->seg->ring();
+  layout::RecordHeader* r = ring.record(seq);
+  const std::uint64_t t = detail::RecordRing::load_tag(r);
+  if (t != detail::committed_tag(seq)) return std::nullopt;
+  // Copied as an overwrite consumer does: the producer may be rewriting the
+  // record meanwhile, in either policy once we are behind.
   RecordView v;
+  v.payload.resize(ring.max_payload());
+  detail::RecordRing::Copy copied;
+  if (!ring.copy_checked(r, t, seq, v.payload.data(), copied)) return std::nullopt;
   v.seq = seq;
-  // Copied as an overwrite consumer does (shared_copy.hpp): the producer may
-  // be rewriting the record meanwhile, in either policy once we are behind.
-  v.timestamp_ns = std::atomic_ref<std::uint64_t>(r->timestamp_ns).load(std::memory_order_relaxed);
-  v.length = std::atomic_ref<std::uint32_t>(r->length).load(std::memory_order_relaxed);
-  if (const std::optional<detail::Gap> gap = detail::read_gap(r, seq, seg.capacity())) {
-    v.gap_to = gap->to;
-    v.gap_lost = gap->lost;
+  v.timestamp_ns = copied.timestamp_ns;
+  v.length = copied.length;
+  if (copied.gap) {
+    v.gap_to = copied.gap->to;
+    v.gap_lost = copied.gap->lost;
+    v.payload.clear();
   } else {
-    const std::uint32_t n = std::min(v.length, seg.max_payload());
-    v.payload.resize(n);
-    if (n) detail::load_shared_words(v.payload.data(), detail::Segment::payload(r), n);
+    v.payload.resize(std::min(copied.length, ring.max_payload()));
   }
-  // Same torn-read check as an overwrite consumer: pairs with the producer's
-  // release fence after its BUSY store.
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (r->tag.load(std::memory_order_relaxed) != t) return std::nullopt;
   return v;
 }
 
@@ -215,27 +211,25 @@ std::vector<Problem> Inspector::check() const {
       add(where, "name is not NUL-terminated");
   }
 
-  const std::uint64_t mask = cap - 1;
+  const detail::RecordRing ring = seg.ring();
   for (std::uint64_t i = 0; i < cap; ++i) {
-    layout::RecordHeader* r = seg.record(i);
-    const std::uint64_t t = r->tag.load(std::memory_order_acquire);
-    const std::uint32_t len = std::atomic_ref<std::uint32_t>(r->length).load(std::memory_order_relaxed);
-    const bool gap = t != 0 && !(t & layout::kBusyBit) && detail::read_gap(r, t - 1, cap).has_value();
-    // Pairs with the producer's release fence after its BUSY store.
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (r->tag.load(std::memory_order_relaxed) != t) continue;  // being written right now
+    layout::RecordHeader* r = ring.record(i);
+    const std::uint64_t t = detail::RecordRing::load_tag(r);
+    const std::uint32_t len = detail::RecordRing::load_length(r);
+    const bool gap = t != 0 && !detail::is_busy(t) && ring.read_gap(r, detail::tag_seq(t)).has_value();
+    if (!detail::RecordRing::unchanged(r, t)) continue;  // being written right now
     const std::uint64_t h1 = h.head.load(std::memory_order_acquire);
     const std::string where_slot = "slot " + std::to_string(i);
     if (t == 0) {
       if (h0 > i) add("record (" + where_slot + ")", "never committed, but head " + std::to_string(h0) + " is past it");
       continue;
     }
-    const bool busy = (t & layout::kBusyBit) != 0;
-    const std::uint64_t seq = (t & ~layout::kBusyBit) - 1;
+    const bool busy = detail::is_busy(t);
+    const std::uint64_t seq = detail::tag_seq(t);
     const std::string where = "record " + std::to_string(seq) + " (" + where_slot + ")";
-    if ((seq & mask) != i) {
+    if (!ring.same_slot(seq, i)) {
       add("record (" + where_slot + ")", "commit tag names sequence " + std::to_string(seq) + ", which belongs in slot " +
-                                             std::to_string(seq & mask));
+                                             std::to_string(seq & (cap - 1)));
       continue;
     }
     if (seq > h1 + (busy ? cap : 0)) add(where, "sequence is beyond head " + std::to_string(h1));

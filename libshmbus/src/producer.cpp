@@ -38,7 +38,6 @@
 // limit is at most a rescan chunk (capacity / 16) ahead.
 #include "shmbus/producer.hpp"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,8 +49,9 @@
 
 #include "segment.hpp"
 #include "shmbus/inspect.hpp"
-#include "shared_copy.hpp"
 #include "sys.hpp"
+#include "thread_check.hpp"
+#include "waiter.hpp"
 
 namespace shmbus {
 namespace {
@@ -73,6 +73,7 @@ struct Producer::Impl {
   Bus bus;
   detail::Segment& seg;
   layout::SegmentHeader* h;
+  detail::RecordRing ring;
   ProducerOptions opt;
   detail::RoleFd role;  // holds the producer role's lock (layout.hpp, "Role locks")
   std::uint64_t cap;
@@ -89,11 +90,13 @@ struct Producer::Impl {
   std::size_t claim_size = 0;
   std::uint64_t next_liveness = 0;     // when to check the readers holding us back
   std::optional<detail::PublishClock> clock;  // Timestamps::precise only (calibrating takes 2 ms)
+  [[no_unique_address]] detail::OneThread calls;  // debug builds: one thread at a time
 
   Impl(const Bus& b, const ProducerOptions& o)
       : bus(b),
         seg(*b.segment()),
         h(seg.header()),
+        ring(seg.ring()),
         opt(o),
         cap(seg.capacity()),
         chunk(std::max<std::uint64_t>(1, seg.capacity() / 16)),
@@ -112,60 +115,13 @@ struct Producer::Impl {
   void reclaim_dead_holders(std::uint64_t needed_floor) noexcept;
   std::uint32_t count_live_readers() const;
 
-  static void begin_write(layout::RecordHeader* r, std::uint64_t s) noexcept {
-    // Seqlock: anyone still copying the old occupant (an overwrite consumer,
-    // the inspector) must see the tag change. The release fence orders this
-    // store before the payload stores; it pairs with the reader's acquire
-    // fence before its re-check (Consumer::Impl::try_read, Inspector). A
-    // block consumer is never on this record.
-    r->tag.store(layout::kBusyBit | (s + 1), std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-  }
-
-  static void finish_write(layout::RecordHeader* r, std::uint64_t s, std::uint32_t len,
-                           std::uint64_t ts) noexcept {
-    // Relaxed atomic stores: a seqlock reader may be copying them right now
-    // (shared_copy.hpp). The commit tag below orders them.
-    std::atomic_ref<std::uint64_t>(r->timestamp_ns).store(ts, std::memory_order_relaxed);
-    std::atomic_ref<std::uint32_t>(r->length).store(len, std::memory_order_relaxed);
-    std::atomic_ref<std::uint32_t>(r->reserved).store(0, std::memory_order_relaxed);
-    // Commit mark, written last: publishes payload, length and timestamp.
-    // Pairs with the consumer's acquire load of the tag.
-    r->tag.store(s + 1, std::memory_order_release);
-  }
-
-  // The payload into record `r`. In `block` no reader is on a record being
-  // written, so a plain copy; in `overwrite` seqlock readers may be, so word
-  // by word with relaxed atomic stores (see shared_copy.hpp).
-  void write_payload(layout::RecordHeader* r, std::span<const std::byte> payload) const noexcept {
-    if (payload.empty()) return;
-    if (overwrite)
-      detail::store_shared_words(detail::Segment::payload(r), payload.data(), payload.size());
-    else
-      std::memcpy(detail::Segment::payload(r), payload.data(), payload.size());
-  }
-
-  // A gap longer than the ring, written by a skip_to from `s` whose producer
-  // died before it stored head: its markers fill the ring's last lap before
-  // the target, so the slot of `s` holds a marker for a later sequence, not
-  // one for s. Its target, if the gap's lowest marker (a ring before the
-  // target, written last) is committed; else nullopt and the stream goes on
-  // at s. Untrusted: every sequence is checked against the slot it is in.
-  std::optional<std::uint64_t> long_gap_end(std::uint64_t s) const noexcept {
-    layout::RecordHeader* r = seg.record(s);
-    // Pairs with the commit's release store, as every tag load here.
-    const std::uint64_t t = r->tag.load(std::memory_order_acquire);
-    if (t == 0 || (t & layout::kBusyBit)) return std::nullopt;
-    const std::uint64_t m = t - 1;
-    if (m <= s || ((m ^ s) & (cap - 1)) != 0) return std::nullopt;
-    const std::optional<detail::Gap> gap = detail::read_gap(r, m, cap);
-    if (!gap || gap->to - s <= cap) return std::nullopt;
-    const std::uint64_t lo = gap->to - cap;
-    layout::RecordHeader* low = seg.record(lo);
-    if (low->tag.load(std::memory_order_acquire) != lo + 1) return std::nullopt;
-    const std::optional<detail::Gap> low_gap = detail::read_gap(low, lo, cap);
-    if (!low_gap || low_gap->to != gap->to || low_gap->lost != gap->lost) return std::nullopt;
-    return gap->to;
+  // One whole record: in `overwrite` a reader may be copying it meanwhile
+  // (see record_ring.hpp).
+  void write_record(std::uint64_t s, std::span<const std::byte> payload, std::uint64_t ts) const noexcept {
+    layout::RecordHeader* r = ring.record(s);
+    detail::RecordRing::begin_write(r, s);
+    detail::RecordRing::write_payload(r, payload, overwrite);
+    detail::RecordRing::finish_write(r, s, static_cast<std::uint32_t>(payload.size()), ts);
   }
 
   // Asks for the lines of the record prefetch_ahead after `s` (see the top
@@ -173,7 +129,7 @@ struct Producer::Impl {
   void prefetch_ahead_of(std::uint64_t s) const noexcept {
     const std::uint64_t a = s + prefetch_ahead;
     if (!overwrite && a >= limit) return;
-    const auto at = reinterpret_cast<std::uintptr_t>(seg.record(a));
+    const auto at = reinterpret_cast<std::uintptr_t>(ring.record(a));
     // A big record's own lines follow one another: the first few are enough
     // for the hardware prefetcher to take over.
     const std::uintptr_t end = at + std::min<std::uint64_t>(record_size, kPrefetchBytes);
@@ -216,16 +172,6 @@ struct Producer::Impl {
       return true;
     }
     return false;
-  }
-
-  // Writes the gap marker for sequence m (see layout.hpp): its payload is
-  // the sequence the stream continues at.
-  void write_gap_marker(std::uint64_t m, std::uint64_t target, std::uint32_t kind) noexcept {
-    layout::RecordHeader* r = seg.record(m);
-    begin_write(r, m);
-    const std::uint64_t word = target;
-    write_payload(r, std::as_bytes(std::span<const std::uint64_t, 1>(&word, 1)));
-    finish_write(r, m, kind, now_stamp());
   }
 
   std::uint64_t now_stamp() noexcept {
@@ -281,18 +227,7 @@ void Producer::Impl::acquire_role() {
   // yet seq + 1) is simply overwritten.
   // A committed gap marker is followed (skip_to commits the gap's lowest
   // marker last, so the whole gap is written once it is).
-  std::uint64_t s = h->head.load(std::memory_order_acquire);
-  for (std::uint64_t i = 0; i < cap; ++i) {
-    layout::RecordHeader* r = seg.record(s);
-    if (r->tag.load(std::memory_order_acquire) == s + 1) {
-      const std::optional<detail::Gap> gap = detail::read_gap(r, s, cap);
-      s = gap ? gap->to : s + 1;
-    } else if (const std::optional<std::uint64_t> to = long_gap_end(s)) {
-      s = *to;
-    } else {
-      break;
-    }
-  }
+  const std::uint64_t s = ring.committed_end(h->head.load(std::memory_order_acquire));
   next = s;
   h->head.store(s, std::memory_order_release);
   limit = 0;  // force a rescan before the first write
@@ -374,24 +309,20 @@ void Producer::Impl::reclaim_dead_holders(std::uint64_t needed_floor) noexcept {
 
 // Waits until sequence `last_seq` may be written. Spin, then yield, then
 // sleep on space_futex; readers holding the ring are checked for liveness
-// every 50 ms, so a dead one is reclaimed within that bound.
+// once per liveness period, so a dead one is reclaimed within that bound.
 bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanoseconds timeout) noexcept {
   recompute_limit(last_seq);
   if (last_seq < limit) return true;
 
-  constexpr std::uint64_t kLivenessPeriodNs = 50'000'000;
+  // A reader that stops between what we need and the chunk we asked for
+  // never crosses the mark: look again after this at the latest.
   constexpr std::uint64_t kChunkSleepNs = 10'000'000;
   const std::uint64_t needed_floor = last_seq + 1 - cap;  // every cursor must reach this
-  const std::uint64_t start = detail::monotonic_ns();
-  const std::uint64_t deadline =
-      timeout == forever ? UINT64_MAX : start + static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
-  const std::uint64_t spin_end = start + static_cast<std::uint64_t>(std::max<std::int64_t>(0, opt.wait.spin_time.count()));
-  const std::uint64_t yield_end = spin_end + static_cast<std::uint64_t>(std::max<std::int64_t>(0, opt.wait.yield_time.count()));
+  detail::Waiter w(opt.wait, timeout, next_liveness);
   h->producer_waits.fetch_add(1, std::memory_order_relaxed);
   h->wait_start_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
   bool ok = false;
-  std::uint32_t yields = 0;
-  for (;;) {
+  for (;; w.tick()) {
     recompute_limit(last_seq);
     if (last_seq < limit) {
       ok = true;
@@ -402,57 +333,51 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
       closed = true;
       break;
     }
-    const std::uint64_t now = detail::monotonic_ns();
-    if (now >= deadline) break;
-    // After the spin phase (a short wait must stay free of system calls),
-    // at most every 50 ms: show who holds us back, reclaim it if dead.
-    if (now >= next_liveness && now >= spin_end) {
+    // Outside the spin phase (a short wait must stay free of system calls),
+    // once per liveness period: show who holds us back, reclaim it if dead.
+    if (w.liveness_due()) {
       std::uint32_t holder = UINT32_MAX;
       min_active_cursor(last_seq, &holder);
       h->blocked_on_slot.store(holder == UINT32_MAX ? 0 : holder + 1, std::memory_order_relaxed);
       reclaim_dead_holders(needed_floor);
-      next_liveness = now + kLivenessPeriodNs;
       continue;
     }
-    if (opt.wait.strategy == WaitStrategy::busy_spin || now < spin_end) {
-      for (int k = 0; k < 32; ++k) detail::cpu_relax();
-    } else if (opt.wait.strategy == WaitStrategy::spin_yield || now < yield_end ||
-               yields < detail::kMinYields) {
-      // Time AND a number of yields, as in the consumer: with the readers
-      // sharing a CPU each yield may last a slice, and sleeping costs the
-      // readers a heavy barrier's interrupt and a wake-up system call.
-      ++yields;
-      ::sched_yield();
-    } else {
-      // Sleep. Dekker with consumers: we arm producer_sleeping, then
-      // heavy_barrier() and re-check cursors; they store their cursor, then
-      // load producer_sleeping (light barrier between), and the first whose
-      // cursor crosses space_wanted clears it and makes the one wake. Asking
-      // for a whole chunk (not one record) means one sleep per chunk, and a
-      // reader wakes us at most once per mark, not on every cursor update.
-      const std::uint32_t seen = h->space_futex.load(std::memory_order_acquire);
-      // Reachable: chunk <= cap / 2, so the mark is never past head.
-      h->space_wanted.store(needed_floor + chunk, std::memory_order_relaxed);
-      // Release: a reader that sees producer_sleeping == 1 sees space_wanted.
-      h->producer_sleeping.store(1, std::memory_order_release);
-      const bool barrier_ok = detail::heavy_barrier();
-      recompute_limit(last_seq);
-      if (last_seq < limit) {
+    if (w.expired()) break;
+    switch (w.phase()) {
+      case detail::Waiter::Phase::spin:
+        // The check rescans every active reader's cursor line: once per step.
+        for (int k = 0; k < detail::kSpinStep; ++k) detail::cpu_relax();
+        break;
+      case detail::Waiter::Phase::yield: w.yield(); break;
+      case detail::Waiter::Phase::sleep: {
+        // Dekker with consumers: we arm producer_sleeping, then
+        // heavy_barrier() and re-check cursors; they store their cursor, then
+        // load producer_sleeping (light barrier between), and the first whose
+        // cursor crosses space_wanted clears it and makes the one wake. Asking
+        // for a whole chunk (not one record) means one sleep per chunk, and a
+        // reader wakes us at most once per mark, not on every cursor update.
+        const std::uint32_t seen = h->space_futex.load(std::memory_order_acquire);
+        // Reachable: chunk <= cap / 2, so the mark is never past head.
+        h->space_wanted.store(needed_floor + chunk, std::memory_order_relaxed);
+        // Release: a reader that sees producer_sleeping == 1 sees space_wanted.
+        h->producer_sleeping.store(1, std::memory_order_release);
+        const bool barrier_ok = detail::heavy_barrier();
+        recompute_limit(last_seq);
+        if (last_seq < limit) {
+          h->producer_sleeping.store(0, std::memory_order_relaxed);
+          ok = true;
+          break;
+        }
+        detail::futex_wait(&h->space_futex, seen, w.sleep_slice(barrier_ok, kChunkSleepNs));
         h->producer_sleeping.store(0, std::memory_order_relaxed);
-        ok = true;
         break;
       }
-      // A reader that stops between what we need and the chunk we asked for
-      // never crosses it: look again after kChunkSleepNs at the latest.
-      std::uint64_t slice = std::min({deadline - now, next_liveness - now, kChunkSleepNs});
-      if (!barrier_ok) slice = std::min<std::uint64_t>(slice, 1'000'000);
-      detail::futex_wait(&h->space_futex, seen, slice);
-      h->producer_sleeping.store(0, std::memory_order_relaxed);
     }
+    if (ok) break;
   }
   h->blocked_on_slot.store(0, std::memory_order_relaxed);
   h->wait_start_ns.store(0, std::memory_order_relaxed);
-  h->producer_wait_ns.fetch_add(detail::monotonic_ns() - start, std::memory_order_relaxed);
+  h->producer_wait_ns.fetch_add(detail::monotonic_ns() - w.start(), std::memory_order_relaxed);
   return ok;
 }
 
@@ -493,22 +418,22 @@ Producer& Producer::operator=(Producer&& o) noexcept {
 }
 
 void Producer::detach() noexcept {
-  if (!impl_ || impl_->closed) return;
+  if (!impl_) return;
+  detail::OneThread::Scope in(impl_->calls, "Producer::detach");
+  if (impl_->closed) return;
   impl_->release_role(false);
   impl_->closed = true;
 }
 
 PublishResult Producer::publish(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) noexcept {
   Impl& p = *impl_;
+  detail::OneThread::Scope in(p.calls, "Producer::publish");
   if (p.refused()) [[unlikely]] return {PublishStatus::closed, 0};
   if (payload.size() > p.max_payload) return {PublishStatus::too_large, 0};
   const std::uint64_t s = p.next;
   if (!p.overwrite && s >= p.limit && !p.wait_for_space(s, timeout))
     return {p.closed ? PublishStatus::closed : PublishStatus::timeout, 0};
-  layout::RecordHeader* r = p.seg.record(s);
-  Impl::begin_write(r, s);
-  p.write_payload(r, payload);
-  Impl::finish_write(r, s, static_cast<std::uint32_t>(payload.size()), p.now_stamp());
+  p.write_record(s, payload, p.now_stamp());
   p.publish_head(s + 1);
   p.prefetch_ahead_of(s);  // after the commit: off the message's own latency
   return {PublishStatus::ok, s};
@@ -516,6 +441,7 @@ PublishResult Producer::publish(std::span<const std::byte> payload, std::chrono:
 
 PublishResult Producer::skip_to(std::uint64_t seq, std::chrono::nanoseconds timeout) noexcept {
   Impl& p = *impl_;
+  detail::OneThread::Scope in(p.calls, "Producer::skip_to");
   if (p.refused()) [[unlikely]] return {PublishStatus::closed, 0};
   const std::uint64_t from = p.next;
   if (seq < from || seq >= layout::kMaxSequence) return {PublishStatus::invalid, 0};
@@ -530,12 +456,13 @@ PublishResult Producer::skip_to(std::uint64_t seq, std::chrono::nanoseconds time
   if (!p.overwrite && last_needed >= p.limit && !p.wait_for_space(last_needed, timeout))
     return {p.closed ? PublishStatus::closed : PublishStatus::timeout, 0};
   // A bus that never carried a message starts at seq: nothing is lost.
-  const std::uint32_t kind = from == 0 ? layout::kGapStart : layout::kGapLost;
+  const detail::Gap gap{seq, from != 0};
   // Highest first, the lowest last: a takeover that finds the lowest
-  // committed knows the rest are (Impl::acquire_role).
-  for (std::uint64_t m = seq; m-- > lo;) p.write_gap_marker(m, seq, kind);
+  // committed knows the rest are (RecordRing::committed_end).
+  const std::uint64_t ts = p.now_stamp();
+  for (std::uint64_t m = seq; m-- > lo;) p.ring.write_gap_marker(m, gap, ts, p.overwrite);
   if (!p.overwrite) {
-    if (kind == layout::kGapStart) {
+    if (!gap.lost) {
       // Joiners start at seq, not at markers for messages that never were.
       p.h->oldest.store(seq, std::memory_order_relaxed);
     }
@@ -547,6 +474,7 @@ PublishResult Producer::skip_to(std::uint64_t seq, std::chrono::nanoseconds time
 
 Claim Producer::claim(std::size_t size, std::chrono::nanoseconds timeout) noexcept {
   Impl& p = *impl_;
+  detail::OneThread::Scope in(p.calls, "Producer::claim");
   Claim c;
   if (p.refused()) return c;  // status closed
   if (size > p.max_payload) {
@@ -558,23 +486,25 @@ Claim Producer::claim(std::size_t size, std::chrono::nanoseconds timeout) noexce
     c.status = p.closed ? PublishStatus::closed : PublishStatus::timeout;
     return c;
   }
-  layout::RecordHeader* r = p.seg.record(s);
-  Impl::begin_write(r, s);
+  layout::RecordHeader* r = p.ring.record(s);
+  detail::RecordRing::begin_write(r, s);
   p.claim_open = true;
   p.claim_seq = s;
   p.claim_size = size;
   c.status = PublishStatus::ok;
   c.seq = s;
-  c.data = std::span<std::byte>(detail::Segment::payload(r), size);
+  c.data = std::span<std::byte>(detail::RecordRing::payload(r), size);
   return c;
 }
 
 void Producer::commit(std::size_t size) noexcept {
   Impl& p = *impl_;
+  detail::OneThread::Scope in(p.calls, "Producer::commit");
   if (!p.claim_open) return;
   p.claim_open = false;
   const std::uint64_t s = p.claim_seq;
-  Impl::finish_write(p.seg.record(s), s, static_cast<std::uint32_t>(std::min(size, p.claim_size)), p.now_stamp());
+  detail::RecordRing::finish_write(p.ring.record(s), s, static_cast<std::uint32_t>(std::min(size, p.claim_size)),
+                                   p.now_stamp());
   p.publish_head(s + 1);
   p.prefetch_ahead_of(s);
 }
@@ -584,6 +514,7 @@ void Producer::commit() noexcept { commit(impl_ ? impl_->claim_size : 0); }
 std::size_t Producer::publish_batch(std::span<const std::span<const std::byte>> payloads,
                                     std::chrono::nanoseconds timeout) noexcept {
   Impl& p = *impl_;
+  detail::OneThread::Scope in(p.calls, "Producer::publish_batch");
   if (p.refused()) return 0;
   std::size_t total = payloads.size();
   for (std::size_t i = 0; i < payloads.size(); ++i) {
@@ -602,11 +533,7 @@ std::size_t Producer::publish_batch(std::span<const std::span<const std::byte>> 
     const std::uint64_t ts = p.now_stamp();
     for (std::uint64_t k = 0; k < n; ++k) {
       const std::uint64_t s = first + k;
-      const auto& m = payloads[done + k];
-      layout::RecordHeader* r = p.seg.record(s);
-      Impl::begin_write(r, s);
-      p.write_payload(r, m);
-      Impl::finish_write(r, s, static_cast<std::uint32_t>(m.size()), ts);
+      p.write_record(s, payloads[done + k], ts);
       p.prefetch_ahead_of(s);
     }
     p.publish_head(first + n);
@@ -616,7 +543,9 @@ std::size_t Producer::publish_batch(std::span<const std::span<const std::byte>> 
 }
 
 void Producer::close() noexcept {
-  if (!impl_ || impl_->closed) return;
+  if (!impl_) return;
+  detail::OneThread::Scope in(impl_->calls, "Producer::close");
+  if (impl_->closed) return;
   impl_->release_role(true);
   impl_->closed = true;
 }

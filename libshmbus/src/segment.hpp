@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "layout.hpp"
+#include "record_ring.hpp"
 #include "role_lock.hpp"
 #include "shmbus/bus.hpp"
 
@@ -80,12 +81,9 @@ class Segment {
   std::byte* base() const noexcept { return base_; }
   std::uint64_t size() const noexcept { return size_; }
 
-  layout::RecordHeader* record(std::uint64_t seq) const noexcept {
-    return reinterpret_cast<layout::RecordHeader*>(log_ + (seq & mask_) * info_.record_size);
-  }
-  static std::byte* payload(layout::RecordHeader* r) noexcept {
-    return reinterpret_cast<std::byte*>(r) + layout::kRecordHeaderSize;
-  }
+  // The log, as a ring of records (record_ring.hpp).
+  RecordRing ring() const noexcept { return RecordRing(log_, info_.capacity, info_.record_size); }
+  layout::RecordHeader* record(std::uint64_t seq) const noexcept { return ring().record(seq); }
 
   // A new open file description of this same file (checked by device and
   // inode), through which a role is held. Throws Error (not_found if the
@@ -126,28 +124,6 @@ class Segment {
 // block bus the producer's published floor (header.oldest), in an overwrite
 // bus head - capacity. The field is untrusted: clamped to what can exist.
 std::uint64_t oldest_retained(const Segment& s, std::uint64_t head) noexcept;
-
-// A gap marker (layout.hpp): where the stream continues, and whether the
-// sequences in between count as lost.
-struct Gap {
-  std::uint64_t to;
-  bool lost;
-};
-
-// The gap marker in record `r`, committed for sequence `seq` (the caller has
-// checked the tag), or nullopt if it holds a message. Untrusted: skip_to
-// writes markers only within one ring of their target, so a target not
-// after `seq`, more than `capacity` past it, or at kMaxSequence or beyond is
-// not a gap (the caller sees a corrupt record). In `overwrite` the caller
-// re-checks the tag afterwards, as for a payload copy.
-inline std::optional<Gap> read_gap(layout::RecordHeader* r, std::uint64_t seq, std::uint64_t capacity) noexcept {
-  const std::uint32_t len = std::atomic_ref<std::uint32_t>(r->length).load(std::memory_order_relaxed);
-  if (len != layout::kGapLost && len != layout::kGapStart) return std::nullopt;
-  const std::uint64_t to =
-      std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(Segment::payload(r))).load(std::memory_order_relaxed);
-  if (to <= seq || to - seq > capacity || to >= layout::kMaxSequence) return std::nullopt;
-  return Gap{to, len == layout::kGapLost};
-}
 
 // Removes the temporary files (.shmbus.NAME.XXXXXX) that creators of `bus`
 // who died mid-way left behind: those whose creator lock nobody holds, and

@@ -1,0 +1,115 @@
+// shmbus — the phases of one wait. Private to the library.
+//
+// A producer waiting for space and a consumer waiting for data wait the same
+// way (WaitOptions): spin, then yield, then sleep on a futex word in the
+// segment, until a deadline; and while they wait they look, at most every
+// kLivenessPeriodNs, at who they wait for (a dead reader, a dead producer).
+// A Waiter owns that clock arithmetic: the deadline, where the spin and
+// yield phases end, the liveness tick, and how long one futex sleep may
+// last. The caller owns what it waits for and its side of the futex
+// handshake (producer.cpp, consumer.cpp), in a loop of this shape:
+//
+//   for (Waiter w(...);; w.tick()) {
+//     if (w.liveness_due()) ...look at the other side (a system call)...
+//     if (w.expired()) return timeout;
+//     switch (w.phase()) {
+//       case spin:  kSpinStep pauses (and checks); break;
+//       case yield: w.yield(); break;
+//       case sleep: arm, heavy_barrier(), check, futex_wait(w.sleep_slice(...));
+//     }
+//   }
+//
+// Nothing here makes a system call in the spin phase but the clock read
+// (vDSO), so a short wait stays free of them.
+#pragma once
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+
+#include "shmbus/wait.hpp"
+#include "sys.hpp"
+
+namespace shmbus::detail {
+
+// A holder that died is noticed within this (a dead reader holding a
+// `block` producer, a dead producer its consumers wait for).
+inline constexpr std::uint64_t kLivenessPeriodNs = 50'000'000;
+// A sleep whose heavy barrier failed (no membarrier) cannot rely on the
+// waker seeing it armed: it looks again after this at the latest.
+inline constexpr std::uint64_t kFallbackSliceNs = 1'000'000;
+// Pause instructions per spin step: the clock is read (and, for a check that
+// costs more than a load, the check made) once per step.
+inline constexpr int kSpinStep = 16;
+
+class Waiter {
+ public:
+  enum class Phase { spin, yield, sleep };
+
+  // `next_liveness`: the caller's own, kept across waits, so that calls that
+  // do not wait (timeout 0) still look at liveness once per period, and
+  // waits in quick succession no more often.
+  Waiter(const WaitOptions& wait, std::chrono::nanoseconds timeout, std::uint64_t& next_liveness) noexcept
+      : strategy_(wait.strategy), next_liveness_(next_liveness), start_(monotonic_ns()), now_(start_) {
+    deadline_ = timeout == forever ? UINT64_MAX : start_ + std::min(non_negative(timeout), UINT64_MAX - start_);
+    spin_end_ = start_ + non_negative(wait.spin_time);
+    yield_end_ = spin_end_ + non_negative(wait.yield_time);
+  }
+
+  std::uint64_t start() const noexcept { return start_; }
+  std::uint64_t now() const noexcept { return now_; }
+  void tick() noexcept { now_ = monotonic_ns(); }
+  bool expired() const noexcept { return now_ >= deadline_; }
+
+  // Past the spin phase, or a call that does not wait at all: a system call
+  // (testing a role lock) is allowed.
+  bool may_probe() const noexcept { return now_ >= spin_end_ || now_ >= deadline_; }
+  // True at most once per kLivenessPeriodNs, and only when may_probe().
+  bool liveness_due() noexcept {
+    if (now_ < next_liveness_ || !may_probe()) return false;
+    next_liveness_ = now_ + kLivenessPeriodNs;
+    return true;
+  }
+
+  // The yield phase lasts yield_time AND kMinYields yields: when other
+  // processes share this CPU, each yield hands them a whole slice, and wall
+  // time alone would send us to sleep (a heavy barrier, and a futex wake-up
+  // for the other side) while the stream is still flowing.
+  Phase phase() const noexcept {
+    if (strategy_ == WaitStrategy::busy_spin || now_ < spin_end_) return Phase::spin;
+    if (strategy_ == WaitStrategy::spin_yield || now_ < yield_end_ || yields_ < kMinYields) return Phase::yield;
+    return Phase::sleep;
+  }
+  void yield() noexcept {
+    ++yields_;
+    ::sched_yield();
+  }
+
+  // How long one futex sleep may last: at most until the deadline, the next
+  // liveness tick (if one is pending) and `cap`; kFallbackSliceNs if the
+  // heavy barrier failed.
+  std::uint64_t sleep_slice(bool barrier_ok, std::uint64_t cap) const noexcept {
+    std::uint64_t slice = std::min(deadline_ - now_, cap);
+    if (next_liveness_ > now_) slice = std::min(slice, next_liveness_ - now_);
+    if (!barrier_ok) slice = std::min(slice, kFallbackSliceNs);
+    return slice;
+  }
+
+ private:
+  static std::uint64_t non_negative(std::chrono::nanoseconds d) noexcept {
+    return static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.count()));
+  }
+
+  WaitStrategy strategy_;
+  std::uint64_t& next_liveness_;
+  std::uint64_t start_;
+  std::uint64_t now_;
+  std::uint64_t deadline_ = 0;
+  std::uint64_t spin_end_ = 0;
+  std::uint64_t yield_end_ = 0;
+  std::uint32_t yields_ = 0;
+};
+
+}  // namespace shmbus::detail

@@ -1,0 +1,75 @@
+// Builds made to find bugs (Debug, sanitizers) stop a second thread at the
+// door of a Producer or Consumer call another thread is inside, with one
+// line naming both, instead of letting the two corrupt it.
+#include "thread_check.hpp"
+
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "shmbus/inspect.hpp"
+#include "test_support.hpp"
+
+namespace shmbus::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr const char* kNotBuilt = "the one-thread check is compiled into Debug and sanitizer builds only";
+
+TEST(OneThreadCheck, SecondThreadInAConsumerCallAborts) {
+  if (!detail::thread_checks_built()) GTEST_SKIP() << kNotBuilt;
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  ScopedName name("onethread");
+  EXPECT_DEATH(
+      {
+        Bus bus = Bus::create(name, BusOptions{});
+        Consumer c(bus);
+        std::thread waiter([&] { (void)c.next(forever); });
+        // Inside next(), asleep on the empty bus: the inspector says so.
+        Inspector insp = Inspector::open(name);
+        while (insp.snapshot().readers.empty() || !insp.snapshot().readers[0].sleeping) std::this_thread::yield();
+        (void)c.next(0ns);
+        waiter.detach();
+      },
+      "Consumer::next called while another thread is in Consumer::next");
+}
+
+TEST(OneThreadCheck, ClosingAProducerWhileAnotherThreadPublishesAborts) {
+  if (!detail::thread_checks_built()) GTEST_SKIP() << kNotBuilt;
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  ScopedName name("onethread-p");
+  EXPECT_DEATH(
+      {
+        BusOptions o;
+        o.capacity = 64;
+        Bus bus = Bus::create(name, o);
+        Consumer holder(bus);  // never reads: the producer waits for space
+        Producer p(bus);
+        while (p.publish(bytes("x"), 0ns)) {
+        }
+        std::thread publisher([&] { (void)p.publish(bytes("y"), forever); });
+        Inspector insp = Inspector::open(name);
+        while (insp.snapshot().producer.waiting_since_ns == 0) std::this_thread::yield();
+        p.close();
+        publisher.detach();
+      },
+      "Producer::close called while another thread is in Producer::publish");
+}
+
+TEST(OneThreadCheck, CallsFromOneThreadAfterAnotherArePermitted) {
+  ScopedName name("onethread-seq");
+  Bus bus = Bus::create(name, BusOptions{});
+  Consumer c(bus);
+  Producer p(bus);
+  ASSERT_TRUE(p.publish(bytes("a")));
+  std::thread([&] {
+    ReadResult r = c.next(1s);
+    EXPECT_EQ(r.status, ReadStatus::message);
+    ASSERT_TRUE(p.publish(bytes("b")));
+  }).join();
+  EXPECT_EQ(c.next(1s).status, ReadStatus::message);
+}
+
+}  // namespace
+}  // namespace shmbus::test

@@ -351,6 +351,29 @@ TEST(KilledReaderAsleep, ReaderKilledWhileAsleepIsReclaimedAndLeavesNoSleeperBeh
   EXPECT_GE(s.counters.readers_reclaimed, 1u);
 }
 
+TEST(KilledReaderNeverWaitedFor, AProducerThatOnlyTriesReclaimsTheDeadReaderToo) {
+  // A producer that never waits (timeout 0, its own loop around it) still
+  // looks at the readers holding it once per liveness period.
+  constexpr std::uint64_t kCap = 16;
+  ScopedName name("killed-try");
+  Bus bus = Bus::create(name, options(Policy::block, kCap));
+  Peer stuck({"consumer", name.str(), "--name", "stuck", "--pause-after", "0"});
+  ASSERT_TRUE(stuck.wait_line("paused", 10s)) << dump(stuck);
+  Producer producer(bus);
+  const std::byte one[1]{};
+  std::uint64_t sent = 0;
+  while (producer.publish(one, 0ns)) ++sent;
+  ASSERT_LE(sent, kCap) << "the producer wrote over records its reader has not read";
+  stuck.kill(SIGKILL);
+  stuck.reap();
+  const auto killed = Clock::now();
+  const bool moved = eventually([&] { return static_cast<bool>(producer.publish(one, 0ns)); }, 10s);
+  ASSERT_TRUE(moved) << "a producer publishing with timeout 0 never got past its dead reader";
+  std::printf("[ info     ] try-publish moved %.3f s after its reader was killed\n",
+              std::chrono::duration<double>(Clock::now() - killed).count());
+  EXPECT_GE(Inspector::open(name).snapshot().counters.readers_reclaimed, 1u);
+}
+
 TEST(KilledProducer, ConsumersDrainEveryCommittedMessageThenEndOfStreamThenANewProducerContinues) {
   ScopedName name("killed-producer");
   Bus bus = Bus::create(name, options(Policy::block, 1024));

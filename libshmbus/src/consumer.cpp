@@ -22,7 +22,7 @@
 #include <cstring>
 #include <string>
 
-#include "segment.hpp"
+#include "attachment.hpp"
 #include "sys.hpp"
 #include "thread_check.hpp"
 #include "waiter.hpp"
@@ -58,11 +58,7 @@ enum class Step { message, empty, lost, corrupt, moved };
 using layout::kMaxSequence;
 }  // namespace
 
-struct Consumer::Impl {
-  Bus bus;
-  detail::Segment& seg;
-  layout::SegmentHeader* h;
-  detail::RecordRing ring;
+struct Consumer::Impl : detail::Attachment {
   layout::ReaderSlot* slot = nullptr;
   std::uint32_t index = 0;
   ConsumerOptions opt;
@@ -70,10 +66,6 @@ struct Consumer::Impl {
   std::uint64_t ticket = 0;     // our attachment's ticket (slot->owner while the slot is ours)
   std::uint64_t view_from = 0;  // first sequence handed out by the last call
   std::uint32_t dead_takeovers = 0;  // header.takeovers when the producer was found dead
-  std::uint64_t cap;
-  std::uint64_t mask;
-  std::uint32_t max_payload;
-  bool overwrite;
   std::uint64_t cursor = 0;     // next sequence to read
   std::uint64_t published = 0;  // cursor as last stored in the slot
   std::uint64_t delivered = 0;
@@ -94,15 +86,8 @@ struct Consumer::Impl {
   [[no_unique_address]] detail::OneThread calls;  // debug builds: one thread at a time
 
   Impl(const Bus& b, const ConsumerOptions& o)
-      : bus(b),
-        seg(*b.segment()),
-        h(seg.header()),
-        ring(seg.ring()),
+      : Attachment(b),
         opt(o),
-        cap(seg.capacity()),
-        mask(seg.capacity() - 1),
-        max_payload(seg.max_payload()),
-        overwrite(seg.overwrite()),
         // At most 1/16 of the ring unreleased, so a blocked producer loses little.
         release_every(std::clamp<std::uint64_t>(seg.capacity() / 16, 1, 32)) {
     if (overwrite) {
@@ -177,14 +162,12 @@ struct Consumer::Impl {
       std::uint32_t len;
       std::uint64_t ts;
       const std::byte* src;
-      std::optional<detail::Gap> gap;
+      detail::RecordRing::Copy copied;  // overwrite only
       if (overwrite) {
         // The producer may be rewriting the record now: a checked copy.
-        detail::RecordRing::Copy copied;
         if (!ring.copy_checked(r, t, c, copy_to, copied)) return lapped(c, out);
         len = copied.length;
         ts = copied.timestamp_ns;
-        gap = copied.gap;
         src = copy_to;
       } else {
         // In place: no writer is on a record we have not read.
@@ -193,7 +176,7 @@ struct Consumer::Impl {
         src = detail::RecordRing::payload(r);
       }
       if (len > max_payload) [[unlikely]] {
-        if (!overwrite) gap = ring.read_gap(r, c);
+        const std::optional<detail::Gap> gap = overwrite ? copied.gap : ring.read_gap(r, c);
         if (gap) return cross_gap(c, *gap);
         out.seq = c;
         cursor = c + 1;

@@ -47,7 +47,7 @@
 #include <string>
 #include <optional>
 
-#include "segment.hpp"
+#include "attachment.hpp"
 #include "shmbus/inspect.hpp"
 #include "sys.hpp"
 #include "thread_check.hpp"
@@ -69,19 +69,11 @@ const char* to_string(PublishStatus s) noexcept {
   return "?";
 }
 
-struct Producer::Impl {
-  Bus bus;
-  detail::Segment& seg;
-  layout::SegmentHeader* h;
-  detail::RecordRing ring;
+struct Producer::Impl : detail::Attachment {
   ProducerOptions opt;
   detail::RoleFd role;  // holds the producer role's lock (layout.hpp, "Role locks")
-  std::uint64_t cap;
   std::uint64_t chunk;      // rescan at least every `chunk` messages
   std::uint64_t prefetch_ahead;  // records: about kPrefetchBytes
-  std::uint32_t record_size;
-  std::uint32_t max_payload;
-  bool overwrite;
   std::uint64_t next = 0;   // next sequence to publish (local copy of head)
   std::uint64_t limit = 0;  // block: may write sequences < limit without rescanning
   bool closed = false;
@@ -93,17 +85,10 @@ struct Producer::Impl {
   [[no_unique_address]] detail::OneThread calls;  // debug builds: one thread at a time
 
   Impl(const Bus& b, const ProducerOptions& o)
-      : bus(b),
-        seg(*b.segment()),
-        h(seg.header()),
-        ring(seg.ring()),
+      : Attachment(b),
         opt(o),
-        cap(seg.capacity()),
-        chunk(std::max<std::uint64_t>(1, seg.capacity() / 16)),
-        prefetch_ahead(std::clamp<std::uint64_t>(kPrefetchBytes / seg.record_size(), 1, seg.capacity() / 2)),
-        record_size(seg.record_size()),
-        max_payload(seg.max_payload()),
-        overwrite(seg.overwrite()) {
+        chunk(std::max<std::uint64_t>(1, cap / 16)),
+        prefetch_ahead(std::clamp<std::uint64_t>(kPrefetchBytes / ring.record_size(), 1, cap / 2)) {
     if (opt.timestamps == Timestamps::precise) clock.emplace();
   }
 
@@ -132,7 +117,7 @@ struct Producer::Impl {
     const auto at = reinterpret_cast<std::uintptr_t>(ring.record(a));
     // A big record's own lines follow one another: the first few are enough
     // for the hardware prefetcher to take over.
-    const std::uintptr_t end = at + std::min<std::uint64_t>(record_size, kPrefetchBytes);
+    const std::uintptr_t end = at + std::min<std::uint64_t>(ring.record_size(), kPrefetchBytes);
     for (std::uintptr_t line = at & ~std::uintptr_t{layout::kCacheLine - 1}; line < end; line += layout::kCacheLine)
       detail::prefetch_for_write(reinterpret_cast<const void*>(line));
   }

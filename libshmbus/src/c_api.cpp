@@ -49,6 +49,27 @@ static_assert(SHMBUS_WAIT_ADAPTIVE == static_cast<int>(shmbus::WaitStrategy::ada
 
 namespace {
 
+// A NUL-terminated copy of `from`, cut to fit.
+template <std::size_t N>
+void copy_name(char (&to)[N], const std::string& from) noexcept {
+  std::memcpy(to, from.data(), std::min(from.size(), N - 1));
+  to[std::min(from.size(), N - 1)] = '\0';
+}
+
+// A new[]-allocated C array of zeroed views, each filled from the matching
+// element of `from` (nullptr when there are none); `count` gets its length.
+template <class CView, class View, class Fill>
+CView* c_array(const std::vector<View>& from, std::size_t& count, Fill fill) {
+  count = from.size();
+  if (from.empty()) return nullptr;
+  auto out = std::make_unique<CView[]>(from.size());
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    std::memset(&out[i], 0, sizeof out[i]);
+    fill(from[i], out[i]);
+  }
+  return out.release();
+}
+
 thread_local std::string last_error;
 
 shmbus_status fail(shmbus_status s, std::string message) noexcept {
@@ -530,43 +551,29 @@ shmbus_status shmbus_inspect(const char* name, shmbus_snapshot** out) {
     snap->producer_waiting_for_space = s.producer.waiting_for_space ? 1 : 0;
     snap->producer_blocked_on_slot = s.producer.blocked_on_slot ? *s.producer.blocked_on_slot : -1;
     snap->takeovers = s.producer.takeovers;
-    if (!s.readers.empty()) {
-      auto readers = std::make_unique<shmbus_reader_view[]>(s.readers.size());
-      for (std::size_t i = 0; i < s.readers.size(); ++i) {
-        const shmbus::ReaderView& r = s.readers[i];
-        shmbus_reader_view& v = readers[i];
-        std::memset(&v, 0, sizeof v);
-        v.slot = r.slot;
-        v.pid = r.pid;
-        v.liveness = static_cast<std::uint32_t>(r.liveness);
-        v.sleeping = r.sleeping ? 1 : 0;
-        std::memcpy(v.name, r.name.data(), std::min(r.name.size(), sizeof v.name - 1));
-        v.cursor = r.cursor;
-        v.lag = s.head > r.cursor ? s.head - r.cursor : 0;
-        v.delivered = r.delivered;
-        v.lost = r.lost;
-        v.attach_time_ns = r.attach_time_ns;
-        v.last_active_ns = r.last_active_ns;
-      }
-      snap->readers = readers.release();
-      snap->reader_count = s.readers.size();
-    }
-    if (!s.bookmarks.empty()) {
-      auto bookmarks = std::make_unique<shmbus_bookmark_view[]>(s.bookmarks.size());
-      for (std::size_t i = 0; i < s.bookmarks.size(); ++i) {
-        const shmbus::BookmarkView& b = s.bookmarks[i];
-        shmbus_bookmark_view& v = bookmarks[i];
-        std::memset(&v, 0, sizeof v);
-        v.index = b.index;
-        v.held = b.held ? 1 : 0;
-        v.holder_pid = b.held ? b.holder_pid : 0;
-        std::memcpy(v.name, b.name.data(), std::min(b.name.size(), sizeof v.name - 1));
-        v.cursor = b.cursor;
-        v.updated_ns = b.updated_ns;
-      }
-      snap->bookmarks = bookmarks.release();
-      snap->bookmark_count = s.bookmarks.size();
-    }
+    snap->readers = c_array<shmbus_reader_view>(s.readers, snap->reader_count,
+                                                [&](const shmbus::ReaderView& r, shmbus_reader_view& v) {
+                                                  v.slot = r.slot;
+                                                  v.pid = r.pid;
+                                                  v.liveness = static_cast<std::uint32_t>(r.liveness);
+                                                  v.sleeping = r.sleeping ? 1 : 0;
+                                                  copy_name(v.name, r.name);
+                                                  v.cursor = r.cursor;
+                                                  v.lag = s.head > r.cursor ? s.head - r.cursor : 0;
+                                                  v.delivered = r.delivered;
+                                                  v.lost = r.lost;
+                                                  v.attach_time_ns = r.attach_time_ns;
+                                                  v.last_active_ns = r.last_active_ns;
+                                                });
+    snap->bookmarks = c_array<shmbus_bookmark_view>(s.bookmarks, snap->bookmark_count,
+                                                    [](const shmbus::BookmarkView& b, shmbus_bookmark_view& v) {
+                                                      v.index = b.index;
+                                                      v.held = b.held ? 1 : 0;
+                                                      v.holder_pid = b.held ? b.holder_pid : 0;
+                                                      copy_name(v.name, b.name);
+                                                      v.cursor = b.cursor;
+                                                      v.updated_ns = b.updated_ns;
+                                                    });
     *out = snap.release();
     return SHMBUS_OK;
   });

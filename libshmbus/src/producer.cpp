@@ -97,6 +97,14 @@ struct Producer::Impl : detail::Attachment {
   void recompute_limit(std::uint64_t s) noexcept;
   std::uint64_t min_active_cursor(std::uint64_t upper, std::uint32_t* holder) noexcept;
   bool wait_for_space(std::uint64_t last_seq, std::chrono::nanoseconds timeout) noexcept;
+  // True once sequences up to `last_seq` may be written: at once in
+  // `overwrite` or below the cached limit, else after waiting (up to
+  // `timeout`) for the readers to make room.
+  bool room_for(std::uint64_t last_seq, std::chrono::nanoseconds timeout) noexcept {
+    return overwrite || last_seq < limit || wait_for_space(last_seq, timeout);
+  }
+  // Why room_for() failed.
+  PublishStatus no_room() const noexcept { return closed ? PublishStatus::closed : PublishStatus::timeout; }
   void reclaim_dead_holders(std::uint64_t needed_floor) noexcept;
   std::uint32_t count_live_readers() const;
 
@@ -416,8 +424,7 @@ PublishResult Producer::publish(std::span<const std::byte> payload, std::chrono:
   if (p.refused()) [[unlikely]] return {PublishStatus::closed, 0};
   if (payload.size() > p.max_payload) return {PublishStatus::too_large, 0};
   const std::uint64_t s = p.next;
-  if (!p.overwrite && s >= p.limit && !p.wait_for_space(s, timeout))
-    return {p.closed ? PublishStatus::closed : PublishStatus::timeout, 0};
+  if (!p.room_for(s, timeout)) return {p.no_room(), 0};
   p.write_record(s, payload, p.now_stamp());
   p.publish_head(s + 1);
   p.prefetch_ahead_of(s);  // after the commit: off the message's own latency
@@ -438,8 +445,7 @@ PublishResult Producer::skip_to(std::uint64_t seq, std::chrono::nanoseconds time
   // markers then fill the whole ring).
   const std::uint64_t lo = seq - from > p.cap ? seq - p.cap : from;
   const std::uint64_t last_needed = std::min(seq - 1, from + p.cap - 1);
-  if (!p.overwrite && last_needed >= p.limit && !p.wait_for_space(last_needed, timeout))
-    return {p.closed ? PublishStatus::closed : PublishStatus::timeout, 0};
+  if (!p.room_for(last_needed, timeout)) return {p.no_room(), 0};
   // A bus that never carried a message starts at seq: nothing is lost.
   const detail::Gap gap{seq, from != 0};
   // Highest first, the lowest last: a takeover that finds the lowest
@@ -467,8 +473,8 @@ Claim Producer::claim(std::size_t size, std::chrono::nanoseconds timeout) noexce
     return c;
   }
   const std::uint64_t s = p.next;
-  if (!p.overwrite && s >= p.limit && !p.wait_for_space(s, timeout)) {
-    c.status = p.closed ? PublishStatus::closed : PublishStatus::timeout;
+  if (!p.room_for(s, timeout)) {
+    c.status = p.no_room();
     return c;
   }
   layout::RecordHeader* r = p.ring.record(s);
@@ -514,7 +520,7 @@ std::size_t Producer::publish_batch(std::span<const std::span<const std::byte>> 
     const std::uint64_t n = std::min<std::uint64_t>(total - done, std::max<std::uint64_t>(1, p.cap / 2));
     const std::uint64_t first = p.next;
     const std::uint64_t last = first + n - 1;
-    if (!p.overwrite && last >= p.limit && !p.wait_for_space(last, timeout)) break;
+    if (!p.room_for(last, timeout)) break;
     const std::uint64_t ts = p.now_stamp();
     for (std::uint64_t k = 0; k < n; ++k) {
       const std::uint64_t s = first + k;

@@ -53,8 +53,10 @@ const char* to_string(EndReason r) noexcept {
 
 namespace {
 constexpr std::size_t kCopyBudget = 4u << 20;             // overwrite copy buffer, bytes
-// `moved`: the cursor crossed a gap that lost nothing (never leaves try_read).
-enum class Step { message, empty, lost, corrupt, moved };
+// What one attempt or one wait came to. `empty` (nothing yet) and `moved`
+// (the cursor crossed a gap that lost nothing) never leave read_one();
+// `timeout` and `eos` (end of stream) come only from it.
+enum class Step { message, empty, lost, corrupt, moved, timeout, eos };
 using layout::kMaxSequence;
 }  // namespace
 
@@ -364,16 +366,11 @@ struct Consumer::Impl : detail::Attachment {
     return last_lost;
   }
 
-  enum class Wait { message, lost, corrupt, timeout, eos };
-
   // Reads one record, waiting up to `timeout`: spin, then yield, then sleep
   // on data_futex, as WaitOptions say.
-  [[gnu::noinline]] Wait read_one(Message& out, std::byte* copy_to, std::chrono::nanoseconds timeout) noexcept {
-    auto from_step = [](Step s) {
-      return s == Step::message ? Wait::message : s == Step::lost ? Wait::lost : Wait::corrupt;
-    };
+  [[gnu::noinline]] Step read_one(Message& out, std::byte* copy_to, std::chrono::nanoseconds timeout) noexcept {
     Step s = try_read(out, copy_to);
-    if (s != Step::empty) [[likely]] return from_step(s);
+    if (s != Step::empty) [[likely]] return s;
     // About to wait: the producer may be waiting for the records we hold.
     release();
 
@@ -385,28 +382,28 @@ struct Consumer::Impl : detail::Attachment {
       const bool probe = !eos && w.liveness_due();
       if (probe) {
         s = lost_commit(out);
-        if (s != Step::empty) return from_step(s);
+        if (s != Step::empty) return s;
       }
       if (!eos && end_of_stream(probe)) {
         // Everything committed before the close (or the death) is visible now.
         s = try_read(out, copy_to);
-        if (s != Step::empty) return from_step(s);
+        if (s != Step::empty) return s;
         // Report it once; after that, wait (asleep) for a new producer until
         // the timeout, instead of returning at once to a spinning caller.
         if (!eos_reported || w.expired()) {
           eos_reported = true;
-          return Wait::eos;
+          return Step::eos;
         }
         eos = true;
       }
-      if (w.expired()) return eos ? Wait::eos : Wait::timeout;
+      if (w.expired()) return eos ? Step::eos : Step::timeout;
       switch (eos ? detail::Waiter::Phase::sleep : w.phase()) {
         case detail::Waiter::Phase::spin:
           // One load of a line we read next anyway: checked after every pause.
           for (int k = 0; k < detail::kSpinStep; ++k) {
             detail::cpu_relax();
             s = try_read(out, copy_to);
-            if (s != Step::empty) return from_step(s);
+            if (s != Step::empty) return s;
           }
           continue;
         case detail::Waiter::Phase::yield: w.yield(); break;
@@ -427,13 +424,13 @@ struct Consumer::Impl : detail::Attachment {
           if (slot->sleeping.exchange(0, std::memory_order_acq_rel) != 0)
             h->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
           slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
-          if (s != Step::empty) return from_step(s);
+          if (s != Step::empty) return s;
           if (eos && !end_of_stream(false)) eos = false;  // a new producer took over: wait for its data as usual
           break;
         }
       }
       s = try_read(out, copy_to);
-      if (s != Step::empty) return from_step(s);
+      if (s != Step::empty) return s;
     }
   }
 };
@@ -624,22 +621,21 @@ ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
     r.status = ReadStatus::message;
     return r;
   }
-  const Impl::Wait w = s == Step::lost      ? Impl::Wait::lost
-                       : s == Step::corrupt ? Impl::Wait::corrupt
-                                            : c.read_one(r.message, c.copy.get(), timeout);
-  switch (w) {
-    case Impl::Wait::message: r.status = ReadStatus::message; break;
-    case Impl::Wait::lost:
+  switch (s == Step::empty ? c.read_one(r.message, c.copy.get(), timeout) : s) {
+    case Step::message: r.status = ReadStatus::message; break;
+    case Step::lost:
       r.status = ReadStatus::lost;
       r.lost = c.last_lost;
       r.message = {};
       break;
-    case Impl::Wait::corrupt:
+    case Step::corrupt:
       r.status = ReadStatus::corrupt;
       r.message.payload = {};
       break;
-    case Impl::Wait::timeout: r.status = ReadStatus::timeout; break;
-    case Impl::Wait::eos:
+    case Step::empty:
+    case Step::moved:
+    case Step::timeout: r.status = ReadStatus::timeout; break;
+    case Step::eos:
       r.status = ReadStatus::end_of_stream;
       r.end_reason = c.end;
       break;
@@ -664,23 +660,17 @@ std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult
   bool may_wait = true;
   while (n < max) {
     std::byte* copy_to = c.copy ? c.copy.get() + n * c.max_payload : nullptr;
-    Impl::Wait w;
-    if (may_wait) {
-      w = c.read_one(out[n], copy_to, timeout);
-    } else {
-      Step s = c.try_read(out[n], copy_to);
-      if (s == Step::empty) break;
-      w = s == Step::message ? Impl::Wait::message : s == Step::lost ? Impl::Wait::lost : Impl::Wait::corrupt;
-    }
-    if (w == Impl::Wait::message) {
+    const Step s = may_wait ? c.read_one(out[n], copy_to, timeout) : c.try_read(out[n], copy_to);
+    if (s == Step::empty) break;
+    if (s == Step::message) {
       ++n;
       may_wait = false;
-    } else if (w == Impl::Wait::lost) {
+    } else if (s == Step::lost) {
       result.lost += c.last_lost;
-    } else if (w == Impl::Wait::corrupt) {
+    } else if (s == Step::corrupt) {
       ++result.corrupt;
     } else {
-      if (w == Impl::Wait::eos) {
+      if (s == Step::eos) {
         result.end_of_stream = true;
         result.end_reason = c.end;
       }

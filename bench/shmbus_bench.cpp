@@ -379,7 +379,6 @@ struct Options {
   double timeout_s = 120;
   std::string json_path;
   std::string bridge_path = SHMBUS_BRIDGE_PATH;  // the shmbus-bridge program of this build
-  bool targets = false;
   bool quick = false;
 };
 
@@ -789,74 +788,6 @@ void print_table(const Options& o, const std::vector<Row>& rows) {
   std::fflush(stdout);
 }
 
-// ------------------------------------------------------------- targets
-struct Target {
-  std::string what;
-  std::string measured;
-  std::optional<bool> met;  // nullopt: not measured in this run
-};
-
-const Row* find(const std::vector<Row>& rows, Transport t, Mode m, std::uint32_t n, std::uint32_t size) {
-  for (const Row& r : rows)
-    if (r.cf.transport == t && r.cf.mode == m && r.cf.consumers == n && r.cf.size == size) return &r;
-  return nullptr;
-}
-
-std::vector<Target> check_targets(const Options& o, const std::vector<Row>& rows) {
-  std::vector<Target> t;
-  auto usable = [](const Row* r) { return r && r->med.ok; };
-  auto ratio_to = [&](const Row* shm, const Row* other) { return shm && other ? ratio(*shm, *other) : std::nullopt; };
-  const Row* s1 = find(rows, Transport::shmbus, Mode::full, 1, 128);
-  const Row* b1 = find(rows, Transport::bipc, Mode::full, 1, 128);
-  const Row* s4 = find(rows, Transport::shmbus, Mode::full, 4, 128);
-  const Row* z4 = find(rows, Transport::zmq, Mode::full, 4, 128);
-  const Row* sp = find(rows, Transport::shmbus, Mode::pingpong, 1, 128);
-  const Row* up = find(rows, Transport::uds, Mode::pingpong, 1, 128);
-  const Row* sr = find(rows, Transport::shmbus, Mode::rate, 1, 128);
-  const Row* si = find(rows, Transport::shmbus, Mode::idle, 1, 128);
-  auto add = [&](std::string what, bool have, std::string measured, bool met) {
-    t.push_back({std::move(what), have ? measured : "not measured", have ? std::optional<bool>(met) : std::nullopt});
-  };
-  add("1→1, 128 B: ≥ 30 M msgs/s", usable(s1), usable(s1) ? fmt_rate(s1->med.per_consumer_mps) + " msgs/s" : "",
-      usable(s1) && s1->med.per_consumer_mps >= 30e6);
-  {
-    auto r = ratio_to(s1, b1);
-    add("1→1, 128 B: ≥ 10× Boost.Interprocess message_queue", r.has_value(), r ? fmt("%.1f×", *r) : "", r && *r >= 10);
-  }
-  add("1→4, 128 B: every consumer ≥ 15 M msgs/s", usable(s4),
-      usable(s4) ? fmt_rate(s4->med.per_consumer_mps) + " msgs/s (slowest consumer; fastest " +
-                       fmt_rate(s4->med.max_consumer_mps) + ")" : "",
-      usable(s4) && s4->med.per_consumer_mps >= 15e6);
-  {
-    auto r = ratio_to(s4, z4);
-    add("1→4, 128 B: ≥ 20× ZeroMQ PUB/SUB (per consumer)", r.has_value(), r ? fmt("%.1f×", *r) : "", r && *r >= 20);
-  }
-  add("ping-pong one-way p50 ≤ 300 ns", usable(sp), usable(sp) ? fmt_ns(sp->med.p50) : "", usable(sp) && sp->med.p50 <= 300);
-  add("ping-pong one-way p99 ≤ 1 µs", usable(sp), usable(sp) ? fmt_ns(sp->med.p99) : "", usable(sp) && sp->med.p99 <= 1000);
-  {
-    auto r = ratio_to(sp, up);
-    add("ping-pong p99 ≥ 10× lower than the Unix socket's", r.has_value(), r ? fmt("%.1f×", *r) : "", r && *r >= 10);
-  }
-  add("at " + fmt_rate(static_cast<double>(o.rate)) + " msgs/s offered: p99 ≤ 20 µs", usable(sr) && o.rate == 100'000,
-      usable(sr) ? fmt_ns(sr->med.p99) + " (consumer CPU " + fmt("%.1f %%", sr->med.consumer_cpu) + ")" : "",
-      usable(sr) && sr->med.p99 <= 20'000);
-  add("idle consumer < 1 % of a core", usable(si), usable(si) ? fmt("%.3f %%", si->med.consumer_cpu) : "",
-      usable(si) && si->med.consumer_cpu < 1.0);
-  // Issue 10's bridge targets, measured only with --transports bridge,tcp.
-  const Row* g1 = find(rows, Transport::bridge, Mode::full, 1, 128);
-  const Row* gr = find(rows, Transport::bridge, Mode::rate, 1, 128);
-  add("bridge 1→1, 128 B: ≥ 2 M msgs/s", usable(g1),
-      usable(g1) ? fmt_rate(g1->med.per_consumer_mps) + " msgs/s" : "",
-      usable(g1) && g1->med.per_consumer_mps >= 2e6);
-  add("bridge 1→1, 128 B: ≥ 0.7× the plain TCP socket", g1 && g1->vs_tcp.has_value(),
-      g1 && g1->vs_tcp ? fmt("%.2f×", *g1->vs_tcp) : "", g1 && g1->vs_tcp && *g1->vs_tcp >= 0.7);
-  if (usable(gr))  // reported, no bound
-    t.push_back(
-        {"bridge at " + fmt_rate(static_cast<double>(o.rate)) + " msgs/s offered: p99 reported",
-         "p50 " + fmt_ns(gr->med.p50) + ", p99 " + fmt_ns(gr->med.p99), std::nullopt});
-  return t;
-}
-
 // ---------------------------------------------------------------- child
 int child_main(const std::string& role, int id, int ctl_fd) {
   signal(SIGPIPE, SIG_IGN);
@@ -976,7 +907,6 @@ int main(int argc, char** argv) {
   app.add_option("--bridge-path", o.bridge_path,
                  "the shmbus-bridge program the bridge transport runs")
       ->capture_default_str();
-  app.add_flag("--targets", o.targets, "also print the issue's targets, met or not, as a second table");
   app.add_flag("--quick", o.quick, "tiny counts (a smoke test): 20000 msgs, 2000 round trips, 1 s idle");
   // Set by the orchestrator when it execs a role; hidden from --help.
   app.add_option("--role", role)->group("");
@@ -1164,13 +1094,6 @@ int main(int argc, char** argv) {
             fmt_ratio(*r.vs_tcp).c_str(),
             r.cf.mode == Mode::full ? "msgs/s per consumer, the bridge's ÷ the plain socket's"
                                     : "p99 latency, the plain socket's ÷ the bridge's");
-    const auto targets = check_targets(o, rows);
-    if (o.targets) {
-      std::printf("\n| target | measured | met |\n|---|---|---|\n");
-      for (const auto& t : targets)
-        std::printf("| %s | %s | %s |\n", t.what.c_str(), t.measured.c_str(),
-                    !t.met ? "–" : *t.met ? "yes" : "**no**");
-    }
 
     int failed_rows = 0;
     json jrows = json::array();
@@ -1204,10 +1127,6 @@ int main(int argc, char** argv) {
       failed_rows += r.failed ? 1 : 0;
     }
     doc["results"] = jrows;
-    json jt = json::array();
-    for (const auto& t : targets)
-      jt.push_back({{"target", t.what}, {"measured", t.measured}, {"met", t.met ? json(*t.met) : json(nullptr)}});
-    doc["targets"] = jt;
     if (!o.json_path.empty()) {
       std::ofstream f(o.json_path);
       f << doc.dump(2) << "\n";

@@ -5,7 +5,7 @@
 #   cmake -DBENCH=path/to/shmbus-bench -DJSON=out.json -P smoke_bridge.cmake
 execute_process(
   COMMAND ${BENCH} --quick --runs 1 --transports bridge,tcp --consumers 1 --sizes 128 --modes full,rate
-          --rate-count 2000 --timeout 30 --targets --json ${JSON}
+          --rate-count 2000 --timeout 30 --json ${JSON}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message("${out}")
 if(NOT rc EQUAL 0)

@@ -3,8 +3,8 @@
 // The orchestrator creates the bus (NAME, or NAME.ping and NAME.pong for
 // ping-pong) with a record size that fits the message; the producer copies
 // each message in with one Producer::publish() per message; a consumer reads
-// with one Consumer::next() per message (`--shmbus-read next`, the default:
-// the project's targets are stated for it) or in batches of up to 256 with
+// with one Consumer::next() per message (`--shmbus-read next`, the default)
+// or in batches of up to 256 with
 // Consumer::read_batch() (`--shmbus-read batch`; what Consumer::poll() is made
 // of), in place (`block`) or copied (`overwrite`). One bus carries every
 // consumer: broadcast, no per-consumer copy by the producer.

@@ -6,14 +6,14 @@
 #
 #   scripts/bench.sh [OUTDIR] [extra shmbus-bench options...]
 #
-# OUTDIR (default bench/results) receives results.md (the table and the
-# targets), results.json, micro.txt, micro.json, throughput.png, latency.png.
+# OUTDIR (default bench/results) receives results.md (the table),
+# results.json, micro.txt, micro.json, throughput.png, latency.png.
 # Environment: RUNS (5), BUILD_DIR (build-bench), MICRO=0 to skip the
 # micro-benchmarks, CHARTS=0 to skip the charts.
-# The TCP bridge against a plain loopback socket (issue 10) is not in the
+# The TCP bridge against a plain loopback socket is not in the
 # standard matrix (full and rate modes only); run it on its own, under a minute:
 #   build-bench/bench/shmbus-bench --transports bridge,tcp --modes full,rate \
-#     --consumers 1 --sizes 128 --runs 5 --cpus 0,1 --targets
+#     --consumers 1 --sizes 128 --runs 5 --cpus 0,1
 # Takes ~15-25 minutes on 2 cores. Run it on a quiet machine: every transport
 # here is sensitive to other load, shmbus's spinning consumers most of all.
 set -euo pipefail
@@ -31,7 +31,7 @@ mkdir -p "$out"
 
 status=0
 "$build/bench/shmbus-bench" --runs "$runs" --modes full,rate,pingpong,idle \
-  --consumers 1,2,4 --sizes 32,128,1024 --rate 100000 --targets \
+  --consumers 1,2,4 --sizes 32,128,1024 --rate 100000 \
   --json "$out/results.json" "$@" > "$out/results.md" || status=$?
 cat "$out/results.md"
 

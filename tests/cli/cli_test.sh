@@ -54,7 +54,7 @@ help)
   grep -q -- "--verify" "$work/c.out" || fail "consumer --help lacks --verify"
   ;;
 
-lines)  # Done means #1
+lines)  # lines from stdin reach a consumer in order; summaries on stderr, stdout clean
   new_bus bus
   printf 'a\nb\nc\n' | "$PRODUCER" "$bus" --create >"$work/p.out" 2>"$work/p.err"
   [[ ! -s "$work/p.out" ]] || fail "producer wrote to stdout"
@@ -128,7 +128,7 @@ from)
   grep -q "seq 5..6" "$work/latest.err" || fail "sequence did not continue after --keep-open: $(cat "$work/latest.err")"
   ;;
 
-million)  # Done means #2
+million)  # a million synthetic messages verified between two processes, with latency figures
   new_bus bus
   "$PRODUCER" "$bus" --create --capacity 65536 --record-size 256 </dev/null 2>/dev/null --keep-open
   "$CONSUMER" "$bus" --from earliest --verify --stats --format none --json \
@@ -165,7 +165,7 @@ million_text)  # the same, with the human summary: throughput and percentiles
   note "$(cat "$work/c.err")"
   ;;
 
-four_consumers)  # Done means #3
+four_consumers)  # four named consumers each verify every message of one producer
   new_bus bus
   n=$MID
   for i in 1 2 3 4; do
@@ -182,7 +182,7 @@ four_consumers)  # Done means #3
   note "$(cat "$work/p.err")"
   ;;
 
-sigkill_consumer)  # Done means #4
+sigkill_consumer)  # a consumer killed with SIGKILL while it holds the producer back frees it
   new_bus bus
   n=$MID
   "$PRODUCER" "$bus" --create --capacity 1024 --record-size 128 --keep-open </dev/null 2>/dev/null
@@ -399,7 +399,7 @@ errors_too_long)
     "$PRODUCER" "$bus" --count 1 --size 23
   ;;
 
-oversize)  # issue: --oversize error|skip|truncate
+oversize)  # --oversize error|skip|truncate
   new_bus bus
   "$PRODUCER" "$bus" --create --record-size 64 --keep-open </dev/null 2>/dev/null
   long=$(printf 'y%.0s' {1..100})
@@ -420,7 +420,7 @@ oversize)  # issue: --oversize error|skip|truncate
   grep -q "1 oversized frame skipped" "$work/fs.err" || fail "$(cat "$work/fs.err")"
   ;;
 
-binary_out)  # issue: --format binary round-trips --binary; text escapes control bytes
+binary_out)  # --format binary round-trips --binary; text escapes control bytes
   new_bus bus
   head -c 100000 /dev/urandom >"$work/rand"
   # Frames of 0..200 random bytes each.
@@ -444,7 +444,7 @@ PY
   [[ "$(cat "$work/t")" == 'bell\x07 esc\e[31m cr\r bs\\ tab'$'\t''end' ]] || fail "text escaping: $(cat -A "$work/t")"
   ;;
 
-rate_input)  # issue: --rate paces stdin/--file input too
+rate_input)  # --rate paces stdin/--file input too
   new_bus bus
   seq 1 20 >"$work/in"
   start=$(date +%s%N)
@@ -456,7 +456,7 @@ rate_input)  # issue: --rate paces stdin/--file input too
   note "20 lines at --rate 100: $elapsed_ms ms"
   ;;
 
-resume)  # issue: named readers resume where they stopped
+resume)  # named readers resume where they stopped
   new_bus bus
   seq 0 1999 | "$PRODUCER" "$bus" --create --keep-open 2>/dev/null
   "$CONSUMER" "$bus" --name archiver --count 1001 --json >"$work/a1" 2>"$work/a1.json"
@@ -500,7 +500,7 @@ resume)  # issue: named readers resume where they stopped
   grep -q "reader 'tailer' is new" "$work/t3.err" || fail "$(cat "$work/t3.err")"
   ;;
 
-resume_gone)  # issue: a bookmark no longer retained reports exactly how much is gone
+resume_gone)  # a bookmark no longer retained reports exactly how much is gone
   new_bus bus
   seq 0 9 | "$PRODUCER" "$bus" --create --capacity 16 --policy overwrite --keep-open 2>/dev/null
   "$CONSUMER" "$bus" --name slow --count 5 >/dev/null 2>&1
@@ -513,7 +513,7 @@ resume_gone)  # issue: a bookmark no longer retained reports exactly how much is
   [[ "$(head -n1 "$work/out")" == 24 ]] || fail "resumed at $(head -n1 "$work/out")"
   ;;
 
-follow)  # issue: closed vs producer_died, and --follow across close, crash and takeover
+follow)  # closed vs producer_died, and --follow across close, crash and takeover
   new_bus bus
   "$PRODUCER" "$bus" --create --keep-open </dev/null 2>/dev/null
   "$CONSUMER" "$bus" --follow --count 9 --json >"$work/f.out" 2>"$work/f.err" &

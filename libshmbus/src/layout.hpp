@@ -93,6 +93,9 @@
 // lowest last, so a reader that lands anywhere in the gap finds one, and a
 // takeover that finds the lowest marker committed knows the whole gap is.
 //
+// The code that writes and reads records by these rules, over any memory,
+// is record_ring.hpp.
+//
 // Role locks: who is alive is decided by the kernel, never by pid numbers.
 // Every role is held through an open-file-description lock (fcntl
 // F_OFD_SETLK, F_WRLCK) on one byte of the segment file, taken on an open

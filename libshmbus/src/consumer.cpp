@@ -22,6 +22,8 @@
 #include <cstring>
 #include <string>
 
+#include "bookmarks.hpp"
+#include "reader_table.hpp"
 #include "segment.hpp"
 #include "shared_copy.hpp"
 #include "sys.hpp"

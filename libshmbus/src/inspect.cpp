@@ -10,6 +10,8 @@
 #include <climits>
 #include <cstring>
 
+#include "bookmarks.hpp"
+#include "reader_table.hpp"
 #include "segment.hpp"
 #include "shared_copy.hpp"
 #include "sys.hpp"

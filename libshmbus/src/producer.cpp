@@ -48,6 +48,7 @@
 #include <string>
 #include <optional>
 
+#include "reader_table.hpp"
 #include "segment.hpp"
 #include "shmbus/inspect.hpp"
 #include "shared_copy.hpp"

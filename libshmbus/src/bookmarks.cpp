@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "shmbus/inspect.hpp"
+#include "shmbus/liveness.hpp"
 #include "sys.hpp"
 
 namespace shmbus::detail {

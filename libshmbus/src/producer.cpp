@@ -50,7 +50,7 @@
 
 #include "reader_table.hpp"
 #include "segment.hpp"
-#include "shmbus/inspect.hpp"
+#include "shmbus/liveness.hpp"
 #include "shared_copy.hpp"
 #include "sys.hpp"
 

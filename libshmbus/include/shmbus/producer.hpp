@@ -69,7 +69,7 @@ struct Claim {
 
 // Producer owns the bus's producer role exclusively, through a lock the
 // kernel drops when its process dies (in any PID or mount namespace; see
-// Liveness in inspect.hpp). Constructing one on a bus whose producer is
+// Liveness in liveness.hpp). Constructing one on a bus whose producer is
 // alive throws Error(Errc::producer_active) naming its pid; on a bus whose
 // producer died (or left), it takes over and continues the sequence after
 // the last committed record. A forked child's copy holds nothing (do not

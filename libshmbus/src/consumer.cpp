@@ -95,7 +95,7 @@ struct Consumer::Impl {
 
   Impl(const Bus& b, const ConsumerOptions& o)
       : bus(b),
-        seg(*b.segment()),
+        seg(*detail::segment_of(b)),
         h(seg.header()),
         opt(o),
         cap(seg.capacity()),

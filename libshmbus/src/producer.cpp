@@ -93,7 +93,7 @@ struct Producer::Impl {
 
   Impl(const Bus& b, const ProducerOptions& o)
       : bus(b),
-        seg(*b.segment()),
+        seg(*detail::segment_of(b)),
         h(seg.header()),
         opt(o),
         cap(seg.capacity()),

@@ -52,6 +52,13 @@ struct HeaderValues {
 std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std::uint64_t file_size,
                                              HeaderValues& out);
 
+// The mapping behind a Bus, for the library's own sources (Producer,
+// Consumer); Bus keeps it private so that users never see a Segment.
+struct BusAccess {
+  static const std::shared_ptr<Segment>& segment(const Bus& b) noexcept { return b.segment_; }
+};
+inline const std::shared_ptr<Segment>& segment_of(const Bus& b) noexcept { return BusAccess::segment(b); }
+
 class Segment {
  public:
   enum class Access { read_write, read_only };

@@ -22,6 +22,7 @@ namespace shmbus {
 
 namespace detail {
 class Segment;
+struct BusAccess;  // the library's own way to a Bus's mapping
 }
 
 // What a producer does when the ring is full.
@@ -145,10 +146,8 @@ class Bus {
   // Oldest sequence a late joiner can still start from.
   std::uint64_t oldest() const noexcept;
 
-  // Internal: the shared mapping.
-  const std::shared_ptr<detail::Segment>& segment() const noexcept { return segment_; }
-
  private:
+  friend struct detail::BusAccess;
   explicit Bus(std::shared_ptr<detail::Segment> s);
   std::shared_ptr<detail::Segment> segment_;
 };

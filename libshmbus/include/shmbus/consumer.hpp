@@ -175,9 +175,8 @@ class Consumer {
   std::uint64_t resume_gap() const noexcept;
   const Bus& bus() const noexcept;
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

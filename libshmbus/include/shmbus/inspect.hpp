@@ -117,9 +117,8 @@ class Inspector {
   // framing (length, sequence matching its slot). Empty when clean.
   std::vector<Problem> check() const;
 
-  struct Impl;
-
  private:
+  struct Impl;
   Inspector();
   std::unique_ptr<Impl> impl_;
 };

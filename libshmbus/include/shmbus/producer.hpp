@@ -155,9 +155,8 @@ class Producer {
   std::uint64_t next_seq() const noexcept;
   const Bus& bus() const noexcept;
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

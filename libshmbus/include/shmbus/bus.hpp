@@ -78,8 +78,8 @@ std::uint32_t max_payload_for(std::uint32_t record_size) noexcept;
 // (0 if none does: more than max_record_size - 24). A record size that is
 // only a multiple of 8 saves memory, but then neighbouring records share a
 // cache line, which the producer writes while a reader close behind reads
-// it: 152-byte records moved 0.81-0.85x as many 128-byte messages per second
-// as 192-byte ones (docs/bench.md).
+// it, and fewer messages per second get through (docs/bench.md, "Figures
+// behind the defaults").
 std::uint32_t record_size_for(std::uint32_t payload) noexcept;
 
 // Checks a bus name: 1..max_name_length characters from [A-Za-z0-9._-], not

@@ -15,7 +15,7 @@ namespace shmbus::detail {
 struct Attachment {
   explicit Attachment(const Bus& b)
       : bus(b),
-        seg(*b.segment()),
+        seg(*segment_of(b)),
         h(seg.header()),
         ring(seg.ring()),
         cap(seg.capacity()),

@@ -23,6 +23,8 @@
 #include <string>
 
 #include "attachment.hpp"
+#include "bookmarks.hpp"
+#include "reader_table.hpp"
 #include "sys.hpp"
 #include "thread_check.hpp"
 #include "waiter.hpp"

@@ -48,7 +48,8 @@
 #include <optional>
 
 #include "attachment.hpp"
-#include "shmbus/inspect.hpp"
+#include "reader_table.hpp"
+#include "shmbus/liveness.hpp"
 #include "sys.hpp"
 #include "thread_check.hpp"
 #include "waiter.hpp"

@@ -2,8 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <grp.h>
-#include <pwd.h>
 #include <stdio.h>  // renameat2
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -11,16 +9,12 @@
 #include <unistd.h>
 
 #include <boost/interprocess/mapped_region.hpp>
-#include <algorithm>
 #include <cerrno>
-#include <climits>
-#include <cstdio>
 #include <cstring>
-#include <mutex>
 #include <vector>
 
-#include "shmbus/inspect.hpp"
 #include "sys.hpp"
+#include "trust.hpp"
 
 namespace bip = boost::interprocess;
 
@@ -178,7 +172,6 @@ void Segment::attach(std::string_view name, const HeaderValues& v, bool writable
   readers_ = reinterpret_cast<layout::ReaderSlot*>(base_ + sizeof(layout::SegmentHeader));
   bookmarks_ = reinterpret_cast<layout::Bookmark*>(base_ + layout::bookmark_table_offset_for(v.max_readers));
   log_ = base_ + v.log_offset;
-  mask_ = v.capacity - 1;
   info_.name = std::string(name);
   info_.policy = v.policy;
   info_.capacity = v.capacity;
@@ -351,42 +344,6 @@ std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions
 
 namespace {
 
-std::string user_label(uid_t uid) {
-  std::string s = "uid " + num(uid);
-  passwd pw{}, *found = nullptr;
-  char buf[1024];
-  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found) s += " (" + std::string(pw.pw_name) + ")";
-  return s;
-}
-
-std::string group_label(gid_t gid) {
-  std::string s = "gid " + num(gid);
-  group gr{}, *found = nullptr;
-  char buf[1024];
-  if (::getgrgid_r(gid, &gr, buf, sizeof buf, &found) == 0 && found) s += " (" + std::string(gr.gr_name) + ")";
-  return s;
-}
-
-std::string mode_label(mode_t m) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(m & 07777));
-  return buf;
-}
-
-// Refuses a segment owned by anyone this process does not trust: by default
-// only its own effective uid and root. Checked on the descriptor that gets
-// mapped, so the file cannot be swapped between the check and the use.
-void check_owner(std::string_view name, const std::string& path, const struct stat& st, const Trust& trust) {
-  const uid_t me = ::geteuid();
-  if (st.st_uid == me || st.st_uid == 0) return;
-  if (std::find(trust.owners.begin(), trust.owners.end(), st.st_uid) != trust.owners.end()) return;
-  if (std::find(trust.groups.begin(), trust.groups.end(), st.st_gid) != trust.groups.end()) return;
-  fail(Errc::foreign_owner, name,
-       path + " belongs to " + user_label(st.st_uid) + ", " + group_label(st.st_gid) + ", mode " +
-           mode_label(st.st_mode) + ", not to you, " + user_label(me) +
-           ": not trusted (trust its owner or group to use it, e.g. --trust-owner or --trust-group)");
-}
-
 std::string file_kind(mode_t m) {
   if (S_ISFIFO(m)) return "a FIFO";
   if (S_ISCHR(m)) return "a character device";
@@ -509,183 +466,6 @@ std::uint64_t oldest_retained(const Segment& s, std::uint64_t head) noexcept {
   if (s.overwrite()) return floor;
   const std::uint64_t o = s.header()->oldest.load(std::memory_order_acquire);
   return (o < floor || o > head) ? floor : o;
-}
-
-bool clean_slot(Segment& s, std::uint32_t i) noexcept {
-  layout::ReaderSlot* r = s.reader(i);
-  if (r->owner.load(std::memory_order_relaxed) == layout::kOwnerFree &&
-      r->state.load(std::memory_order_relaxed) == layout::kSlotFree)
-    return false;
-  // A reader killed while asleep still holds one count of data_sleepers:
-  // give it back, or the inspector would go on showing it asleep.
-  if (r->sleeping.exchange(0, std::memory_order_acq_rel) != 0)
-    s.header()->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
-  // A later attachment gets a ticket nobody held before.
-  r->generation.fetch_add(1, std::memory_order_relaxed);
-  // The producer stops counting this cursor once it sees kSlotFree (pairs with its acquire load).
-  r->state.store(layout::kSlotFree, std::memory_order_release);
-  r->owner.store(layout::kOwnerFree, std::memory_order_release);
-  s.header()->readers_reclaimed.fetch_add(1, std::memory_order_relaxed);
-  // A producer asleep on this reader can go on now.
-  s.header()->space_futex.fetch_add(1, std::memory_order_release);
-  futex_wake(&s.header()->space_futex, INT32_MAX);
-  return true;
-}
-
-bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept {
-  const layout::ReaderSlot* r = s.reader(i);
-  if (r->owner.load(std::memory_order_relaxed) == layout::kOwnerFree &&
-      r->state.load(std::memory_order_relaxed) == layout::kSlotFree)
-    return false;
-  if (s.reader_holder(i) != Holder::none) return false;
-  // Locked through the mapping's own description while we clean it, so an
-  // attacher (which takes the same lock) never meets a half-cleaned slot.
-  // That description is shared by every thread of this process using this
-  // Segment: they take turns.
-  const std::lock_guard<std::mutex> one_at_a_time(s.reclaim_mutex());
-  const std::uint64_t byte = layout::reader_lock_byte(i);
-  if (!try_lock(s.fd(), byte)) return false;  // held after all, or a read-only mapping
-  const bool cleaned = clean_slot(s, i);
-  unlock(s.fd(), byte);
-  return cleaned;
-}
-
-// ---- bookmarks ----
-//
-// A bookmark is held through its role lock. Claiming an empty one: take its
-// lock, check it is still empty, write the name, then publish state = valid
-// with release. Two readers creating the same name at once may both get as
-// far as valid; each then fences and looks for another bookmark with the
-// name, and withdraws if it finds one (at least one of them does), so a
-// name is never held twice. Taking over a name (hold or forget) is taking
-// its lock: the previous holder's last cursor store comes before its unlock.
-
-std::string stored_name(const char (&name)[layout::kReaderNameSize]) {
-  char copy[layout::kReaderNameSize + 1] = {};
-  std::memcpy(copy, name, layout::kReaderNameSize);
-  return std::string(copy, ::strnlen(copy, layout::kReaderNameSize));
-}
-
-namespace {
-
-bool holds_name(const layout::Bookmark& b, std::string_view name) {
-  // Pairs with the creator's release store of state after writing the name.
-  if (b.state.load(std::memory_order_acquire) != layout::kBookmarkValid) return false;
-  return stored_name(b.name) == name;
-}
-
-[[noreturn]] void name_held(const Segment& s, std::string_view name, std::uint32_t i) {
-  const layout::Bookmark& b = *s.bookmark(i);
-  fail(Errc::name_in_use, s.info().name,
-       "reader name '" + std::string(name) + "' is held by a live reader (" +
-           pid_label(static_cast<pid_t>(b.holder.load(std::memory_order_relaxed)),
-                     b.holder_pid_ns.load(std::memory_order_relaxed)) +
-           ")");
-}
-
-// Takes bookmark i's role lock through `fd`; false if a live holder has it.
-bool lock_bookmark(const Segment& s, int fd, std::uint32_t i) {
-  if (try_lock(fd, layout::bookmark_lock_byte(s.max_readers(), i))) return true;
-  if (errno != EAGAIN && errno != EACCES)
-    fail(Errc::system, s.info().name, std::string("cannot lock a bookmark: ") + std::strerror(errno));
-  return false;
-}
-
-}  // namespace
-
-std::optional<std::uint32_t> find_bookmark(const Segment& s, std::string_view name) noexcept {
-  for (std::uint32_t i = 0; i < s.max_readers(); ++i) {
-    if (holds_name(*s.bookmark(i), name)) return i;
-  }
-  return std::nullopt;
-}
-
-std::uint32_t hold_bookmark(Segment& s, std::string_view name, int fd, std::uint64_t initial_cursor,
-                            bool& created) {
-  created = false;
-  const std::uint32_t me = static_cast<std::uint32_t>(::getpid());
-  for (int attempt = 0; attempt < 64; ++attempt) {
-    if (auto i = find_bookmark(s, name)) {
-      if (!lock_bookmark(s, fd, *i)) name_held(s, name, *i);
-      if (!holds_name(*s.bookmark(*i), name)) {  // forgotten meanwhile
-        unlock(fd, layout::bookmark_lock_byte(s.max_readers(), *i));
-        continue;
-      }
-      s.bookmark(*i)->holder.store(me, std::memory_order_relaxed);
-      s.bookmark(*i)->holder_pid_ns.store(self_pid_namespace(), std::memory_order_relaxed);
-      return *i;
-    }
-    bool claimed = false;
-    for (std::uint32_t i = 0; i < s.max_readers() && !claimed; ++i) {
-      layout::Bookmark& b = *s.bookmark(i);
-      if (b.state.load(std::memory_order_acquire) != layout::kBookmarkEmpty) continue;
-      if (!lock_bookmark(s, fd, i)) continue;  // being created by a live reader
-      const std::uint64_t byte = layout::bookmark_lock_byte(s.max_readers(), i);
-      if (b.state.load(std::memory_order_acquire) != layout::kBookmarkEmpty) {
-        unlock(fd, byte);
-        continue;
-      }
-      claimed = true;
-      std::memset(b.name, 0, sizeof b.name);
-      std::memcpy(b.name, name.data(), std::min(name.size(), sizeof b.name - 1));
-      b.cursor.store(initial_cursor, std::memory_order_relaxed);
-      b.updated_ns.store(realtime_ns(), std::memory_order_relaxed);
-      b.holder.store(me, std::memory_order_relaxed);
-      b.holder_pid_ns.store(self_pid_namespace(), std::memory_order_relaxed);
-      // Publishes name and cursor: pairs with holds_name()'s acquire load.
-      b.state.store(layout::kBookmarkValid, std::memory_order_release);
-      // Did another reader create the same name at the same time? Each
-      // stores its bookmark valid, fences, then looks for any other with the
-      // name (Dekker: at least one of two creators sees the other) and
-      // withdraws if it finds one; the next attempt finds the survivor.
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      bool twin = false;
-      for (std::uint32_t j = 0; j < s.max_readers() && !twin; ++j) twin = j != i && holds_name(*s.bookmark(j), name);
-      if (twin) {
-        b.state.store(layout::kBookmarkEmpty, std::memory_order_release);
-        unlock(fd, byte);
-        break;  // from the top
-      }
-      created = true;
-      return i;
-    }
-    if (!claimed)
-      fail(Errc::bookmarks_full, s.info().name,
-           "all " + std::to_string(s.max_readers()) +
-               " bookmarks hold durable reader names (shmbus-inspect gc --forget NAME drops one)");
-  }
-  fail(Errc::name_in_use, s.info().name, "reader name '" + std::string(name) + "' keeps changing hands");
-}
-
-void release_bookmark(Segment& s, std::uint32_t i, int fd) noexcept {
-  s.bookmark(i)->updated_ns.store(realtime_ns(), std::memory_order_relaxed);
-  // The next holder takes the lock after us; the kernel's lock operations
-  // order our cursor store before its loads.
-  unlock(fd, layout::bookmark_lock_byte(s.max_readers(), i));
-}
-
-bool forget_bookmark(Segment& s, std::string_view name) {
-  for (int attempt = 0; attempt < 64; ++attempt) {
-    const auto i = find_bookmark(s, name);
-    if (!i) return false;
-    // Held ourselves while clearing, so no reader takes it half-cleared.
-    const RoleFd f = s.open_role_fd();
-    if (!lock_bookmark(s, f.get(), *i)) name_held(s, name, *i);
-    const std::uint64_t byte = layout::bookmark_lock_byte(s.max_readers(), *i);
-    layout::Bookmark& b = *s.bookmark(*i);
-    if (!holds_name(b, name)) {  // forgotten or moved meanwhile
-      unlock(f.get(), byte);
-      continue;
-    }
-    b.state.store(layout::kBookmarkEmpty, std::memory_order_release);
-    std::memset(b.name, 0, sizeof b.name);
-    b.cursor.store(0, std::memory_order_relaxed);
-    b.holder.store(0, std::memory_order_relaxed);
-    b.holder_pid_ns.store(0, std::memory_order_relaxed);
-    unlock(f.get(), byte);
-    return true;
-  }
-  fail(Errc::name_in_use, s.info().name, "reader name '" + std::string(name) + "' keeps changing hands");
 }
 
 }  // namespace shmbus::detail

@@ -53,6 +53,13 @@ struct HeaderValues {
 std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std::uint64_t file_size,
                                              HeaderValues& out);
 
+// The mapping behind a Bus, for the library's own sources (Producer,
+// Consumer); Bus keeps it private so that users never see a Segment.
+struct BusAccess {
+  static const std::shared_ptr<Segment>& segment(const Bus& b) noexcept { return b.segment_; }
+};
+inline const std::shared_ptr<Segment>& segment_of(const Bus& b) noexcept { return BusAccess::segment(b); }
+
 class Segment {
  public:
   enum class Access { read_write, read_only };
@@ -117,7 +124,6 @@ class Segment {
   layout::ReaderSlot* readers_ = nullptr;
   layout::Bookmark* bookmarks_ = nullptr;
   std::byte* log_ = nullptr;
-  std::uint64_t mask_ = 0;
 };
 
 // The oldest sequence a joining reader may start from, given `head`: in a
@@ -129,36 +135,5 @@ std::uint64_t oldest_retained(const Segment& s, std::uint64_t head) noexcept;
 // who died mid-way left behind: those whose creator lock nobody holds, and
 // that this process may remove. Returns their paths.
 std::vector<std::string> remove_dead_temporaries(std::string_view bus);
-
-// Frees reader slot `i`, left in use by a holder that is gone. The caller
-// holds the slot's role lock. Returns false if there was nothing to free.
-bool clean_slot(Segment& s, std::uint32_t i) noexcept;
-
-// Reclaims reader slot `i` if nobody holds its role lock (its holder is
-// gone). A holder that cannot be tested is never reclaimed. Returns true if
-// it did.
-bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept;
-
-// ---- bookmarks: durable reader names (layout.hpp, Bookmark) ----
-
-// The name stored in a bookmark or reader slot, read once (untrusted bytes).
-std::string stored_name(const char (&name)[layout::kReaderNameSize]);
-
-// The valid bookmark named `name`, if any.
-std::optional<std::uint32_t> find_bookmark(const Segment& s, std::string_view name) noexcept;
-
-// Takes the bookmark named `name` by locking its role byte through `fd`,
-// creating it with `initial_cursor` if it does not exist. A dead holder's
-// bookmark is taken over. Throws Errc::name_in_use (naming the live
-// holder's pid) or Errc::bookmarks_full. Sets `created` when the bookmark is new.
-std::uint32_t hold_bookmark(Segment& s, std::string_view name, int fd, std::uint64_t initial_cursor,
-                            bool& created);
-
-// Lets go of a bookmark held through `fd` (its cursor stays remembered).
-void release_bookmark(Segment& s, std::uint32_t i, int fd) noexcept;
-
-// Drops the bookmark named `name`. Returns false if there is none; throws
-// Errc::name_in_use if a live reader holds it.
-bool forget_bookmark(Segment& s, std::string_view name);
 
 }  // namespace shmbus::detail

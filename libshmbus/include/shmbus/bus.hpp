@@ -22,6 +22,7 @@ namespace shmbus {
 
 namespace detail {
 class Segment;
+struct BusAccess;  // the library's own way to a Bus's mapping
 }
 
 // What a producer does when the ring is full.
@@ -77,8 +78,8 @@ std::uint32_t max_payload_for(std::uint32_t record_size) noexcept;
 // (0 if none does: more than max_record_size - 24). A record size that is
 // only a multiple of 8 saves memory, but then neighbouring records share a
 // cache line, which the producer writes while a reader close behind reads
-// it: 152-byte records moved 0.81-0.85x as many 128-byte messages per second
-// as 192-byte ones (docs/bench.md).
+// it, and fewer messages per second get through (docs/bench.md, "Figures
+// behind the defaults").
 std::uint32_t record_size_for(std::uint32_t payload) noexcept;
 
 // Checks a bus name: 1..max_name_length characters from [A-Za-z0-9._-], not
@@ -145,10 +146,8 @@ class Bus {
   // Oldest sequence a late joiner can still start from.
   std::uint64_t oldest() const noexcept;
 
-  // Internal: the shared mapping.
-  const std::shared_ptr<detail::Segment>& segment() const noexcept { return segment_; }
-
  private:
+  friend struct detail::BusAccess;
   explicit Bus(std::shared_ptr<detail::Segment> s);
   std::shared_ptr<detail::Segment> segment_;
 };

@@ -105,7 +105,7 @@ struct PollResult {
 
 // A consumer holds one reader slot of the bus for its lifetime, through a
 // lock the kernel drops when its process dies (in any PID or mount
-// namespace; see Liveness in inspect.hpp). The slot is released by the
+// namespace; see Liveness in liveness.hpp). The slot is released by the
 // destructor, or reclaimed by the producer, a new consumer or shmbus-inspect
 // once the process is gone, never while it lives. A forked child does not
 // share it: its copy of a Consumer holds nothing (do not use it there). Not
@@ -175,9 +175,8 @@ class Consumer {
   std::uint64_t resume_gap() const noexcept;
   const Bus& bus() const noexcept;
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -15,28 +15,9 @@
 #include <vector>
 
 #include "shmbus/bus.hpp"
+#include "shmbus/liveness.hpp"
 
 namespace shmbus {
-
-// Whether the process holding a role lives, as the kernel says: every role
-// (producer, reader slot, durable name) is held through a lock the kernel
-// drops when its process exits, in any PID or mount namespace. Pids are
-// shown as labels only: a pid is the holder's own view, from inside its PID
-// namespace (a container's reader may show as pid 1 or 2).
-enum class Liveness : std::uint8_t {
-  alive,    // its process holds the role's lock
-  dead,     // nobody holds the lock: the process exited (or was killed)
-  unknown,  // the lock could not be tested; never treated as dead
-};
-const char* to_string(Liveness l) noexcept;
-
-// True when `pid_ns` (the inode of a process's PID namespace, as stored
-// beside its pid; 0 if it had no /proc) is known and is not this process's:
-// its pid means nothing here.
-bool in_other_pid_namespace(std::uint32_t pid_ns) noexcept;
-// How to name that process to a person here: "pid 1234", or "pid 1 in
-// another PID namespace".
-std::string pid_label(pid_t pid, std::uint32_t pid_ns);
 
 struct ProducerView {
   bool attached = false;          // a process holds the producer role
@@ -136,9 +117,8 @@ class Inspector {
   // framing (length, sequence matching its slot). Empty when clean.
   std::vector<Problem> check() const;
 
-  struct Impl;
-
  private:
+  struct Impl;
   Inspector();
   std::unique_ptr<Impl> impl_;
 };

@@ -14,21 +14,22 @@ namespace shmbus {
 
 // What a record's timestamp_ns holds (CLOCK_REALTIME nanoseconds, or 0).
 // Off by default: any clock read per publish, even the coarse one, costs
-// more than the rest of a publish inside a fast publishing loop (measured
-// end to end: 41 M msgs/s off, 24 M coarse, on the same machine and run).
+// more than the rest of a publish inside a fast publishing loop
+// (docs/bench.md, "Figures behind the defaults").
 enum class Timestamps : std::uint8_t {
   off,     // 0: nothing is read per publish (the default)
   // The kernel's last tick (CLOCK_REALTIME_COARSE): resolution one tick
-  // (1/HZ, 1-4 ms), lagging real time by at most about two ticks; ~5 ns per
-  // publish alone (a read of the kernel's clock page, no clock hardware). Enough for "when was this published", the inspector's
+  // (1/HZ, 1-4 ms), lagging real time by at most about two ticks; one read
+  // of the kernel's clock page per publish (no system call, no clock
+  // hardware). Enough for "when was this published", the inspector's
   // last-publish age, and ordering against logs; not for latency statistics.
   coarse,
   // CLOCK_REALTIME to the nanosecond, read through the TSC where the kernel's
-  // clock uses it. For per-message latency statistics. Its cost depends on the
-  // CPU: 5 ns on some, 60 ns on others (a TSC read inside a store-heavy loop),
-  // which can cap publishing at ~15 M msgs/s. Applications that measure
-  // latency can instead carry their own send time in the payload (as
-  // shmbus-producer's synthetic messages do).
+  // clock uses it (then without a system call). For per-message latency
+  // statistics. A TSC read inside a store-heavy loop costs widely different
+  // amounts on different CPUs, and on some it limits the publish rate.
+  // Applications that measure latency can instead carry their own send time
+  // in the payload (as shmbus-producer's synthetic messages do).
   precise,
 };
 
@@ -69,7 +70,7 @@ struct Claim {
 
 // Producer owns the bus's producer role exclusively, through a lock the
 // kernel drops when its process dies (in any PID or mount namespace; see
-// Liveness in inspect.hpp). Constructing one on a bus whose producer is
+// Liveness in liveness.hpp). Constructing one on a bus whose producer is
 // alive throws Error(Errc::producer_active) naming its pid; on a bus whose
 // producer died (or left), it takes over and continues the sequence after
 // the last committed record. A forked child's copy holds nothing (do not
@@ -99,14 +100,12 @@ class Producer {
   // re-check of the commit tag sees BUSY and discards it), so on x86-64 and
   // AArch64 nothing wrong is ever delivered, but the race is undefined
   // behaviour all the same, and ThreadSanitizer reports it if the reader is
-  // a thread of the same process. (No test of shmbus does that, so no
-  // suppression is needed.) A program that must be race-free by the model
-  // uses publish() in `overwrite`: it stores the payload with relaxed atomic
-  // words (shared_copy.hpp), as fast as claim() and commit() there. Copying
-  // a claim into the record at commit() instead was measured and rejected:
-  // 1.2 to 2.3 times slower than in place up to 1 KiB records, 6.7 times at
-  // 4 KiB (BM_ClaimCommitOverwrite; docs/RELIABILITY.md). In a `block` bus no reader is on a record the
-  // producer may write: claim() is race-free and zero-copy.
+  // a thread of the same process. A program that must be race-free by the
+  // model uses publish() in `overwrite`: it copies the payload into the
+  // record once, with relaxed atomic word stores (docs/RELIABILITY.md,
+  // "claim() in an overwrite bus"; the figures are in docs/bench.md,
+  // "Figures behind the defaults"). In a `block` bus no reader is on a
+  // record the producer may write: claim() is race-free and zero-copy.
   [[nodiscard]] Claim claim(std::size_t size, std::chrono::nanoseconds timeout = forever) noexcept;
   // Publishes the open claim with its first `size` bytes (<= the claimed size).
   void commit(std::size_t size) noexcept;
@@ -155,9 +154,8 @@ class Producer {
   std::uint64_t next_seq() const noexcept;
   const Bus& bus() const noexcept;
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -5,5 +5,6 @@
 #include "shmbus/consumer.hpp"
 #include "shmbus/errors.hpp"
 #include "shmbus/inspect.hpp"
+#include "shmbus/liveness.hpp"
 #include "shmbus/producer.hpp"
 #include "shmbus/wait.hpp"

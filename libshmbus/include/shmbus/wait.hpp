@@ -21,11 +21,13 @@ enum class WaitStrategy : std::uint8_t {
 struct WaitOptions {
   WaitStrategy strategy = WaitStrategy::adaptive;
   // Both phases are bounded in time, not in iterations. A round trip between
-  // two spinning processes takes ~0.1 us, so a short spin catches a busy
-  // stream without a system call; spinning longer would only keep a core
-  // from other runnable processes (and get us preempted for a whole time
-  // slice) once messages are microseconds apart. Sleeping costs a ~5 us
-  // futex wake-up, but leaves the CPU to whoever needs it.
+  // two spinning processes takes a fraction of a microsecond, so a short
+  // spin catches a busy stream without a system call; spinning longer would
+  // only keep a core from other runnable processes (and get us preempted
+  // for a whole time slice) once messages are microseconds apart. Sleeping
+  // costs a futex wake-up (a system call for the waker, microseconds), but
+  // leaves the CPU to whoever needs it. The figures that chose the defaults:
+  // docs/bench.md, "Figures behind the defaults".
   std::chrono::nanoseconds spin_time = std::chrono::microseconds(2);
   std::chrono::nanoseconds yield_time = std::chrono::microseconds(20);
 };

@@ -1,0 +1,20 @@
+// shmbus — the reader table: freeing the slots of readers that are gone
+// (layout.hpp, "Role locks"). Private to the library.
+#pragma once
+
+#include <cstdint>
+
+#include "segment.hpp"
+
+namespace shmbus::detail {
+
+// Frees reader slot `i`, left in use by a holder that is gone. The caller
+// holds the slot's role lock. Returns false if there was nothing to free.
+bool clean_slot(Segment& s, std::uint32_t i) noexcept;
+
+// Reclaims reader slot `i` if nobody holds its role lock (its holder is
+// gone). A holder that cannot be tested is never reclaimed. Returns true if
+// it did.
+bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept;
+
+}  // namespace shmbus::detail

@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "program.hpp"
+#include "tools/common/program.hpp"
 #include "roles.hpp"
 
 #ifndef SHMBUS_BENCH_BRIDGE  // built without bridge/: the two transports refuse to run

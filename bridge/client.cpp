@@ -1,4 +1,4 @@
-#include "client.hpp"
+#include "bridge/client.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "protocol.hpp"
+#include "bridge/protocol.hpp"
 
 namespace shmbus::bridge {
 

@@ -11,14 +11,14 @@
 #include <cstdio>
 #include <string>
 
-#include "client.hpp"
-#include "duration.hpp"
-#include "log.hpp"
-#include "mirror.hpp"
-#include "program.hpp"
-#include "protocol.hpp"
-#include "server.hpp"
-#include "trust.hpp"
+#include "bridge/client.hpp"
+#include "tools/common/duration.hpp"
+#include "bridge/log.hpp"
+#include "bridge/mirror.hpp"
+#include "tools/common/program.hpp"
+#include "bridge/protocol.hpp"
+#include "bridge/server.hpp"
+#include "tools/common/trust.hpp"
 
 namespace {
 

@@ -22,13 +22,13 @@
 #include <thread>
 #include <vector>
 
-#include "duration.hpp"
-#include "latency_histogram.hpp"
-#include "message_format.hpp"
-#include "program.hpp"
-#include "source.hpp"
-#include "synthetic.hpp"
-#include "trust.hpp"
+#include "tools/common/duration.hpp"
+#include "tools/common/latency_histogram.hpp"
+#include "tools/common/message_format.hpp"
+#include "tools/common/program.hpp"
+#include "consumer/source.hpp"
+#include "tools/common/synthetic.hpp"
+#include "tools/common/trust.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "source.hpp"
+#include "consumer/source.hpp"
 
 #include <fmt/format.h>
 

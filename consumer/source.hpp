@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "client.hpp"
+#include "bridge/client.hpp"
 
 namespace shmbus::consumer {
 

@@ -1,6 +1,6 @@
-#include "commands.hpp"
+#include "inspector/commands.hpp"
 
-#include "message_format.hpp"
+#include "tools/common/message_format.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -14,10 +14,10 @@
 #include <vector>
 #include <unistd.h>
 
-#include "program.hpp"
-#include "report.hpp"
+#include "tools/common/program.hpp"
+#include "inspector/report.hpp"
 #include "shmbus/inspect.hpp"
-#include "text.hpp"
+#include "inspector/text.hpp"
 
 namespace shmbus::inspect_tool {
 

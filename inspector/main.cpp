@@ -15,12 +15,12 @@
 #include <string_view>
 #include <vector>
 
-#include "commands.hpp"
-#include "metrics.hpp"
-#include "program.hpp"
+#include "inspector/commands.hpp"
+#include "inspector/metrics.hpp"
+#include "tools/common/program.hpp"
 #include "shmbus/errors.hpp"
-#include "text.hpp"
-#include "trust.hpp"
+#include "inspector/text.hpp"
+#include "tools/common/trust.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "report.hpp"
+#include "inspector/report.hpp"
 
 #include <fmt/format.h>
 
@@ -9,8 +9,8 @@
 #include <cstring>
 #include <ctime>
 
-#include "program.hpp"
-#include "text.hpp"
+#include "tools/common/program.hpp"
+#include "inspector/text.hpp"
 
 namespace shmbus::inspect_tool {
 

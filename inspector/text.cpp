@@ -1,4 +1,4 @@
-#include "text.hpp"
+#include "inspector/text.hpp"
 
 #include <fmt/format.h>
 

@@ -13,10 +13,10 @@
 #include <chrono>
 #include <vector>
 
-#include "connection.hpp"
-#include "headers.hpp"
-#include "out.hpp"
-#include "synthetic.hpp"
+#include "nats/connection.hpp"
+#include "nats/headers.hpp"
+#include "nats/out.hpp"
+#include "tools/common/synthetic.hpp"
 
 namespace {
 

@@ -7,14 +7,14 @@
 #include <cstdio>
 #include <string>
 
-#include "connection.hpp"
-#include "created_bus.hpp"
-#include "duration.hpp"
-#include "headers.hpp"
-#include "in.hpp"
-#include "out.hpp"
-#include "program.hpp"
-#include "trust.hpp"
+#include "nats/connection.hpp"
+#include "tools/common/created_bus.hpp"
+#include "tools/common/duration.hpp"
+#include "nats/headers.hpp"
+#include "nats/in.hpp"
+#include "nats/out.hpp"
+#include "tools/common/program.hpp"
+#include "tools/common/trust.hpp"
 
 namespace {
 

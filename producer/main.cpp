@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "created_bus.hpp"
-#include "duration.hpp"
-#include "program.hpp"
-#include "synthetic.hpp"
-#include "trust.hpp"
+#include "tools/common/created_bus.hpp"
+#include "tools/common/duration.hpp"
+#include "tools/common/program.hpp"
+#include "tools/common/synthetic.hpp"
+#include "tools/common/trust.hpp"
 
 namespace {
 

@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "created_bus.hpp"
-#include "duration.hpp"
-#include "latency_histogram.hpp"
-#include "program.hpp"
-#include "synthetic.hpp"
+#include "tools/common/created_bus.hpp"
+#include "tools/common/duration.hpp"
+#include "tools/common/latency_histogram.hpp"
+#include "tools/common/program.hpp"
+#include "tools/common/synthetic.hpp"
 
 using namespace shmbus::tools;
 using namespace std::chrono_literals;

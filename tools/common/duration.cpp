@@ -1,4 +1,4 @@
-#include "duration.hpp"
+#include "tools/common/duration.hpp"
 
 #include <fmt/format.h>
 

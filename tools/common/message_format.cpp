@@ -1,4 +1,4 @@
-#include "message_format.hpp"
+#include "tools/common/message_format.hpp"
 
 #include <iterator>
 #include <string_view>

@@ -1,4 +1,4 @@
-#include "program.hpp"
+#include "tools/common/program.hpp"
 
 #include <signal.h>
 #include <time.h>
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "duration.hpp"
+#include "tools/common/duration.hpp"
 
 namespace shmbus::tools {
 namespace {

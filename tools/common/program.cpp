@@ -289,15 +289,6 @@ CLI::Validator reader_name_validator() {
       "NAME");
 }
 
-CLI::Validator wait_strategy_check() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        if (s == "adaptive" || s == "spin-yield" || s == "busy-spin") return {};
-        return "'" + s + "' is not one of adaptive, spin-yield, busy-spin";
-      },
-      "adaptive|spin-yield|busy-spin");
-}
-
 void print_error(std::string_view program, std::string_view message) {
   std::string line;
   line.reserve(program.size() + message.size() + 3);
@@ -326,29 +317,70 @@ int cli_exit(const CLI::App& app, const CLI::ParseError& e, const ErrorSink& sin
   return exit_usage;
 }
 
-CLI::Validator duration_validator() {
+CLI::Validator duration_validator(std::chrono::nanoseconds bare_unit, std::chrono::nanoseconds min,
+                                  std::chrono::nanoseconds max) {
   return CLI::Validator(
-      [](std::string& text) -> std::string {
+      [bare_unit, min, max](std::string& text) -> std::string {
+        std::chrono::nanoseconds d{};
         try {
-          (void)parse_duration(text);
-          return {};
+          d = parse_duration(text, bare_unit);
         } catch (const std::invalid_argument& e) {
           return e.what();
         }
+        if (d < min || d > max) {
+          return fmt::format("'{}' is not from {} to {}", text, format_duration(min), format_duration(max));
+        }
+        return {};
       },
       "DURATION", "duration");
 }
 
-WaitOptions wait_options(std::string_view strategy) {
+CLI::Option* add_milliseconds_option(CLI::App& app, const std::string& name, std::int64_t& ms,
+                                     const std::string& help, std::chrono::nanoseconds bare_unit,
+                                     std::chrono::nanoseconds min, std::chrono::nanoseconds max) {
+  return app
+      .add_option_function<std::string>(
+          name, [&ms, bare_unit](const std::string& text) { ms = parse_duration_ms(text, bare_unit).count(); }, help)
+      ->check(duration_validator(bare_unit, min, max))
+      ->default_str(std::to_string(ms) + "ms");
+}
+
+namespace {
+
+std::string not_a_wait_strategy(const std::string& s) {
+  return "'" + s + "' is not one of adaptive, spin-yield, busy-spin";
+}
+
+}  // namespace
+
+const Choices<WaitStrategy>& wait_strategies() {
+  static const Choices<WaitStrategy> names = {{"adaptive", WaitStrategy::adaptive},
+                                              {"spin-yield", WaitStrategy::spin_yield},
+                                              {"busy-spin", WaitStrategy::busy_spin}};
+  return names;
+}
+
+WaitOptions wait_options(WaitStrategy strategy) {
   WaitOptions w;
-  if (strategy == "busy-spin") {
-    w.strategy = WaitStrategy::busy_spin;
-  } else if (strategy == "spin-yield") {
-    w.strategy = WaitStrategy::spin_yield;
-  } else {
-    w.strategy = WaitStrategy::adaptive;
-  }
+  w.strategy = strategy;
   return w;
+}
+
+WaitOptions wait_options(std::string_view strategy) {
+  for (const auto& [name, value] : wait_strategies()) {
+    if (strategy == name) return wait_options(value);
+  }
+  return wait_options(WaitStrategy::adaptive);
+}
+
+CLI::Validator wait_strategy_choice() {
+  return choice(wait_strategies(), wait_strategy_names, not_a_wait_strategy);
+}
+
+CLI::Validator wait_strategy_check() {
+  CLI::Validator v = wait_strategy_choice();
+  v.non_modifying();  // the option keeps its word
+  return v;
 }
 
 void install_stop_handlers() noexcept {

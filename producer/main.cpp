@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "producer/input_reader.hpp"
 #include "tools/common/choice.hpp"
 #include "tools/common/created_bus.hpp"
 #include "tools/common/duration.hpp"
@@ -32,173 +33,10 @@ namespace {
 
 using namespace shmbus;
 using namespace shmbus::tools;
+using namespace shmbus::producer;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kProgram = "shmbus-producer";
-
-// What to do with an input message longer than the record's payload.
-enum class Oversize { error, skip, truncate };
-
-// Reads messages from a file descriptor into one reusable buffer: lines
-// (without their '\n'), or frames of a u32 little-endian length followed by
-// that many bytes. Hands out views into the buffer; no allocation per message.
-// Oversized messages are refused (Status::too_long), skipped or truncated.
-class InputReader {
- public:
-  enum class Status { message, end, too_long, truncated, io_error, interrupted };
-
-  InputReader(int fd, bool binary, std::size_t max_message, Oversize oversize)
-      : fd_(fd), binary_(binary), oversize_(oversize), max_message_(max_message),
-        buf_(std::max<std::size_t>(1 << 20, 2 * (max_message + 8))) {}
-
-  // On Status::message, `out` views the message; on too_long, `length` is
-  // its size (for a line: at least that) and index() is its number.
-  Status next(std::span<const std::byte>& out, std::uint64_t& length) {
-    for (;;) {
-      if (!drop_pending()) {
-        // Still inside an oversized message: drop what has arrived, read on.
-      } else if (binary_) {
-        if (end_ - begin_ >= 4) {
-          std::uint32_t len;
-          std::memcpy(&len, buf_.data() + begin_, 4);
-          length = len;
-          if (len > max_message_) {
-            if (oversize_ == Oversize::error) {
-              ++index_;
-              length_known_ = true;
-              return Status::too_long;
-            }
-            if (oversize_ == Oversize::skip) {
-              ++index_;
-              ++skipped_;
-              begin_ += 4;
-              drop_bytes_ = len;
-              continue;
-            }
-            if (end_ - begin_ >= 4 + max_message_) {  // truncate: the first max bytes
-              ++index_;
-              ++truncated_;
-              out = {buf_.data() + begin_ + 4, max_message_};
-              begin_ += 4 + max_message_;
-              drop_bytes_ = len - max_message_;
-              return Status::message;
-            }
-          } else if (end_ - begin_ >= 4 + std::size_t{len}) {
-            ++index_;
-            out = {buf_.data() + begin_ + 4, len};
-            begin_ += 4 + std::size_t{len};
-            return Status::message;
-          }
-        }
-      } else {
-        const std::size_t avail = end_ - begin_;
-        const void* nl = std::memchr(buf_.data() + begin_, '\n', avail);
-        const std::size_t len =
-            nl != nullptr ? static_cast<std::size_t>(static_cast<const std::byte*>(nl) - (buf_.data() + begin_)) : avail;
-        if (len > max_message_) {
-          length = len;
-          ++index_;
-          if (oversize_ == Oversize::error) {
-            length_known_ = nl != nullptr || eof_;
-            return Status::too_long;
-          }
-          drop_line_ = true;
-          if (oversize_ == Oversize::skip) {
-            ++skipped_;
-            continue;
-          }
-          ++truncated_;
-          out = {buf_.data() + begin_, max_message_};
-          begin_ += max_message_;
-          return Status::message;
-        }
-        if (nl != nullptr) {
-          ++index_;
-          length = len;
-          out = {buf_.data() + begin_, len};
-          begin_ += len + 1;
-          return Status::message;
-        }
-        if (eof_ && avail > 0) {  // a last line without '\n'
-          ++index_;
-          length = avail;
-          out = {buf_.data() + begin_, avail};
-          begin_ = end_;
-          return Status::message;
-        }
-      }
-      if (eof_) return end_ == begin_ ? Status::end : Status::truncated;
-      const Status s = fill();
-      if (s != Status::message) return s;
-    }
-  }
-
-  int error() const noexcept { return errno_; }
-  // 1-based number of the last line or frame taken from the input (the
-  // oversized one, after Status::too_long).
-  std::uint64_t index() const noexcept { return index_; }
-  // After Status::too_long: false if `length` is only what has arrived so far.
-  bool length_known() const noexcept { return length_known_; }
-  std::uint64_t skipped() const noexcept { return skipped_; }
-  std::uint64_t truncated() const noexcept { return truncated_; }
-
- private:
-  // Drops the rest of an oversized message from the buffer. True when
-  // nothing is left to drop.
-  bool drop_pending() {
-    if (drop_bytes_ > 0) {
-      const std::size_t n = std::min<std::uint64_t>(drop_bytes_, end_ - begin_);
-      begin_ += n;
-      drop_bytes_ -= n;
-      return drop_bytes_ == 0;
-    }
-    if (drop_line_) {
-      const std::size_t avail = end_ - begin_;
-      const void* nl = std::memchr(buf_.data() + begin_, '\n', avail);
-      if (nl == nullptr) {
-        begin_ = end_;
-        if (eof_) drop_line_ = false;
-        return !drop_line_;
-      }
-      begin_ = static_cast<std::size_t>(static_cast<const std::byte*>(nl) - buf_.data()) + 1;
-      drop_line_ = false;
-    }
-    return true;
-  }
-
-  Status fill() {
-    if (begin_ > 0) {
-      std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
-      end_ -= begin_;
-      begin_ = 0;
-    }
-    const ssize_t n = ::read(fd_, buf_.data() + end_, buf_.size() - end_);
-    if (n < 0) {
-      if (errno == EINTR) return stop_requested() ? Status::interrupted : Status::message;
-      errno_ = errno;
-      return Status::io_error;
-    }
-    if (n == 0) eof_ = true;
-    end_ += static_cast<std::size_t>(n);
-    return Status::message;
-  }
-
-  int fd_;
-  bool binary_;
-  Oversize oversize_;
-  std::size_t max_message_;
-  std::uint64_t index_ = 0;
-  std::uint64_t skipped_ = 0;
-  std::uint64_t truncated_ = 0;
-  std::uint64_t drop_bytes_ = 0;  // binary: bytes of an oversized frame still to drop
-  bool drop_line_ = false;        // text: dropping the rest of an oversized line
-  bool length_known_ = true;
-  std::vector<std::byte> buf_;
-  std::size_t begin_ = 0;
-  std::size_t end_ = 0;
-  bool eof_ = false;
-  int errno_ = 0;
-};
 
 const Choices<Policy> policy_names = {{"block", Policy::block}, {"overwrite", Policy::overwrite}};
 const Choices<Oversize> oversize_names = {

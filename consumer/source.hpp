@@ -68,8 +68,6 @@ class TcpSource final : public Source {
   std::uint64_t cursor() const noexcept override { return next_; }
   PollResult poll(const MessageHandler& handler, std::size_t max, std::chrono::nanoseconds timeout) override;
   std::uint64_t lost() const noexcept override { return lost_; }
-  const bridge::Welcome& welcome() const noexcept { return client_->welcome(); }
-  void set_interrupt(bool (*f)()) noexcept { client_->set_interrupt(f); }
 
  private:
   std::unique_ptr<bridge::Client> client_;

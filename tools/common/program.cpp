@@ -366,13 +366,6 @@ WaitOptions wait_options(WaitStrategy strategy) {
   return w;
 }
 
-WaitOptions wait_options(std::string_view strategy) {
-  for (const auto& [name, value] : wait_strategies()) {
-    if (strategy == name) return wait_options(value);
-  }
-  return wait_options(WaitStrategy::adaptive);
-}
-
 CLI::Validator wait_strategy_choice() {
   return choice(wait_strategies(), wait_strategy_names, not_a_wait_strategy);
 }

@@ -114,7 +114,6 @@ CLI::Option* add_milliseconds_option(CLI::App& app, const std::string& name, std
 // only checks it (an option kept as a string); both refuse any other word
 // with "'x' is not one of adaptive, spin-yield, busy-spin".
 WaitOptions wait_options(WaitStrategy strategy);
-WaitOptions wait_options(std::string_view strategy);  // the word itself
 inline constexpr const char* wait_strategy_names = "adaptive|spin-yield|busy-spin";
 const Choices<WaitStrategy>& wait_strategies();
 CLI::Validator wait_strategy_choice();

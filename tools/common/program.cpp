@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tools/common/duration.hpp"
+#include "tools/common/message_format.hpp"
 
 namespace shmbus::tools {
 namespace {
@@ -36,29 +37,6 @@ extern "C" void on_stop_signal(int sig) {
 #ifndef SHMBUS_VERSION
 #define SHMBUS_VERSION "unknown"
 #endif
-
-void append_json_string(std::string& out, std::string_view s) {
-  out.push_back('"');
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out.push_back(ch);
-        }
-    }
-  }
-  out.push_back('"');
-}
 
 // Optimal string alignment distance: insertions, deletions, substitutions
 // and swaps of two neighbours ("--fromat") each cost 1.
@@ -120,18 +98,20 @@ void add_version_flag(CLI::App& app, std::string_view program) {
 }
 
 std::string json_error(std::string_view program, std::string_view message, std::string_view code) {
-  std::string out = "{\"program\":";
-  append_json_string(out, program);
-  out += ",\"error\":";
+  const auto bytes = [](std::string_view s) { return std::as_bytes(std::span<const char>(s.data(), s.size())); };
   std::string one_line(message);
   for (char& c : one_line) {
     if (c == '\n' || c == '\r') c = ' ';
   }
-  append_json_string(out, one_line);
-  out += ",\"code\":";
-  append_json_string(out, code);
-  out += "}";
-  return out;
+  fmt::memory_buffer out;
+  out.append(std::string_view("{\"program\":"));
+  append_json_string(out, bytes(program));
+  out.append(std::string_view(",\"error\":"));
+  append_json_string(out, bytes(one_line));
+  out.append(std::string_view(",\"code\":"));
+  append_json_string(out, bytes(code));
+  out.push_back('}');
+  return fmt::to_string(out);
 }
 
 void ErrorSink::report(std::string_view message, std::string_view code) const {

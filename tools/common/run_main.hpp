@@ -20,7 +20,7 @@ namespace shmbus::tools {
 // (one line "PROGRAM: message", or one JSON object with --json):
 //   CLI::ParseError        --help and --version (exit 0), else a usage error (exit 2), as cli_exit()
 //   Failure                its message and code, its exit status
-//   shmbus::Error          its message (the library's name the bus), errc_name(), exit_code_for()
+//   shmbus::Error          its message (the library's messages name the bus), errc_name(), exit_code_for()
 //   std::invalid_argument  a usage error, exit 2 (an unknown --trust-owner, a bad address)
 //   std::exception         exit 1
 // `context`, when given and not empty at that point, goes in front of the

@@ -4,7 +4,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -411,16 +410,6 @@ void Reading::print_text(bool verify_ok, double seconds) const {
 }
 
 }  // namespace
-
-std::optional<From> parse_from(std::string_view text) {
-  if (text == "earliest") return From{From::Kind::earliest};
-  if (text == "latest") return From{From::Kind::latest};
-  if (text == "resume") return From{From::Kind::resume};
-  From f{From::Kind::sequence};
-  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), f.seq);
-  if (ec != std::errc() || p != text.data() + text.size()) return std::nullopt;
-  return f;
-}
 
 int run(const Options& o) {
   const bool tcp = is_tcp_url(o.bus);

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "machine.hpp"
-#include "program.hpp"
+#include "tools/common/program.hpp"
 #include "report.hpp"
 #include "run.hpp"
 

@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "client.hpp"
+#include "bridge/client.hpp"
 #include "fd_io.hpp"
 #include "roles.hpp"
 

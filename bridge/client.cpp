@@ -1,4 +1,4 @@
-#include "client.hpp"
+#include "bridge/client.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -284,7 +284,6 @@ void Client::read_exact(std::byte* p, std::size_t n) {
       continue;
     }
     if (k == 0) throw ClientError(where_ + ": connection closed by the server");
-    if (interrupt_ && interrupt_()) throw ClientError("interrupted");
     if (welcome_.heartbeat_ms) heartbeat_if_due();
     const auto now = Clock::now();
     const auto deadline = last_received_ + silence();
@@ -313,7 +312,6 @@ Event Client::next(std::chrono::milliseconds wait) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - now);
         const int ms = static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 100));
         if (::poll(&pfd, 1, ms) > 0) break;
-        if (interrupt_ && interrupt_()) throw ClientError("interrupted");
         heartbeat_if_due();
         if (Clock::now() - last_received_ >= silence()) {
           throw ClientError(fmt::format("{}: nothing received for {} ms: server presumed dead", where_,

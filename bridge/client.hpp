@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "protocol.hpp"
+#include "bridge/protocol.hpp"
 
 namespace shmbus::bridge {
 
@@ -74,10 +74,6 @@ class Client {
   // within `wait` (a frame that has begun is read to its end).
   Event next(std::chrono::milliseconds wait);
 
-  // Gives up waiting: next() throws ClientError("interrupted") once `f` says so
-  // (checked at least every 100 ms).
-  void set_interrupt(bool (*f)()) noexcept { interrupt_ = f; }
-
  private:
   struct Tls;
   void tls_handshake(const ClientOptions& o);
@@ -98,7 +94,6 @@ class Client {
   std::uint64_t next_seq_ = 0;
   std::chrono::steady_clock::time_point last_sent_;
   std::chrono::steady_clock::time_point last_received_;
-  bool (*interrupt_)() = nullptr;
 };
 
 }  // namespace shmbus::bridge

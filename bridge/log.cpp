@@ -1,4 +1,4 @@
-#include "log.hpp"
+#include "bridge/log.hpp"
 
 #include <unistd.h>
 

@@ -9,16 +9,20 @@
 
 #include <charconv>
 #include <cstdio>
+#include <optional>
 #include <string>
 
-#include "client.hpp"
-#include "duration.hpp"
-#include "log.hpp"
-#include "mirror.hpp"
-#include "program.hpp"
-#include "protocol.hpp"
-#include "server.hpp"
-#include "trust.hpp"
+#include "bridge/client.hpp"
+#include "tools/common/duration.hpp"
+#include "bridge/log.hpp"
+#include "bridge/mirror.hpp"
+#include "tools/common/choice.hpp"
+#include "tools/common/failure.hpp"
+#include "tools/common/program.hpp"
+#include "tools/common/run_main.hpp"
+#include "bridge/protocol.hpp"
+#include "bridge/server.hpp"
+#include "tools/common/trust.hpp"
 
 namespace {
 
@@ -28,11 +32,31 @@ using namespace shmbus::bridge;
 
 constexpr const char* kProgram = "shmbus-bridge";
 
+const Choices<SlowPolicy> slow_names = {
+    {"disconnect", SlowPolicy::disconnect}, {"skip", SlowPolicy::skip}, {"block", SlowPolicy::block}};
+
+// mirror --from: earliest, latest or a sequence number.
+struct MirrorStart {
+  StartKind kind = StartKind::earliest;
+  std::uint64_t seq = 0;
+};
+
+std::optional<MirrorStart> parse_mirror_start(const std::string& s) {
+  if (s == "earliest") return MirrorStart{StartKind::earliest};
+  if (s == "latest") return MirrorStart{StartKind::latest};
+  MirrorStart m{StartKind::sequence};
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), m.seq);
+  if (ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
+  return m;
+}
+
+Failure usage(const std::string& message) { return Failure(exit_usage, message, "usage"); }
+
 struct ServeArgs {
   std::string bus;
   std::string listen = "127.0.0.1:7800";
   std::string token_file;
-  std::string slow = "disconnect";
+  SlowPolicy slow = SlowPolicy::disconnect;
   std::uint32_t max_subscribers = 64;
   std::uint32_t max_frame = 1u << 20;
   std::uint32_t max_handshake = kMaxHelloBody;
@@ -54,10 +78,6 @@ bool is_loopback(const std::string& host) {
   if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
   if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
   throw std::invalid_argument(fmt::format("--listen: '{}' is not an IP address", host));
-}
-
-std::chrono::milliseconds ms(const std::string& d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(parse_duration(d));
 }
 
 std::string stats_text(const ServeStats& s) {
@@ -82,7 +102,7 @@ struct MirrorArgs {
   std::string connect;
   std::string remote_bus;
   std::string bus;
-  std::string from = "earliest";
+  MirrorStart from;
   std::string token_file;
   std::string tls_ca;
   std::uint64_t capacity = 65536;
@@ -106,120 +126,71 @@ std::string mirror_stats_json(const MirrorStats& s) {
   return j.dump();
 }
 
+// Errors before anything runs (bad names, addresses, durations) exit 2;
+// run_main() reports them all.
 int mirror(const MirrorArgs& a) {
   MirrorOptions o;
-  std::chrono::milliseconds interval{};
-  try {
-    validate_name(a.bus);
-    validate_name(a.remote_bus);
-    split_host_port(a.connect, "--connect", o.remote.host, o.remote.port);
-    (void)is_loopback(o.remote.host);  // numeric address check
-    o.remote.bus = a.remote_bus;
-    o.remote.tls_ca = a.tls_ca;
-    if (a.from == "earliest") {
-      o.remote.start = StartKind::earliest;
-    } else if (a.from == "latest") {
-      o.remote.start = StartKind::latest;
-    } else {
-      o.remote.start = StartKind::sequence;
-      auto [end, ec] = std::from_chars(a.from.data(), a.from.data() + a.from.size(), o.remote.start_seq);
-      if (ec != std::errc{} || end != a.from.data() + a.from.size()) {
-        throw std::invalid_argument(fmt::format("--from '{}': expected earliest, latest or a sequence", a.from));
-      }
-    }
-    o.bus = a.bus;
-    o.capacity = a.capacity;
-    o.max_readers = a.max_readers;
-    o.trust = resolve_trust(a.trust);
-    o.backoff_max = std::max(ms(a.backoff_max), o.backoff_min);
-    interval = ms(a.stats_interval);
-  } catch (const std::exception& e) {
-    print_error(kProgram, e.what());
-    return exit_usage;
-  }
+  validate_name(a.bus);
+  validate_name(a.remote_bus);
+  split_host_port(a.connect, "--connect", o.remote.host, o.remote.port);
+  (void)is_loopback(o.remote.host);  // numeric address check
+  o.remote.bus = a.remote_bus;
+  o.remote.tls_ca = a.tls_ca;
+  o.remote.start = a.from.kind;
+  o.remote.start_seq = a.from.seq;
+  o.bus = a.bus;
+  o.capacity = a.capacity;
+  o.max_readers = a.max_readers;
+  o.trust = resolve_trust(a.trust);
+  o.backoff_max = std::max(parse_duration_ms(a.backoff_max), o.backoff_min);
+  const std::chrono::milliseconds interval = parse_duration_ms(a.stats_interval);
   set_quiet(a.quiet);
-  try {
-    if (!a.token_file.empty()) o.remote.token = read_token_file(a.token_file);
-    install_stop_handlers();
-    const bool json = a.json;
-    const MirrorEnd end = run_mirror(o, [] { return stop_requested(); }, interval,
-                                     [json](const MirrorStats& s) {
-                                       log_always(json ? mirror_stats_json(s) : mirror_stats_text(s));
-                                     });
-    (void)end;
-  } catch (const std::exception& e) {
-    print_error(kProgram, e.what());
-    return exit_failure;
-  }
+  if (!a.token_file.empty()) o.remote.token = read_token_file(a.token_file);
+  install_stop_handlers();
+  const bool json = a.json;
+  (void)run_mirror(o, [] { return stop_requested(); }, interval, [json](const MirrorStats& s) {
+    log_always(json ? mirror_stats_json(s) : mirror_stats_text(s));
+  });
   return exit_ok;
 }
 
 int serve(const ServeArgs& a) {
   ServeOptions o;
   o.bus = a.bus;
-  try {
-    validate_name(a.bus);
-    split_host_port(a.listen, "--listen", o.host, o.port);
-    o.handshake_timeout = ms(a.handshake_timeout);
-    o.idle_timeout = ms(a.idle_timeout);
-    o.heartbeat = ms(a.heartbeat);
-    o.trust = resolve_trust(a.trust);
-  } catch (const std::exception& e) {
-    print_error(kProgram, e.what());
-    return exit_usage;
-  }
+  validate_name(a.bus);
+  split_host_port(a.listen, "--listen", o.host, o.port);
+  o.handshake_timeout = parse_duration_ms(a.handshake_timeout);
+  o.idle_timeout = parse_duration_ms(a.idle_timeout);
+  o.heartbeat = parse_duration_ms(a.heartbeat);
+  o.trust = resolve_trust(a.trust);
   if (o.heartbeat.count() <= 0 || o.heartbeat >= o.idle_timeout) {
-    print_error(kProgram, "--heartbeat must be positive and shorter than --idle-timeout");
-    return exit_usage;
+    throw usage("--heartbeat must be positive and shorter than --idle-timeout");
   }
-  bool loopback = false;
-  try {
-    loopback = is_loopback(o.host);
-  } catch (const std::invalid_argument& e) {
-    print_error(kProgram, e.what());
-    return exit_usage;
+  if (!is_loopback(o.host) && a.token_file.empty()) {
+    throw usage(fmt::format("--listen {}: not a loopback address; --token-file is required", o.host));
   }
-  if (!loopback && a.token_file.empty()) {
-    print_error(kProgram, fmt::format("--listen {}: not a loopback address; --token-file is required", o.host));
-    return exit_usage;
-  }
-  if (!a.token_file.empty()) {
-    try {
-      o.token = read_token_file(a.token_file);
-    } catch (const std::exception& e) {
-      print_error(kProgram, e.what());
-      return exit_failure;
-    }
-  }
-  o.slow = a.slow == "skip" ? SlowPolicy::skip : a.slow == "block" ? SlowPolicy::block : SlowPolicy::disconnect;
+  if (!a.token_file.empty()) o.token = read_token_file(a.token_file);  // exit 1 if unreadable
+  o.slow = a.slow;
   o.max_subscribers = a.max_subscribers;
   o.max_frame = a.max_frame;
   o.max_handshake = a.max_handshake;
   o.buffer_bytes = a.buffer;
   o.tls_cert = a.tls_cert;
   o.tls_key = a.tls_key;
-  if (o.tls_cert.empty() != o.tls_key.empty()) {
-    print_error(kProgram, "--tls-cert and --tls-key go together");
-    return exit_usage;
-  }
+  if (o.tls_cert.empty() != o.tls_key.empty()) throw usage("--tls-cert and --tls-key go together");
   set_quiet(a.quiet);
-  try {
-    Server server(o);
-    log_line(fmt::format("serving bus '{}' on {}:{} (--slow {}{})", a.bus, o.host, server.port(), a.slow,
-                         o.tls_cert.empty() ? "" : ", TLS"));
-    const auto interval = ms(a.stats_interval);
-    const bool json = a.json;
-    if (interval.count() > 0) {
-      server.on_stats(interval, [json](const ServeStats& s) { log_line(json ? stats_json(s) : stats_text(s)); });
-    }
-    install_stop_handlers();
-    server.run([] { return stop_requested(); });
-    const ServeStats s = server.stats();
-    log_line(json ? stats_json(s) : stats_text(s));
-  } catch (const std::exception& e) {
-    print_error(kProgram, e.what());
-    return exit_failure;
+  Server server(o);
+  log_line(fmt::format("serving bus '{}' on {}:{} (--slow {}{})", a.bus, o.host, server.port(),
+                       choice_name(slow_names, a.slow), o.tls_cert.empty() ? "" : ", TLS"));
+  const auto interval = parse_duration_ms(a.stats_interval);
+  const bool json = a.json;
+  if (interval.count() > 0) {
+    server.on_stats(interval, [json](const ServeStats& s) { log_line(json ? stats_json(s) : stats_text(s)); });
   }
+  install_stop_handlers();
+  server.run([] { return stop_requested(); });
+  const ServeStats s = server.stats();
+  log_line(json ? stats_json(s) : stats_text(s));
   return exit_ok;
 }
 
@@ -235,9 +206,7 @@ int main(int argc, char** argv) {
   s->add_option("--listen", sa.listen, "HOST:PORT to listen on (non-loopback needs --token-file)")
       ->capture_default_str();
   s->add_option("--token-file", sa.token_file, "File holding the token subscribers must present");
-  s->add_option("--slow", sa.slow, "A subscriber whose buffer is full: disconnect|skip|block")
-      ->check(CLI::IsMember({"disconnect", "skip", "block"}))
-      ->capture_default_str();
+  add_choice(*s, "--slow", sa.slow, slow_names, "A subscriber whose buffer is full: disconnect|skip|block");
   s->add_option("--max-subscribers", sa.max_subscribers, "Connections at once")
       ->check(CLI::Range(1u, 100000u))->capture_default_str();
   s->add_option("--max-frame", sa.max_frame, "Largest batch frame body sent, bytes")
@@ -269,10 +238,17 @@ int main(int argc, char** argv) {
   m->add_option("--remote-bus", ma.remote_bus, "Bus name on the serving side")->required();
   m->add_option("--bus", ma.bus, "Local bus (created with the remote's record size and policy if missing)")
       ->required();
-  m->add_option("--from", ma.from,
-                "Where a local bus that never carried a message starts: earliest, latest or a sequence "
-                "(an existing one always resumes at its next sequence)")
-      ->capture_default_str();
+  m->add_option_function<std::string>(
+       "--from", [&ma](const std::string& text) { ma.from = *parse_mirror_start(text); },
+       "Where a local bus that never carried a message starts: earliest, latest or a sequence "
+       "(an existing one always resumes at its next sequence)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            return parse_mirror_start(text) ? std::string()
+                                            : "'" + text + "': expected earliest, latest or a sequence";
+          },
+          "earliest|latest|SEQ"))
+      ->default_str("earliest");
   m->add_option("--capacity", ma.capacity, "Records in the local ring when it is created")->capture_default_str();
   m->add_option("--max-readers", ma.max_readers, "Reader slots of the local bus when it is created")
       ->capture_default_str();
@@ -286,12 +262,10 @@ int main(int argc, char** argv) {
   m->add_flag("--quiet", ma.quiet, "No per-connection log lines (gaps, stats and errors are still printed)");
   add_trust_options(*m, ma.trust);
   refuse_negative_numbers(app);
-  try {
+  return run_main(app, ErrorSink{kProgram}, [&] {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return cli_exit(app, e, kProgram);
-  }
-  if (s->parsed()) return serve(sa);
-  if (m->parsed()) return mirror(ma);
-  return exit_usage;
+    if (s->parsed()) return serve(sa);
+    if (m->parsed()) return mirror(ma);
+    return exit_usage;
+  });
 }

@@ -1,4 +1,4 @@
-#include "mirror.hpp"
+#include "bridge/mirror.hpp"
 
 #include <fmt/format.h>
 #include <shmbus/producer.hpp>
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "log.hpp"
+#include "bridge/log.hpp"
 
 namespace shmbus::bridge {
 

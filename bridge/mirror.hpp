@@ -17,7 +17,7 @@
 #include <functional>
 #include <string>
 
-#include "client.hpp"
+#include "bridge/client.hpp"
 
 namespace shmbus::bridge {
 

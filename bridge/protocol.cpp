@@ -1,4 +1,4 @@
-#include "protocol.hpp"
+#include "bridge/protocol.hpp"
 
 #include <algorithm>
 #include <cstring>

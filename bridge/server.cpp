@@ -1,4 +1,4 @@
-#include "server.hpp"
+#include "bridge/server.hpp"
 
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
 
@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "log.hpp"
-#include "protocol.hpp"
+#include "bridge/log.hpp"
+#include "bridge/protocol.hpp"
 
 namespace shmbus::bridge {
 

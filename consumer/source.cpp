@@ -1,4 +1,4 @@
-#include "source.hpp"
+#include "consumer/source.hpp"
 
 #include <fmt/format.h>
 
@@ -28,7 +28,8 @@ TcpSource::TcpSource(const bridge::ClientOptions& options) {
     std::string code = "error";
     if (e.code == bridge::ErrorCode::unknown_bus) code = "not_found";
     if (e.code == bridge::ErrorCode::not_retained) code = "not_retained";
-    throw SourceError{fmt::format("tcp://{}:{}/{}: {}", options.host, options.port, options.bus, e.what()), code};
+    throw tools::Failure(tools::exit_failure,
+                         fmt::format("tcp://{}:{}/{}: {}", options.host, options.port, options.bus, e.what()), code);
   }
   next_ = client_->welcome().first_seq;
 }
@@ -60,7 +61,7 @@ PollResult TcpSource::poll(const MessageHandler& handler, std::size_t max, std::
     try {
       ev = client_->next(wait);
     } catch (const bridge::ClientError& e) {
-      throw SourceError{e.what(), e.code == bridge::ErrorCode::slow ? "slow" : "error"};
+      throw tools::Failure(tools::exit_failure, e.what(), e.code == bridge::ErrorCode::slow ? "slow" : "error");
     }
     if (ev.kind == bridge::Event::Kind::none) break;
     if (ev.kind == bridge::Event::Kind::batch) {

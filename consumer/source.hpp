@@ -1,6 +1,6 @@
 // shmbus-consumer — where messages come from: a local bus (BusSource, the
 // library's Consumer) or a shmbus-bridge over TCP (TcpSource, tcp://HOST:PORT/BUS,
-// bridge/client.hpp). main.cpp drives either through the same loop, so every
+// bridge/client.hpp). run.cpp drives either through the same loop, so every
 // flag (--verify, --stats, --format, --count...) means the same for both.
 #pragma once
 
@@ -12,17 +12,12 @@
 #include <memory>
 #include <string>
 
-#include "client.hpp"
+#include "bridge/client.hpp"
+#include "tools/common/failure.hpp"
 
 namespace shmbus::consumer {
 
 using MessageHandler = std::function<void(const Message&)>;
-
-// A failure of the source, already one line naming what went wrong.
-struct SourceError {
-  std::string line;
-  std::string code = "error";
-};
 
 class Source {
  public:
@@ -30,7 +25,7 @@ class Source {
   // The next sequence this source will deliver (or report lost).
   virtual std::uint64_t cursor() const noexcept = 0;
   // Hands up to `max` messages to `handler`, waiting up to `timeout` for the
-  // first; counts losses and end-of-stream like Consumer::poll. Throws SourceError.
+  // first; counts losses and end-of-stream like Consumer::poll. Throws tools::Failure.
   virtual PollResult poll(const MessageHandler& handler, std::size_t max, std::chrono::nanoseconds timeout) = 0;
   // Messages reported lost so far.
   virtual std::uint64_t lost() const noexcept = 0;
@@ -60,16 +55,15 @@ bool is_tcp_url(const std::string& s) noexcept;
 TcpAddress parse_tcp_url(const std::string& s);
 
 // Reads a bridge's subscription. The server's end frame is a clean end of
-// stream; any error (refused, dropped as slow, server gone) is a SourceError.
+// stream; any error (refused, dropped as slow, server gone) is a tools::Failure
+// (exit 1) naming what went wrong.
 class TcpSource final : public Source {
  public:
-  // Connects and subscribes; throws SourceError.
+  // Connects and subscribes; throws tools::Failure.
   explicit TcpSource(const bridge::ClientOptions& options);
   std::uint64_t cursor() const noexcept override { return next_; }
   PollResult poll(const MessageHandler& handler, std::size_t max, std::chrono::nanoseconds timeout) override;
   std::uint64_t lost() const noexcept override { return lost_; }
-  const bridge::Welcome& welcome() const noexcept { return client_->welcome(); }
-  void set_interrupt(bool (*f)()) noexcept { client_->set_interrupt(f); }
 
  private:
   std::unique_ptr<bridge::Client> client_;

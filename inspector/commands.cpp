@@ -1,6 +1,4 @@
-#include "commands.hpp"
-
-#include "message_format.hpp"
+#include "inspector/commands.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -14,17 +12,19 @@
 #include <vector>
 #include <unistd.h>
 
-#include "program.hpp"
-#include "report.hpp"
+#include "inspector/report.hpp"
+#include "inspector/text.hpp"
 #include "shmbus/inspect.hpp"
-#include "text.hpp"
+#include "tools/common/message_format.hpp"
+#include "tools/common/program.hpp"
 
 namespace shmbus::inspect_tool {
 
 using json = nlohmann::ordered_json;
 
-ToolError::ToolError(const std::string& bus, const std::string& problem, std::string code)
-    : std::runtime_error(fmt::format("bus '{}': {}", bus, problem)), code_(std::move(code)) {}
+tools::Failure bus_failure(const std::string& bus, const std::string& problem, std::string code) {
+  return tools::Failure(tools::exit_failure, fmt::format("bus '{}': {}", bus, problem), std::move(code));
+}
 
 namespace {
 
@@ -83,13 +83,13 @@ double seconds_between(std::chrono::steady_clock::time_point a,
 
 // Takes a report over `sample` (rates), or from one snapshot when it is zero.
 BusReport sample_report(const Inspector& insp, std::chrono::nanoseconds sample) {
-  if (sample.count() <= 0) return make_report(insp.snapshot(), realtime_now_ns());
+  if (sample.count() <= 0) return make_report(insp.snapshot(), tools::realtime_ns());
   const auto t0 = std::chrono::steady_clock::now();
   Snapshot before = insp.snapshot();
-  if (!sleep_unless_stopped(sample)) return make_report(before, realtime_now_ns());
+  if (!sleep_unless_stopped(sample)) return make_report(before, tools::realtime_ns());
   Snapshot after = insp.snapshot();
   const auto t1 = std::chrono::steady_clock::now();
-  return make_report(before, after, seconds_between(t0, t1), realtime_now_ns());
+  return make_report(before, after, seconds_between(t0, t1), tools::realtime_ns());
 }
 
 std::string hexdump(std::span<const std::byte> bytes) {
@@ -101,7 +101,7 @@ std::string hexdump(std::span<const std::byte> bytes) {
       const auto c = static_cast<unsigned char>(b);
       ascii += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '.';
     }
-    out += fmt::format("  {:08x}  {:<48}  |{}|\n", off, hex(line), ascii);
+    out += fmt::format("  {:08x}  {:<48}  |{}|\n", off, tools::hex_spaced(line), ascii);
   }
   return out;
 }
@@ -140,7 +140,7 @@ void set_trust(Trust trust) { g_trust = std::move(trust); }
 
 int run_list(bool json_out) {
   const auto entries = list_buses(g_trust);
-  const auto now = realtime_now_ns();
+  const auto now = tools::realtime_ns();
   if (json_out) {
     json buses = json::array();
     for (const ListEntry& e : entries) buses.push_back(to_json(e, now));
@@ -177,13 +177,13 @@ int run_dump(const DumpArgs& a) {
     from = snap.head - std::min(*a.last, retained);
   }
   if (from < snap.oldest) {
-    throw ToolError(a.bus,
+    throw bus_failure(a.bus,
                     fmt::format("sequence {} is no longer retained (oldest is {}, head {})", from,
                                 snap.oldest, snap.head),
                     "not_retained");
   }
   if (from > snap.head) {
-    throw ToolError(a.bus,
+    throw bus_failure(a.bus,
                     fmt::format("sequence {} is in the future: not published yet (head is {})",
                                 from, snap.head),
                     "not_retained");
@@ -233,7 +233,7 @@ int run_dump(const DumpArgs& a) {
       }
       case DumpFormat::text:
         print_out(fmt::format("{}  \"{}\"{}\n", record_header(*rec),
-                              escape(std::span<const std::byte>(rec->payload)),
+                              tools::escape_ascii(std::span<const std::byte>(rec->payload)),
                               problem.empty() ? "" : "  CORRUPT: " + problem));
         break;
       case DumpFormat::hex:
@@ -279,10 +279,10 @@ int run_watch(const std::string& bus, std::chrono::nanoseconds interval,
   Snapshot before = insp.snapshot();
   for (std::uint64_t n = 0; !count || n < *count; ++n) {
     if (!sleep_unless_stopped(interval)) break;
-    if (!Bus::exists(bus)) throw ToolError(bus, "the bus was removed while watching", "not_found");
+    if (!Bus::exists(bus)) throw bus_failure(bus, "the bus was removed while watching", "not_found");
     Snapshot after = insp.snapshot();
     const auto t1 = std::chrono::steady_clock::now();
-    const BusReport r = make_report(before, after, seconds_between(t0, t1), realtime_now_ns());
+    const BusReport r = make_report(before, after, seconds_between(t0, t1), tools::realtime_ns());
     if (json_out) {
       print_json(to_json(r), false);
     } else if (tty) {
@@ -365,7 +365,7 @@ int run_gc(const std::string& bus, const std::vector<std::string>& forget, bool 
   std::vector<std::string> forgotten;
   for (const std::string& name : forget) {
     if (!forget_reader_name(bus, name, g_trust))
-      throw ToolError(bus, fmt::format("no remembered reader named '{}'", name), "not_found");
+      throw bus_failure(bus, fmt::format("no remembered reader named '{}'", name), "not_found");
     forgotten.push_back(name);
     if (!json_out) print_out(fmt::format("bus '{}': forgot reader name '{}'\n", bus, name));
   }
@@ -424,7 +424,7 @@ int run_rm(const std::string& bus, bool force, bool json_out) {
     // hard link planted at the path, unseen (if we may: its owner or root).
     if (is_access_error(e.errc()) && !(force && (e.errc() == Errc::foreign_owner || e.errc() == Errc::unsafe_file)))
       throw;
-    if (e.errc() == Errc::not_found) throw ToolError(bus, "no such bus", "not_found");
+    if (e.errc() == Errc::not_found) throw bus_failure(bus, "no such bus", "not_found");
     invalid = strip_bus_prefix(bus, e.what());
   }
 
@@ -444,12 +444,12 @@ int run_rm(const std::string& bus, bool force, bool json_out) {
   const std::optional<bool> locked = segment_in_use(bus);
   if (users.empty() && locked.value_or(false)) users.push_back("a live process (its role locks are held)");
   if (!locked && snap == std::nullopt && !force) {
-    throw ToolError(bus, "not removed: cannot tell whether a live process uses it (use --force)", "in_use");
+    throw bus_failure(bus, "not removed: cannot tell whether a live process uses it (use --force)", "in_use");
   }
   std::string who;
   for (const std::string& u : users) who += (who.empty() ? "" : ", ") + u;
   if (!users.empty() && !force) {
-    throw ToolError(bus, fmt::format("not removed: in use by {} (use --force)", who), "in_use");
+    throw bus_failure(bus, fmt::format("not removed: in use by {} (use --force)", who), "in_use");
   }
   // Users still attached are told once the name is gone (and only if it
   // could be removed): their streams end and the producer stops, instead of
@@ -460,7 +460,7 @@ int run_rm(const std::string& bus, bool force, bool json_out) {
   } else {
     removed = Bus::remove(bus);
   }
-  if (!removed) throw ToolError(bus, "no such bus", "not_found");
+  if (!removed) throw bus_failure(bus, "no such bus", "not_found");
 
   if (json_out) {
     json j{{"bus", bus},

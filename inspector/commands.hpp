@@ -2,33 +2,27 @@
 //   0  success (check: the bus is clean)
 //   1  the bus has problems (check; dump: a record with an impossible length),
 //      the command was refused (rm), or an error
-// and throws on errors, which main() reports as one line on stderr.
+// and throws on errors (tools::Failure, shmbus::Error), which run_main()
+// reports as one line on stderr.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "shmbus/bus.hpp"
+#include "tools/common/failure.hpp"
 
 namespace shmbus::inspect_tool {
 
 // Whose segments the commands open besides the caller's own and root's.
 void set_trust(Trust trust);
 
-// An error the program itself detects; what() names the bus and the problem,
-// code() is the "code" of its JSON form (docs/inspector.md).
-class ToolError : public std::runtime_error {
- public:
-  ToolError(const std::string& bus, const std::string& problem, std::string code = "error");
-  const std::string& code() const noexcept { return code_; }
-
- private:
-  std::string code_;
-};
+// An error the program itself detects: "bus 'NAME': problem", exit 1, with
+// `code` as the "code" of its JSON form (docs/inspector.md).
+tools::Failure bus_failure(const std::string& bus, const std::string& problem, std::string code = "error");
 
 int run_list(bool json);
 int run_show(const std::string& bus, std::chrono::nanoseconds sample, bool json);

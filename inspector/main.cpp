@@ -15,12 +15,14 @@
 #include <string_view>
 #include <vector>
 
-#include "commands.hpp"
-#include "metrics.hpp"
-#include "program.hpp"
-#include "shmbus/errors.hpp"
-#include "text.hpp"
-#include "trust.hpp"
+#include "inspector/commands.hpp"
+#include "inspector/metrics.hpp"
+#include "tools/common/choice.hpp"
+#include "tools/common/duration.hpp"
+#include "tools/common/failure.hpp"
+#include "tools/common/program.hpp"
+#include "tools/common/run_main.hpp"
+#include "tools/common/trust.hpp"
 
 namespace {
 
@@ -54,12 +56,14 @@ std::string subcommand_problem(int argc, char** argv, const std::vector<std::str
   return "a subcommand is required: " + list + " (see --help)";
 }
 
-CLI::Validator duration_validator() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        return parse_duration(s) ? std::string() : "not a duration (e.g. 200ms, 1s, 1.5s): " + s;
-      },
-      "DURATION");
+const tools::Choices<DumpFormat> dump_format_names = {
+    {"text", DumpFormat::text}, {"hex", DumpFormat::hex}, {"json", DumpFormat::json}};
+
+// --interval: the grammar of every program (500ms, 2s, 1h...; a bare number
+// is seconds), up to a day ("forever" would never take a second sample).
+CLI::Validator interval_validator() {
+  using namespace std::chrono_literals;
+  return tools::duration_validator(1s, 0s, 24h);
 }
 
 }  // namespace
@@ -71,8 +75,8 @@ int main(int argc, char** argv) {
   tools::add_version_flag(app, kProgram);
   app.require_subcommand(1);
   app.fallthrough();  // --trust-owner/--trust-group may follow the subcommand
-  shmbus::tools::TrustArgs trust_args;
-  shmbus::tools::add_trust_options(app, trust_args);
+  tools::TrustArgs trust_args;
+  tools::add_trust_options(app, trust_args);
 
   bool json = false;
   const char* json_help = "machine-readable JSON output (schema in docs/inspector.md)";
@@ -82,7 +86,7 @@ int main(int argc, char** argv) {
   std::uint64_t watch_count = 0;
   bool force = false;
   DumpArgs dump;
-  std::string dump_format = "text";
+  DumpFormat dump_format = DumpFormat::text;
 
   auto* list = app.add_subcommand("list", "every shmbus bus on this machine, one line each");
   list->add_flag("--json", json, json_help);
@@ -91,8 +95,9 @@ int main(int argc, char** argv) {
       "show", "a bus's header, fill level, publish rate and reader table, with warnings");
   show->add_option("bus", bus, "bus name")->required();
   show->add_option("--interval", interval,
-                   "how long to sample for rates (0: no rates)")->capture_default_str()
-      ->check(duration_validator());
+                   "how long to sample for rates: 500ms, 2s, 1m... (a bare number is seconds; 0: no rates)")
+      ->capture_default_str()
+      ->check(interval_validator());
   show->add_flag("--json", json, json_help);
 
   auto* dump_cmd = app.add_subcommand("dump", "records with sequence, timestamp, length, payload");
@@ -101,16 +106,17 @@ int main(int argc, char** argv) {
   dump_cmd->add_option("--last", dump.last, "the newest N records instead of --from")
       ->excludes(from_opt);
   dump_cmd->add_option("--count", dump.count, "records to show, 0 for all up to head")->capture_default_str();
-  dump_cmd->add_option("--format", dump_format, "payload format")->capture_default_str()
-      ->check(CLI::IsMember({"text", "hex", "json"}));
+  tools::add_choice(*dump_cmd, "--format", dump_format, dump_format_names, "payload format");
   dump_cmd->add_flag("--json", json, "same as --format json");
 
   auto* watch = app.add_subcommand(
       "watch", "a refreshing view of rates and lags until Ctrl-C (one line per interval "
                "when stdout is not a terminal)");
   watch->add_option("bus", bus, "bus name")->required();
-  watch->add_option("--interval", watch_interval, "time between refreshes")->capture_default_str()
-      ->check(duration_validator());
+  watch->add_option("--interval", watch_interval,
+                    "time between refreshes: 500ms, 2s, 1m... (a bare number is seconds)")
+      ->capture_default_str()
+      ->check(interval_validator());
   watch->add_option("--count", watch_count, "stop after N refreshes (default: until Ctrl-C)");
   watch->add_flag("--json", json, "one JSON object (as show --json) per line");
 
@@ -147,54 +153,38 @@ int main(int argc, char** argv) {
   tools::refuse_negative_numbers(app);
 
   // With --json, errors are a JSON object on stdout, where the reports go.
-  tools::ErrorSink sink{kProgram, tools::wants_json(argc, argv), stdout};
+  const tools::ErrorSink sink{kProgram, tools::wants_json(argc, argv), stdout};
   std::vector<std::string> names;
   for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
     names.push_back(sub->get_name());
   }
-  if (const std::string problem = subcommand_problem(argc, argv, names); !problem.empty()) {
-    sink.report(problem, "usage");
-    return tools::exit_usage;
-  }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return tools::cli_exit(app, e, sink);
-  }
-
-  const std::string& target = dump_cmd->parsed() ? dump.bus : bus;
-  try {
-    set_trust(shmbus::tools::resolve_trust(trust_args));
-    if (list->parsed()) return run_list(json);
-    if (show->parsed()) return run_show(bus, *parse_duration(interval), json);
-    if (dump_cmd->parsed()) {
-      dump.format = json ? DumpFormat::json
-                    : dump_format == "hex"  ? DumpFormat::hex
-                    : dump_format == "json" ? DumpFormat::json
-                                            : DumpFormat::text;
-      return run_dump(dump);
-    }
-    if (watch->parsed()) {
-      return run_watch(bus, *parse_duration(watch_interval),
-                       watch_count ? std::optional<std::uint64_t>(watch_count) : std::nullopt, json);
-    }
-    if (check->parsed()) return run_check(bus, json);
-    if (gc->parsed()) return run_gc(bus, forget, json);
-    if (rm->parsed()) return run_rm(bus, force, json);
-    if (metrics->parsed()) return run_metrics(metrics_args, shmbus::tools::resolve_trust(trust_args));
-  } catch (const shmbus::Error& e) {
-    // The library's messages already name the bus.
-    sink.report(e.what(), tools::errc_name(e.errc()));
-    return tools::exit_code_for(e.errc());
-  } catch (const ToolError& e) {
-    sink.report(e.what(), e.code());
-    return 1;
-  } catch (const std::invalid_argument& e) {  // an unknown --trust-owner, say
-    sink.report(e.what(), "usage");
-    return tools::exit_usage;
-  } catch (const std::exception& e) {
-    sink.report(fmt::format("bus '{}': {}", target, e.what()), "error");
-    return 1;
-  }
-  return tools::exit_usage;
+  return tools::run_main(
+      app, sink,
+      [&] {
+        if (const std::string problem = subcommand_problem(argc, argv, names); !problem.empty()) {
+          throw tools::Failure(tools::exit_usage, problem, "usage");
+        }
+        app.parse(argc, argv);
+        set_trust(tools::resolve_trust(trust_args));
+        if (list->parsed()) return run_list(json);
+        if (show->parsed()) return run_show(bus, tools::parse_duration(interval), json);
+        if (dump_cmd->parsed()) {
+          dump.format = json ? DumpFormat::json : dump_format;
+          return run_dump(dump);
+        }
+        if (watch->parsed()) {
+          return run_watch(bus, tools::parse_duration(watch_interval),
+                           watch_count ? std::optional<std::uint64_t>(watch_count) : std::nullopt, json);
+        }
+        if (check->parsed()) return run_check(bus, json);
+        if (gc->parsed()) return run_gc(bus, forget, json);
+        if (rm->parsed()) return run_rm(bus, force, json);
+        if (metrics->parsed()) return run_metrics(metrics_args, tools::resolve_trust(trust_args));
+        return tools::exit_usage;
+      },
+      [&] {
+        // The library's messages already name the bus; others get it in front.
+        const std::string& target = dump_cmd->parsed() ? dump.bus : bus;
+        return target.empty() ? std::string() : fmt::format("bus '{}'", target);
+      });
 }

@@ -5,7 +5,7 @@
 //
 // Everything in a segment is untrusted: reader names are written by other
 // processes, so label values are escaped and limited to printable ASCII.
-#include "metrics.hpp"
+#include "inspector/metrics.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>

@@ -1,16 +1,14 @@
-#include "report.hpp"
+#include "inspector/report.hpp"
 
 #include <fmt/format.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstring>
 #include <ctime>
 
-#include "program.hpp"
-#include "text.hpp"
+#include "inspector/text.hpp"
+#include "tools/common/message_format.hpp"
+#include "tools/common/proc_stat.hpp"
+#include "tools/common/program.hpp"
 
 namespace shmbus::inspect_tool {
 
@@ -109,28 +107,9 @@ bool process_stopped(pid_t pid, std::uint64_t start_ticks) noexcept {
   // The pid is the holder's own label: only a process of ours with that
   // pid and the same start time is the holder (one in another PID
   // namespace, or without /proc, is never judged stopped here).
-  if (pid <= 0 || start_ticks == 0) return false;
-  char path[32];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buf[512];
-  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return false;
-  buf[n] = '\0';
-  // "PID (COMM) STATE ...": COMM may hold spaces and parentheses. Start
-  // time is field 22.
-  const char* close = std::strrchr(buf, ')');
-  if (close == nullptr || close[1] != ' ') return false;
-  const bool stopped = close[2] == 'T' || close[2] == 't';
-  const char* p = close + 1;
-  for (int field = 2; *p;) {
-    while (*p == ' ') ++p;
-    if (++field == 22) return stopped && std::strtoull(p, nullptr, 10) == start_ticks;
-    while (*p && *p != ' ') ++p;
-  }
-  return false;
+  if (start_ticks == 0) return false;
+  const std::optional<tools::ProcStat> s = tools::read_proc_stat(pid);
+  return s && (s->state == 'T' || s->state == 't') && s->start_ticks == start_ticks;
 }
 
 std::string reader_state(const ReaderReport& r) {
@@ -140,7 +119,7 @@ std::string reader_state(const ReaderReport& r) {
 
 std::string display_name(const std::string& name) {
   if (name.empty()) return "-";
-  return escape(name);
+  return tools::escape_ascii(name);
 }
 
 std::string strip_bus_prefix(const std::string& bus, const std::string& message) {
@@ -479,7 +458,7 @@ std::string render_list(const std::vector<ListEntry>& entries, std::uint64_t now
                                               "PRODUCER", "LAST-PUBLISH"}};
   for (const ListEntry& e : entries) {
     if (!e.snapshot) {
-      rows.push_back({escape(e.name), human_bytes(e.file_size),
+      rows.push_back({tools::escape_ascii(e.name), human_bytes(e.file_size),
                       "invalid: " + strip_bus_prefix(e.name, e.error)});
       continue;
     }

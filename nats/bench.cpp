@@ -13,10 +13,11 @@
 #include <chrono>
 #include <vector>
 
-#include "connection.hpp"
-#include "headers.hpp"
-#include "out.hpp"
-#include "synthetic.hpp"
+#include "nats/connection.hpp"
+#include "nats/headers.hpp"
+#include "nats/out.hpp"
+#include "tools/common/run_main.hpp"
+#include "tools/common/synthetic.hpp"
 
 namespace {
 
@@ -137,8 +138,8 @@ int main(int argc, char** argv) {
   app.add_option("--size", a.size, "Payload bytes (>= 24)")->check(CLI::Range(24, 4000))->capture_default_str();
   app.add_option("--runs", a.runs, "Runs (medians reported)")->check(CLI::Range(1, 100))->capture_default_str();
   app.add_option("--max-in-flight", a.in_flight, "Unacknowledged publishes, both sides")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  try {
+  return tools::run_main(app, tools::ErrorSink{"shmbus-nats-bench"}, [&] {
+    app.parse(argc, argv);
     const std::string bus = fmt::format("nats-bench-{}", ::getpid());
     Bus::remove(bus);
     const std::uint32_t record = static_cast<std::uint32_t>((a.size + 24 + 63) / 64 * 64);
@@ -180,10 +181,7 @@ int main(int argc, char** argv) {
                "ratio {:.2f} (median of per-run ratios {:.2f})\n",
                a.runs, a.count, a.size, a.in_flight, median(direct), median(gateway), median(gateway) / median(direct),
                median(ratio));
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "shmbus-nats-bench: {}\n", e.what());
-    return 1;
-  }
-  nats_Close();
-  return 0;
+    nats_Close();
+    return tools::exit_ok;
+  });
 }

@@ -1,4 +1,4 @@
-#include "connection.hpp"
+#include "nats/connection.hpp"
 
 #include <fmt/format.h>
 

@@ -15,12 +15,15 @@
 #include <string>
 #include <thread>
 
+#include "tools/common/failure.hpp"
+
 namespace shmbus::nats {
 
-// A setup or fatal error: what() is one line for the user.
-class GatewayError : public std::runtime_error {
+// A setup or fatal error: what() is one line for the user; the program exits
+// 1 with it (JSON code "nats").
+class GatewayError : public tools::Failure {
  public:
-  using std::runtime_error::runtime_error;
+  explicit GatewayError(const std::string& message) : tools::Failure(tools::exit_failure, message, "nats") {}
 };
 
 struct ConnectArgs {

@@ -1,4 +1,4 @@
-#include "headers.hpp"
+#include "nats/headers.hpp"
 
 #include <array>
 #include <charconv>

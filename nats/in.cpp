@@ -1,4 +1,4 @@
-#include "in.hpp"
+#include "nats/in.hpp"
 
 #include <fmt/format.h>
 #include <shmbus/producer.hpp>
@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "headers.hpp"
+#include "nats/headers.hpp"
 
 namespace shmbus::nats {
 namespace {

@@ -26,7 +26,7 @@
 #include <functional>
 #include <string>
 
-#include "connection.hpp"
+#include "nats/connection.hpp"
 
 namespace shmbus::nats {
 

@@ -7,20 +7,22 @@
 #include <cstdio>
 #include <string>
 
-#include "connection.hpp"
-#include "created_bus.hpp"
-#include "duration.hpp"
-#include "headers.hpp"
-#include "in.hpp"
-#include "out.hpp"
-#include "program.hpp"
-#include "trust.hpp"
+#include "nats/connection.hpp"
+#include "tools/common/created_bus.hpp"
+#include "tools/common/duration.hpp"
+#include "nats/headers.hpp"
+#include "nats/in.hpp"
+#include "nats/out.hpp"
+#include "tools/common/program.hpp"
+#include "tools/common/run_main.hpp"
+#include "tools/common/trust.hpp"
 
 namespace {
 
 using namespace shmbus;
 using namespace shmbus::tools;
 using namespace shmbus::nats;
+using namespace std::chrono_literals;
 
 constexpr const char* kProgram = "shmbus-nats";
 
@@ -38,18 +40,20 @@ void add_connect_options(CLI::App& s, Common& c) {
   s.add_option("--tls-ca", c.connect.tls_ca, "CA certificates (PEM) to verify the server with; turns TLS on");
   s.add_option("--tls-cert", c.connect.tls_cert, "Client certificate (PEM) for servers that verify clients")
       ->needs(s.add_option("--tls-key", c.connect.tls_key, "Its private key (PEM)"));
-  s.add_option("--connect-timeout", c.connect.connect_timeout_ms, "Connect timeout, ms")->capture_default_str();
-  s.add_option("--max-backoff", c.connect.max_backoff_ms, "Longest wait between reconnect attempts, ms")
-      ->capture_default_str();
-  s.add_option("--stats-interval", c.stats_interval, "Progress line period on stderr (0: off)")
+  add_milliseconds_option(s, "--connect-timeout", c.connect.connect_timeout_ms,
+                          "Connect timeout: 500ms, 2s, 1m... (a bare number is milliseconds)", 1ms, 1ms, 24h);
+  add_milliseconds_option(s, "--max-backoff", c.connect.max_backoff_ms,
+                          "Longest wait between reconnect attempts: 500ms, 2s, 1m... (a bare number is "
+                          "milliseconds)",
+                          1ms, 0ms, 24h);
+  s.add_option("--stats-interval", c.stats_interval,
+               "Progress line period on stderr: 500ms, 10s, 1m... (a bare number is seconds; 0: off)")
       ->check(duration_validator())->capture_default_str();
-  s.add_option("--idle-timeout", c.idle_timeout, "Stop after this long with nothing new (0: never)")
+  s.add_option("--idle-timeout", c.idle_timeout,
+               "Stop after this long with nothing new: 500ms, 2s, 1h... (a bare number is seconds; 0 or "
+               "forever: never)")
       ->check(duration_validator())->capture_default_str();
   s.add_flag("--json", c.json, "Progress and summary lines as JSON");
-}
-
-std::chrono::milliseconds ms(const std::string& d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(parse_duration(d));
 }
 
 nlohmann::json out_json(const OutStats& s) {
@@ -91,27 +95,6 @@ void line(const std::string& text) {
   std::fflush(stderr);
 }
 
-// Runs `body`, turning every failure into one line and an exit status.
-template <class F>
-int guarded(const Common& c, F&& body) {
-  const ErrorSink sink{kProgram, c.json, stderr};
-  try {
-    return body();
-  } catch (const GatewayError& e) {
-    sink.report(e.what(), "nats");
-    return exit_failure;
-  } catch (const Error& e) {
-    sink.report(e.what(), errc_name(e.errc()));
-    return exit_code_for(e.errc());
-  } catch (const std::invalid_argument& e) {
-    sink.report(e.what(), "usage");
-    return exit_usage;
-  } catch (const std::exception& e) {
-    sink.report(e.what(), "error");
-    return exit_failure;
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -134,8 +117,10 @@ int main(int argc, char** argv) {
   out->add_option("--subject", out_subject, "Subject to publish on (default: shmbus.BUS); one bus per subject");
   out->add_option("--max-in-flight", oo.max_in_flight, "Publishes awaiting the server's ack at most")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))->capture_default_str();
-  out->add_option("--ack-timeout", oo.ack_timeout_ms, "A publish unanswered this long (ms) is retried after a resync")
-      ->check(CLI::Range(std::int64_t{100}, std::int64_t{600000}))->capture_default_str();
+  add_milliseconds_option(*out, "--ack-timeout", oo.ack_timeout_ms,
+                          "A publish unanswered this long is retried after a resync: 100ms to 10m (a bare "
+                          "number is milliseconds)",
+                          1ms, 100ms, 10min);
   out->add_flag("--follow", oo.follow, "Keep going across producer close, crash and takeover");
   out->add_flag("--create-stream", oo.create_stream, "Create the stream (file storage, the subject) if missing");
   out->add_option("--count", oo.count, "Stop after N messages");
@@ -152,41 +137,37 @@ int main(int argc, char** argv) {
   in->add_option("--durable", io.durable, "Durable pull consumer name (created or taken over)")->required();
   in->add_option("--subject", io.subject, "Only messages on this subject (default: the whole stream)");
   in->add_option("--batch", io.batch, "Messages per fetch")->check(CLI::Range(1, 100000))->capture_default_str();
-  in->add_option("--ack-wait", io.ack_wait_ms, "The server redelivers what stays unacknowledged this long, ms")
-      ->check(CLI::Range(std::int64_t{1000}, std::int64_t{3600000}))->capture_default_str();
+  add_milliseconds_option(*in, "--ack-wait", io.ack_wait_ms,
+                          "The server redelivers what stays unacknowledged this long: 1s to 1h (a bare number "
+                          "is milliseconds)",
+                          1ms, 1s, 1h);
   in->add_option("--capacity", capacity, "Records in the ring, when the bus is created")->capture_default_str();
   in->add_option("--record-size", record_size, "Bytes per record, when the bus is created")->capture_default_str();
   in->add_option("--count", io.count, "Stop after N messages published");
   add_connect_options(*in, ic);
   refuse_negative_numbers(app);
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return cli_exit(app, e, ErrorSink{kProgram, wants_json(argc, argv), stderr});
-  }
-  install_stop_handlers();
   const auto stop = [] { return stop_requested(); };
-  if (out->parsed()) {
-    return guarded(oc, [&] {
+  return run_main(app, ErrorSink{kProgram, wants_json(argc, argv), stderr}, [&] {
+    app.parse(argc, argv);
+    install_stop_handlers();
+    if (out->parsed()) {
       validate_name(oo.bus);
       oo.subject = out_subject;
       oo.connect = oc.connect;
       oo.trust = resolve_trust(otrust);
-      oo.stats_interval = ms(oc.stats_interval);
+      oo.stats_interval = parse_duration_ms(oc.stats_interval);
       oo.idle_timeout = parse_duration(oc.idle_timeout);
       const bool json = oc.json;
       const OutStats s = run_out(oo, stop, [json](const OutStats& p) { line(json ? out_json(p).dump() : out_text(p)); });
       line(json ? out_json(s).dump() : out_text(s));
       nats_Close();
       return s.end == "producer_died" || s.end == "removed" ? exit_failure : exit_ok;
-    });
-  }
-  if (in->parsed()) {
-    return guarded(ic, [&] {
+    }
+    if (in->parsed()) {
       validate_name(io.bus);
       io.connect = ic.connect;
-      io.stats_interval = ms(ic.stats_interval);
+      io.stats_interval = parse_duration_ms(ic.stats_interval);
       io.idle_timeout = parse_duration(ic.idle_timeout);
       io.create.capacity = capacity;
       io.create.record_size = record_size;
@@ -200,7 +181,7 @@ int main(int argc, char** argv) {
       line(json ? in_json(s).dump() : in_text(s));
       nats_Close();
       return exit_ok;
-    });
-  }
-  return exit_usage;
+    }
+    return exit_usage;
+  });
 }

@@ -1,4 +1,4 @@
-#include "out.hpp"
+#include "nats/out.hpp"
 
 #include <fmt/format.h>
 #include <shmbus/consumer.hpp>
@@ -9,7 +9,7 @@
 #include <optional>
 #include <thread>
 
-#include "headers.hpp"
+#include "nats/headers.hpp"
 
 namespace shmbus::nats {
 namespace {

@@ -22,7 +22,7 @@
 #include <functional>
 #include <string>
 
-#include "connection.hpp"
+#include "nats/connection.hpp"
 
 namespace shmbus::nats {
 

@@ -19,44 +19,55 @@
 #include <string>
 #include <vector>
 
-#include "created_bus.hpp"
-#include "duration.hpp"
-#include "program.hpp"
-#include "synthetic.hpp"
-#include "trust.hpp"
+#include "producer/input_reader.hpp"
+#include "tools/common/choice.hpp"
+#include "tools/common/created_bus.hpp"
+#include "tools/common/duration.hpp"
+#include "tools/common/failure.hpp"
+#include "tools/common/program.hpp"
+#include "tools/common/run_main.hpp"
+#include "tools/common/synthetic.hpp"
+#include "tools/common/trust.hpp"
 
 namespace {
 
 using namespace shmbus;
 using namespace shmbus::tools;
+using namespace shmbus::producer;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kProgram = "shmbus-producer";
 
-// A failure after the bus is known: printed as "shmbus-producer: bus 'NAME': what".
-// `code` is the "code" of the JSON error (docs/programs.md).
-struct Failure {
+const Choices<Policy> policy_names = {{"block", Policy::block}, {"overwrite", Policy::overwrite}};
+const Choices<Oversize> oversize_names = {
+    {"error", Oversize::error}, {"skip", Oversize::skip}, {"truncate", Oversize::truncate}};
+const Choices<Timestamps> timestamp_names = {
+    {"off", Timestamps::off}, {"coarse", Timestamps::coarse}, {"precise", Timestamps::precise}};
+
+// A publish that failed mid-run: the summary reports it ("bus 'NAME': what")
+// with its JSON "code" (docs/programs.md), and the bus is left open.
+struct PublishFailure {
   std::string message;
   std::string code = "error";
 };
 
-// A failure whose message already names the bus: printed as "shmbus-producer: line".
-struct Reported {
-  std::string line;
-  std::string code = "error";
-};
+// "bus 'NAME': what", exit 1 (or `exit_code`).
+Failure bus_failure(const std::string& bus, const std::string& what, std::string code,
+                    int exit_code = exit_failure) {
+  return Failure(exit_code, fmt::format("bus '{}': {}", bus, what), std::move(code));
+}
 
 struct Options {
   std::string bus;
   bool create = false;
   std::uint64_t capacity = BusOptions{}.capacity;
   std::uint32_t record_size = BusOptions{}.record_size;
-  std::string policy = "block";
+  Policy policy = Policy::block;
   std::string mode = "0600";
   std::uint32_t max_readers = BusOptions{}.max_readers;
   std::string file;
   bool binary = false;
-  std::string oversize = "error";
+  Oversize oversize = Oversize::error;
   std::uint64_t count = 0;
   bool synthetic = false;  // --count was given (even 0)
   std::uint32_t size = 64;
@@ -64,175 +75,11 @@ struct Options {
   bool keep_open = false;
   std::string wait_timeout = "forever";
   std::uint32_t wait_for_readers = 0;
-  std::string wait = "adaptive";
-  std::string timestamps = "off";
+  WaitStrategy wait = WaitStrategy::adaptive;
+  Timestamps timestamps = Timestamps::off;
   std::uint64_t stamp_every = 0;  // 0: 1 with --rate, 64 without
   bool json = false;
   TrustArgs trust;
-};
-
-// What to do with an input message longer than the record's payload.
-enum class Oversize { error, skip, truncate };
-
-// Reads messages from a file descriptor into one reusable buffer: lines
-// (without their '\n'), or frames of a u32 little-endian length followed by
-// that many bytes. Hands out views into the buffer; no allocation per message.
-// Oversized messages are refused (Status::too_long), skipped or truncated.
-class InputReader {
- public:
-  enum class Status { message, end, too_long, truncated, io_error, interrupted };
-
-  InputReader(int fd, bool binary, std::size_t max_message, Oversize oversize)
-      : fd_(fd), binary_(binary), oversize_(oversize), max_message_(max_message),
-        buf_(std::max<std::size_t>(1 << 20, 2 * (max_message + 8))) {}
-
-  // On Status::message, `out` views the message; on too_long, `length` is
-  // its size (for a line: at least that) and index() is its number.
-  Status next(std::span<const std::byte>& out, std::uint64_t& length) {
-    for (;;) {
-      if (!drop_pending()) {
-        // Still inside an oversized message: drop what has arrived, read on.
-      } else if (binary_) {
-        if (end_ - begin_ >= 4) {
-          std::uint32_t len;
-          std::memcpy(&len, buf_.data() + begin_, 4);
-          length = len;
-          if (len > max_message_) {
-            if (oversize_ == Oversize::error) {
-              ++index_;
-              length_known_ = true;
-              return Status::too_long;
-            }
-            if (oversize_ == Oversize::skip) {
-              ++index_;
-              ++skipped_;
-              begin_ += 4;
-              drop_bytes_ = len;
-              continue;
-            }
-            if (end_ - begin_ >= 4 + max_message_) {  // truncate: the first max bytes
-              ++index_;
-              ++truncated_;
-              out = {buf_.data() + begin_ + 4, max_message_};
-              begin_ += 4 + max_message_;
-              drop_bytes_ = len - max_message_;
-              return Status::message;
-            }
-          } else if (end_ - begin_ >= 4 + std::size_t{len}) {
-            ++index_;
-            out = {buf_.data() + begin_ + 4, len};
-            begin_ += 4 + std::size_t{len};
-            return Status::message;
-          }
-        }
-      } else {
-        const std::size_t avail = end_ - begin_;
-        const void* nl = std::memchr(buf_.data() + begin_, '\n', avail);
-        const std::size_t len =
-            nl != nullptr ? static_cast<std::size_t>(static_cast<const std::byte*>(nl) - (buf_.data() + begin_)) : avail;
-        if (len > max_message_) {
-          length = len;
-          ++index_;
-          if (oversize_ == Oversize::error) {
-            length_known_ = nl != nullptr || eof_;
-            return Status::too_long;
-          }
-          drop_line_ = true;
-          if (oversize_ == Oversize::skip) {
-            ++skipped_;
-            continue;
-          }
-          ++truncated_;
-          out = {buf_.data() + begin_, max_message_};
-          begin_ += max_message_;
-          return Status::message;
-        }
-        if (nl != nullptr) {
-          ++index_;
-          length = len;
-          out = {buf_.data() + begin_, len};
-          begin_ += len + 1;
-          return Status::message;
-        }
-        if (eof_ && avail > 0) {  // a last line without '\n'
-          ++index_;
-          length = avail;
-          out = {buf_.data() + begin_, avail};
-          begin_ = end_;
-          return Status::message;
-        }
-      }
-      if (eof_) return end_ == begin_ ? Status::end : Status::truncated;
-      const Status s = fill();
-      if (s != Status::message) return s;
-    }
-  }
-
-  int error() const noexcept { return errno_; }
-  // 1-based number of the last line or frame taken from the input (the
-  // oversized one, after Status::too_long).
-  std::uint64_t index() const noexcept { return index_; }
-  // After Status::too_long: false if `length` is only what has arrived so far.
-  bool length_known() const noexcept { return length_known_; }
-  std::uint64_t skipped() const noexcept { return skipped_; }
-  std::uint64_t truncated() const noexcept { return truncated_; }
-
- private:
-  // Drops the rest of an oversized message from the buffer. True when
-  // nothing is left to drop.
-  bool drop_pending() {
-    if (drop_bytes_ > 0) {
-      const std::size_t n = std::min<std::uint64_t>(drop_bytes_, end_ - begin_);
-      begin_ += n;
-      drop_bytes_ -= n;
-      return drop_bytes_ == 0;
-    }
-    if (drop_line_) {
-      const std::size_t avail = end_ - begin_;
-      const void* nl = std::memchr(buf_.data() + begin_, '\n', avail);
-      if (nl == nullptr) {
-        begin_ = end_;
-        if (eof_) drop_line_ = false;
-        return !drop_line_;
-      }
-      begin_ = static_cast<std::size_t>(static_cast<const std::byte*>(nl) - buf_.data()) + 1;
-      drop_line_ = false;
-    }
-    return true;
-  }
-
-  Status fill() {
-    if (begin_ > 0) {
-      std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
-      end_ -= begin_;
-      begin_ = 0;
-    }
-    const ssize_t n = ::read(fd_, buf_.data() + end_, buf_.size() - end_);
-    if (n < 0) {
-      if (errno == EINTR) return stop_requested() ? Status::interrupted : Status::message;
-      errno_ = errno;
-      return Status::io_error;
-    }
-    if (n == 0) eof_ = true;
-    end_ += static_cast<std::size_t>(n);
-    return Status::message;
-  }
-
-  int fd_;
-  bool binary_;
-  Oversize oversize_;
-  std::size_t max_message_;
-  std::uint64_t index_ = 0;
-  std::uint64_t skipped_ = 0;
-  std::uint64_t truncated_ = 0;
-  std::uint64_t drop_bytes_ = 0;  // binary: bytes of an oversized frame still to drop
-  bool drop_line_ = false;        // text: dropping the rest of an oversized line
-  bool length_known_ = true;
-  std::vector<std::byte> buf_;
-  std::size_t begin_ = 0;
-  std::size_t end_ = 0;
-  bool eof_ = false;
-  int errno_ = 0;
 };
 
 struct Totals {
@@ -300,7 +147,7 @@ std::string readers_holding_back(const Producer& producer, const Trust& trust) {
   }
 }
 
-Failure publish_failure(PublishStatus st, std::chrono::nanoseconds timeout,
+PublishFailure publish_failure(PublishStatus st, std::chrono::nanoseconds timeout,
                         const Producer& producer, const Options& o, const Totals& t) {
   switch (st) {
     case PublishStatus::timeout: {
@@ -344,10 +191,7 @@ std::string too_long_message(const Options& o, const InputReader& reader, std::u
 void publish_input(Producer& producer, const Options& o, int fd, std::chrono::nanoseconds timeout,
                    Totals& t) {
   const BusInfo& info = producer.bus().info();
-  const Oversize oversize = o.oversize == "skip"       ? Oversize::skip
-                            : o.oversize == "truncate" ? Oversize::truncate
-                                                       : Oversize::error;
-  InputReader reader(fd, o.binary, info.max_payload, oversize);
+  InputReader reader(fd, o.binary, info.max_payload, o.oversize);
   struct Count {  // skipped/truncated into the totals however we leave
     Totals& t;
     const InputReader& r;
@@ -370,13 +214,13 @@ void publish_input(Producer& producer, const Options& o, int fd, std::chrono::na
       case InputReader::Status::interrupted:
         return;
       case InputReader::Status::too_long:
-        throw Failure{too_long_message(o, reader, length, info), "too_large"};
+        throw PublishFailure{too_long_message(o, reader, length, info), "too_large"};
       case InputReader::Status::truncated:
-        throw Failure{fmt::format("input ends inside frame {} (a u32 length, then the bytes)",
+        throw PublishFailure{fmt::format("input ends inside frame {} (a u32 length, then the bytes)",
                                   t.messages + 1),
                       "truncated_input"};
       case InputReader::Status::io_error:
-        throw Failure{fmt::format("reading {}: {}", o.file.empty() ? "stdin" : o.file,
+        throw PublishFailure{fmt::format("reading {}: {}", o.file.empty() ? "stdin" : o.file,
                                   std::strerror(reader.error())),
                       "io_error"};
     }
@@ -454,8 +298,8 @@ void warn_if_different(const Options& o, const BusInfo& info, const CLI::App& ap
   if (given("--record-size") && info.record_size != o.record_size) {
     diffs += fmt::format(", record size {} (asked {})", info.record_size, o.record_size);
   }
-  if (given("--policy") && o.policy != to_string(info.policy)) {
-    diffs += fmt::format(", policy {} (asked {})", to_string(info.policy), o.policy);
+  if (given("--policy") && o.policy != info.policy) {
+    diffs += fmt::format(", policy {} (asked {})", to_string(info.policy), to_string(o.policy));
   }
   if (given("--max-readers") && info.max_readers != o.max_readers) {
     diffs += fmt::format(", max readers {} (asked {})", info.max_readers, o.max_readers);
@@ -478,7 +322,7 @@ BusOptions create_options(const Options& o, const CLI::App& app) {
     const std::uint32_t fit = record_size_for(o.size);
     bo.record_size = fit != 0 ? fit : max_record_size;
   }
-  bo.policy = o.policy == "overwrite" ? Policy::overwrite : Policy::block;
+  bo.policy = o.policy;
   bo.max_readers = o.max_readers;
   bo.mode = static_cast<mode_t>(std::stoul(o.mode, nullptr, 8));
   bo.trust = resolve_trust(o.trust);
@@ -491,7 +335,8 @@ Bus open_existing(const Options& o) {
     return Bus::open(o.bus, OpenOptions{.trust = resolve_trust(o.trust)});
   } catch (const Error& e) {
     if (e.errc() != Errc::not_found) throw;
-    throw Reported{std::string(e.what()) + " (use --create to create it)", errc_name(e.errc())};
+    throw Failure(exit_code_for(e.errc()), std::string(e.what()) + " (use --create to create it)",
+                  errc_name(e.errc()));
   }
 }
 
@@ -505,13 +350,13 @@ int run(const Options& o, const CLI::App& app) {
   if (o.synthetic) {
     const std::string problem =
         synthetic_size_problem(o.size, create ? create->record_size : max_record_size);
-    if (!problem.empty()) throw Failure{problem, "usage"};
+    if (!problem.empty()) throw bus_failure(o.bus, problem, "usage", exit_usage);
   }
   int fd = STDIN_FILENO;
   if (!o.synthetic && !o.file.empty()) {
     fd = ::open(o.file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      throw Failure{fmt::format("cannot open '{}': {}", o.file, std::strerror(errno)), "io_error"};
+      throw bus_failure(o.bus, fmt::format("cannot open '{}': {}", o.file, std::strerror(errno)), "io_error");
     }
   }
 
@@ -527,14 +372,12 @@ int run(const Options& o, const CLI::App& app) {
 
   // An existing bus keeps its own record size.
   if (o.synthetic && o.size > info.max_payload) {
-    throw Failure{synthetic_size_problem(o.size, info.record_size), "too_large"};
+    throw bus_failure(o.bus, synthetic_size_problem(o.size, info.record_size), "too_large");
   }
 
   ProducerOptions po;
   po.wait = wait_options(o.wait);
-  po.timestamps = o.timestamps == "precise" ? Timestamps::precise
-                  : o.timestamps == "coarse" ? Timestamps::coarse
-                                             : Timestamps::off;
+  po.timestamps = o.timestamps;
   po.wait_for_readers = o.wait_for_readers;
   po.wait_for_readers_timeout = timeout;
   Producer producer(bus, po);
@@ -545,14 +388,14 @@ int run(const Options& o, const CLI::App& app) {
   const WaitCounters before = read_wait_counters(o.bus);
   const auto t0 = Clock::now();
   Totals totals;
-  std::optional<Failure> failure;
+  std::optional<PublishFailure> failure;
   try {
     if (o.synthetic) {
       publish_synthetic(producer, o, timeout, totals);
     } else {
       publish_input(producer, o, fd, timeout, totals);
     }
-  } catch (const Failure& f) {
+  } catch (const PublishFailure& f) {
     failure = f;
   }
   const auto t1 = Clock::now();
@@ -641,10 +484,8 @@ int main(int argc, char** argv) {
                  "with --count, the default is the fewest 64-byte lines that fit --size)")
       ->needs(create)
       ->capture_default_str();
-  app.add_option("--policy", o.policy, "When the ring is full: block or overwrite (with --create)")
-      ->check(CLI::IsMember({"block", "overwrite"}))
-      ->needs(create)
-      ->capture_default_str();
+  add_choice(app, "--policy", o.policy, policy_names, "When the ring is full: block or overwrite (with --create)")
+      ->needs(create);
   app.add_option("--mode", o.mode, "Permission bits of the segment, octal (with --create)")
       ->check(CLI::Validator(
           [](std::string& s) -> std::string {
@@ -673,64 +514,44 @@ int main(int argc, char** argv) {
                  "Messages per second, synthetic or from the input (replays a log at a fixed "
                  "rate; default: as fast as possible); at least 0.001, one message every 1000 s")
       ->check(message_rate());
-  app.add_option("--oversize", o.oversize,
+  add_choice(app, "--oversize", o.oversize, oversize_names,
                  "An input line or frame longer than the record's payload: error (stop there, "
-                 "exit 1, leave the bus open), skip it, or truncate it; counted in the summary")
-      ->check(CLI::IsMember({"error", "skip", "truncate"}))
-      ->capture_default_str();
+                 "exit 1, leave the bus open), skip it, or truncate it; counted in the summary");
   count->excludes(file)->excludes(binary);
   app.add_flag("--keep-open", o.keep_open,
                "Do not mark end-of-stream at the end (another producer may continue the bus)");
   app.add_option("--wait-timeout", o.wait_timeout,
                  "Give up with an error when the ring stays full this long, or when "
-                 "--wait-for-readers are not attached in time (e.g. 500ms, 2s, 1m)")
+                 "--wait-for-readers are not attached in time: 250us, 500ms, 2s, 1.5m, 1h or forever "
+                 "(a bare number is seconds)")
       ->check(duration_validator())
       ->capture_default_str();
   app.add_option("--wait-for-readers", o.wait_for_readers,
                  "Wait until N consumers are attached before the first message");
-  app.add_option("--wait", o.wait, "How to wait for space: adaptive, spin-yield or busy-spin")
-      ->check(wait_strategy_check())
-      ->capture_default_str();
+  add_choice(app, "--wait", o.wait, wait_strategies(), "How to wait for space: adaptive, spin-yield or busy-spin",
+             wait_strategy_choice());
   app.add_option("--stamp-every", o.stamp_every,
                  "Synthetic messages: carry the send time (for shmbus-consumer --stats) in every "
                  "Nth message, 0 in the others. Default: every message with --rate, every 64th at "
                  "full speed, where a clock read per message would cost more than publishing it")
       ->check(positive_number());
-  app.add_option("--timestamps", o.timestamps,
+  add_choice(app, "--timestamps", o.timestamps, timestamp_names,
                  "What each record's publish time holds: off (0), coarse (the kernel's last tick, "
                  "1-4 ms) or precise (ns; costs 10-60 ns per message depending on the CPU). "
-                 "Synthetic messages carry their own send time either way")
-      ->check(CLI::IsMember({"off", "coarse", "precise"}))
-      ->capture_default_str();
+                 "Synthetic messages carry their own send time either way");
   app.add_flag("--json", o.json, "Write the summary to stderr as one JSON object");
   add_trust_options(app, o.trust);
   add_version_flag(app, kProgram);
   refuse_negative_numbers(app);
 
   const ErrorSink sink{kProgram, wants_json(argc, argv)};
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return cli_exit(app, e, sink);
-  }
-  o.synthetic = count->count() > 0;
-
-  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // --rate pacing wakes within ~1 us of its target
-  try {
-    return run(o, app);
-  } catch (const Failure& f) {
-    sink.report(fmt::format("bus '{}': {}", o.bus, f.message), f.code);
-    return f.code == "usage" ? exit_usage : exit_failure;
-  } catch (const Reported& r) {
-    sink.report(r.line, r.code);
-  } catch (const Error& e) {
-    sink.report(e.what(), errc_name(e.errc()));
-    return exit_code_for(e.errc());
-  } catch (const std::invalid_argument& e) {  // an unknown --trust-owner, say
-    sink.report(fmt::format("bus '{}': {}", o.bus, e.what()), "usage");
-    return exit_usage;
-  } catch (const std::exception& e) {
-    sink.report(fmt::format("bus '{}': {}", o.bus, e.what()), "error");
-  }
-  return exit_failure;
+  return run_main(
+      app, sink,
+      [&] {
+        app.parse(argc, argv);
+        o.synthetic = count->count() > 0;
+        prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // --rate pacing wakes within ~1 us of its target
+        return run(o, app);
+      },
+      [&] { return fmt::format("bus '{}'", o.bus); });
 }

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <span>
 
-#include "protocol.hpp"
+#include "bridge/protocol.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   (void)shmbus::bridge::decode_stream(std::as_bytes(std::span<const std::uint8_t>(data, size)));

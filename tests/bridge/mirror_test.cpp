@@ -12,9 +12,9 @@
 #include <string>
 #include <thread>
 
-#include "log.hpp"
-#include "mirror.hpp"
-#include "server.hpp"
+#include "bridge/log.hpp"
+#include "bridge/mirror.hpp"
+#include "bridge/server.hpp"
 
 namespace shmbus::bridge {
 namespace {

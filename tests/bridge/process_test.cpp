@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "client.hpp"
-#include "synthetic.hpp"
+#include "bridge/client.hpp"
+#include "tools/common/synthetic.hpp"
 
 extern char** environ;
 

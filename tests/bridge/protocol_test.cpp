@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "protocol.hpp"
+#include "bridge/protocol.hpp"
 
 namespace shmbus::bridge {
 namespace {

@@ -21,10 +21,10 @@
 #include <thread>
 #include <vector>
 
-#include "client.hpp"
-#include "log.hpp"
-#include "protocol.hpp"
-#include "server.hpp"
+#include "bridge/client.hpp"
+#include "bridge/log.hpp"
+#include "bridge/protocol.hpp"
+#include "bridge/server.hpp"
 
 namespace shmbus::bridge {
 namespace {

@@ -1,5 +1,6 @@
 // The helpers shared by the shmbus programs: synthetic messages, durations,
-// latency histogram, option checks, a bus created for a run that can fail.
+// latency histogram, option checks and choices, escapes, /proc/PID/stat, the
+// one failure report (run_main), a bus created for a run that can fail.
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -16,11 +17,16 @@
 #include <string>
 #include <vector>
 
-#include "created_bus.hpp"
-#include "duration.hpp"
-#include "latency_histogram.hpp"
-#include "program.hpp"
-#include "synthetic.hpp"
+#include "tools/common/choice.hpp"
+#include "tools/common/created_bus.hpp"
+#include "tools/common/duration.hpp"
+#include "tools/common/failure.hpp"
+#include "tools/common/latency_histogram.hpp"
+#include "tools/common/message_format.hpp"
+#include "tools/common/proc_stat.hpp"
+#include "tools/common/program.hpp"
+#include "tools/common/run_main.hpp"
+#include "tools/common/synthetic.hpp"
 
 using namespace shmbus::tools;
 using namespace std::chrono_literals;
@@ -116,6 +122,23 @@ TEST(Duration, RejectsNonsense) {
   for (const char* bad : {"", "ms", "5parsecs", "-1s", "1e400s", "nan", "s5"}) {
     EXPECT_THROW(parse_duration(bad), std::invalid_argument) << bad;
   }
+}
+
+TEST(Duration, ABareNumberCountsInTheOptionsUnit) {
+  EXPECT_EQ(parse_duration("200", 1ms), 200ms);
+  EXPECT_EQ(parse_duration("2s", 1ms), 2s);
+  EXPECT_EQ(parse_duration("1h", 1ms), 3600s);
+  EXPECT_EQ(parse_duration_ms("1.5s"), 1500ms);
+  EXPECT_EQ(parse_duration_ms("forever"), std::chrono::milliseconds::max());
+}
+
+TEST(Duration, ValidatorKeepsToItsRange) {
+  const CLI::Validator v = duration_validator(1ms, 100ms, 10min);
+  std::string in = "100", low = "99", high = "11m", word = "forever";
+  EXPECT_EQ(v(in), "");
+  EXPECT_EQ(v(low), "'99' is not from 100 ms to 600 s");
+  EXPECT_EQ(v(high), "'11m' is not from 100 ms to 600 s");
+  EXPECT_EQ(v(word), "'forever' is not from 100 ms to 600 s");
 }
 
 TEST(Duration, Formats) {
@@ -302,4 +325,69 @@ TEST(LatencyHistogram, BucketsCoverEveryValue) {
       EXPECT_LT(LatencyHistogram::upper_edge(i - 1), v) << v;
     }
   }
+}
+
+enum class Colour { red, green };
+
+// What CLI11 makes of `command_line` with a --colour choice: the parse
+// error, or the colour read.
+std::string parse_colour(const std::string& command_line) {
+  CLI::App app;
+  Colour c = Colour::green;
+  const Choices<Colour> names = {{"red", Colour::red}, {"green", Colour::green}};
+  CLI::Option* o = add_choice(app, "--colour", c, names, "a colour");
+  EXPECT_EQ(o->get_default_str(), "green");
+  try {
+    app.parse(command_line, false);
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+  return choice_name(names, c);
+}
+
+TEST(Choice, TurnsTheWordIntoItsValue) {
+  EXPECT_EQ(parse_colour("--colour red"), "red");
+  EXPECT_EQ(parse_colour(""), "green");
+  EXPECT_EQ(parse_colour("--colour blue"), "--colour: blue not in {red,green}");
+}
+
+TEST(Choice, WaitStrategiesHaveOneSpelling) {
+  CLI::App app;
+  shmbus::WaitStrategy w = shmbus::WaitStrategy::adaptive;
+  add_choice(app, "--wait", w, wait_strategies(), "how", wait_strategy_choice());
+  app.parse("--wait busy-spin", false);
+  EXPECT_EQ(w, shmbus::WaitStrategy::busy_spin);
+  EXPECT_THROW(app.parse("--wait busy_spin", false), CLI::ValidationError);
+  std::string word = "spin_yield";
+  EXPECT_EQ(wait_strategy_check()(word), "'spin_yield' is not one of adaptive, spin-yield, busy-spin");
+}
+
+TEST(Escape, AsciiOnlyWithCEscapes) {
+  EXPECT_EQ(escape_ascii(std::string_view("a\"b\\c\n\t\x01\xff")), "a\\\"b\\\\c\\n\\t\\x01\\xff");
+  const std::array<std::byte, 3> bytes{std::byte{0x00}, std::byte{0x1a}, std::byte{0xff}};
+  EXPECT_EQ(hex_spaced(bytes), "00 1a ff");
+  EXPECT_EQ(hex_spaced({}), "");
+}
+
+TEST(ProcStat, ReadsThisProcess) {
+  const std::optional<ProcStat> s = read_proc_stat(getpid());
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->state, 'R');
+  EXPECT_GT(s->start_ticks, 0u);
+  EXPECT_FALSE(read_proc_stat(0).has_value());
+}
+
+// What run_main() makes of `body` throwing: the exit status.
+int exit_of(const std::function<int()>& body) {
+  CLI::App app;
+  return run_main(app, ErrorSink{"test"}, body);
+}
+
+TEST(RunMain, EachFailureHasItsExitStatus) {
+  EXPECT_EQ(exit_of([] { return 0; }), exit_ok);
+  EXPECT_EQ(exit_of([]() -> int { throw Failure(exit_usage, "bad", "usage"); }), exit_usage);
+  EXPECT_EQ(exit_of([]() -> int { throw Failure(7, "seven"); }), 7);
+  EXPECT_EQ(exit_of([]() -> int { throw std::invalid_argument("--trust-owner: no such user"); }), exit_usage);
+  EXPECT_EQ(exit_of([]() -> int { throw std::runtime_error("broken"); }), exit_failure);
+  EXPECT_EQ(exit_of([]() -> int { shmbus::validate_name("a/b"); return 0; }), exit_usage);
 }

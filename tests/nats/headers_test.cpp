@@ -2,7 +2,7 @@
 // header and the JetStream ack subject.
 #include <gtest/gtest.h>
 
-#include "headers.hpp"
+#include "nats/headers.hpp"
 
 namespace shmbus::nats {
 namespace {

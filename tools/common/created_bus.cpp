@@ -1,4 +1,4 @@
-#include "created_bus.hpp"
+#include "tools/common/created_bus.hpp"
 
 #include <shmbus/errors.hpp>
 #include <shmbus/inspect.hpp>

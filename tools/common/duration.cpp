@@ -1,4 +1,4 @@
-#include "duration.hpp"
+#include "tools/common/duration.hpp"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 
 namespace shmbus::tools {
 
-std::chrono::nanoseconds parse_duration(std::string_view text) {
+std::chrono::nanoseconds parse_duration(std::string_view text, std::chrono::nanoseconds bare_unit) {
   auto bad = [&](const char* why) {
     return std::invalid_argument(fmt::format(
         "invalid duration '{}': {} (use e.g. 100us, 500ms, 2s, 1m, or forever)", text, why));
@@ -25,7 +25,9 @@ std::chrono::nanoseconds parse_duration(std::string_view text) {
   if (!std::isfinite(value) || value < 0) throw bad("must be a non-negative number");
   const std::string_view unit(end, static_cast<std::size_t>(last - end));
   double scale = 0;
-  if (unit.empty() || unit == "s") {
+  if (unit.empty()) {
+    scale = static_cast<double>(bare_unit.count());
+  } else if (unit == "s") {
     scale = 1e9;
   } else if (unit == "ns") {
     scale = 1;
@@ -43,6 +45,12 @@ std::chrono::nanoseconds parse_duration(std::string_view text) {
   const double ns = value * scale;
   if (ns >= static_cast<double>(std::numeric_limits<std::int64_t>::max() / 2)) throw bad("too long");
   return std::chrono::nanoseconds(static_cast<std::int64_t>(std::llround(ns)));
+}
+
+std::chrono::milliseconds parse_duration_ms(std::string_view text, std::chrono::nanoseconds bare_unit) {
+  const std::chrono::nanoseconds d = parse_duration(text, bare_unit);
+  if (d == std::chrono::nanoseconds::max()) return std::chrono::milliseconds::max();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d);
 }
 
 std::string format_duration(std::chrono::nanoseconds d) {

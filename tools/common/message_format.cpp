@@ -1,4 +1,4 @@
-#include "message_format.hpp"
+#include "tools/common/message_format.hpp"
 
 #include <iterator>
 #include <string_view>
@@ -6,8 +6,15 @@
 namespace shmbus::tools {
 
 namespace {
+
 constexpr char kHex[] = "0123456789abcdef";
+
+void append_hex_byte(std::string& out, unsigned char c) {
+  out.push_back(kHex[c >> 4]);
+  out.push_back(kHex[c & 15]);
 }
+
+}  // namespace
 
 bool valid_utf8(std::span<const std::byte> p) noexcept {
   const std::size_t n = p.size();
@@ -99,6 +106,43 @@ void append_escaped_text(fmt::memory_buffer& b, std::span<const std::byte> p) {
     }
   }
   b.append(data + plain, data + p.size());
+}
+
+std::string escape_ascii(std::span<const std::byte> p) {
+  std::string out;
+  out.reserve(p.size());
+  for (std::byte x : p) {
+    const auto c = static_cast<unsigned char>(x);
+    switch (c) {
+      case '\n': out += "\\n"; continue;
+      case '\t': out += "\\t"; continue;
+      case '\r': out += "\\r"; continue;
+      case '\\': out += "\\\\"; continue;
+      case '"': out += "\\\""; continue;
+      default: break;
+    }
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += "\\x";
+      append_hex_byte(out, c);
+    }
+  }
+  return out;
+}
+
+std::string escape_ascii(std::string_view text) {
+  return escape_ascii(std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
+std::string hex_spaced(std::span<const std::byte> p) {
+  std::string out;
+  out.reserve(p.size() * 3);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (i) out.push_back(' ');
+    append_hex_byte(out, static_cast<unsigned char>(p[i]));
+  }
+  return out;
 }
 
 }  // namespace shmbus::tools

@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 
 namespace shmbus::tools {
 
@@ -33,5 +35,14 @@ void append_message_json(fmt::memory_buffer& b, std::uint64_t seq, std::uint64_t
 // can neither break the one-line-per-message framing nor drive the terminal.
 // Everything else, UTF-8 included, is written as it is.
 void append_escaped_text(fmt::memory_buffer& b, std::span<const std::byte> p);
+
+// For people reading names and payloads where only ASCII is safe
+// (shmbus-inspect): printable ASCII as it is, everything else as C escapes
+// (\n, \t, \r, \\, \", \xNN), so the result fits between double quotes.
+std::string escape_ascii(std::span<const std::byte> p);
+std::string escape_ascii(std::string_view text);
+
+// "00 1a ff": two lower-case digits per byte, a space between bytes.
+std::string hex_spaced(std::span<const std::byte> p);
 
 }  // namespace shmbus::tools

@@ -1,4 +1,4 @@
-#include "program.hpp"
+#include "tools/common/program.hpp"
 
 #include <signal.h>
 #include <time.h>
@@ -18,7 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "duration.hpp"
+#include "tools/common/duration.hpp"
+#include "tools/common/message_format.hpp"
 
 namespace shmbus::tools {
 namespace {
@@ -36,29 +37,6 @@ extern "C" void on_stop_signal(int sig) {
 #ifndef SHMBUS_VERSION
 #define SHMBUS_VERSION "unknown"
 #endif
-
-void append_json_string(std::string& out, std::string_view s) {
-  out.push_back('"');
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out.push_back(ch);
-        }
-    }
-  }
-  out.push_back('"');
-}
 
 // Optimal string alignment distance: insertions, deletions, substitutions
 // and swaps of two neighbours ("--fromat") each cost 1.
@@ -120,18 +98,20 @@ void add_version_flag(CLI::App& app, std::string_view program) {
 }
 
 std::string json_error(std::string_view program, std::string_view message, std::string_view code) {
-  std::string out = "{\"program\":";
-  append_json_string(out, program);
-  out += ",\"error\":";
+  const auto bytes = [](std::string_view s) { return std::as_bytes(std::span<const char>(s.data(), s.size())); };
   std::string one_line(message);
   for (char& c : one_line) {
     if (c == '\n' || c == '\r') c = ' ';
   }
-  append_json_string(out, one_line);
-  out += ",\"code\":";
-  append_json_string(out, code);
-  out += "}";
-  return out;
+  fmt::memory_buffer out;
+  out.append(std::string_view("{\"program\":"));
+  append_json_string(out, bytes(program));
+  out.append(std::string_view(",\"error\":"));
+  append_json_string(out, bytes(one_line));
+  out.append(std::string_view(",\"code\":"));
+  append_json_string(out, bytes(code));
+  out.push_back('}');
+  return fmt::to_string(out);
 }
 
 void ErrorSink::report(std::string_view message, std::string_view code) const {
@@ -289,15 +269,6 @@ CLI::Validator reader_name_validator() {
       "NAME");
 }
 
-CLI::Validator wait_strategy_check() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        if (s == "adaptive" || s == "spin-yield" || s == "busy-spin") return {};
-        return "'" + s + "' is not one of adaptive, spin-yield, busy-spin";
-      },
-      "adaptive|spin-yield|busy-spin");
-}
-
 void print_error(std::string_view program, std::string_view message) {
   std::string line;
   line.reserve(program.size() + message.size() + 3);
@@ -326,29 +297,63 @@ int cli_exit(const CLI::App& app, const CLI::ParseError& e, const ErrorSink& sin
   return exit_usage;
 }
 
-CLI::Validator duration_validator() {
+CLI::Validator duration_validator(std::chrono::nanoseconds bare_unit, std::chrono::nanoseconds min,
+                                  std::chrono::nanoseconds max) {
   return CLI::Validator(
-      [](std::string& text) -> std::string {
+      [bare_unit, min, max](std::string& text) -> std::string {
+        std::chrono::nanoseconds d{};
         try {
-          (void)parse_duration(text);
-          return {};
+          d = parse_duration(text, bare_unit);
         } catch (const std::invalid_argument& e) {
           return e.what();
         }
+        if (d < min || d > max) {
+          return fmt::format("'{}' is not from {} to {}", text, format_duration(min), format_duration(max));
+        }
+        return {};
       },
       "DURATION", "duration");
 }
 
-WaitOptions wait_options(std::string_view strategy) {
+CLI::Option* add_milliseconds_option(CLI::App& app, const std::string& name, std::int64_t& ms,
+                                     const std::string& help, std::chrono::nanoseconds bare_unit,
+                                     std::chrono::nanoseconds min, std::chrono::nanoseconds max) {
+  return app
+      .add_option_function<std::string>(
+          name, [&ms, bare_unit](const std::string& text) { ms = parse_duration_ms(text, bare_unit).count(); }, help)
+      ->check(duration_validator(bare_unit, min, max))
+      ->default_str(std::to_string(ms) + "ms");
+}
+
+namespace {
+
+std::string not_a_wait_strategy(const std::string& s) {
+  return "'" + s + "' is not one of adaptive, spin-yield, busy-spin";
+}
+
+}  // namespace
+
+const Choices<WaitStrategy>& wait_strategies() {
+  static const Choices<WaitStrategy> names = {{"adaptive", WaitStrategy::adaptive},
+                                              {"spin-yield", WaitStrategy::spin_yield},
+                                              {"busy-spin", WaitStrategy::busy_spin}};
+  return names;
+}
+
+WaitOptions wait_options(WaitStrategy strategy) {
   WaitOptions w;
-  if (strategy == "busy-spin") {
-    w.strategy = WaitStrategy::busy_spin;
-  } else if (strategy == "spin-yield") {
-    w.strategy = WaitStrategy::spin_yield;
-  } else {
-    w.strategy = WaitStrategy::adaptive;
-  }
+  w.strategy = strategy;
   return w;
+}
+
+CLI::Validator wait_strategy_choice() {
+  return choice(wait_strategies(), wait_strategy_names, not_a_wait_strategy);
+}
+
+CLI::Validator wait_strategy_check() {
+  CLI::Validator v = wait_strategy_choice();
+  v.non_modifying();  // the option keeps its word
+  return v;
 }
 
 void install_stop_handlers() noexcept {

@@ -14,13 +14,10 @@
 #include <string_view>
 #include <vector>
 
-namespace shmbus::tools {
+#include "tools/common/choice.hpp"
+#include "tools/common/failure.hpp"  // the exit codes
 
-// Exit codes shared by the programs (docs/programs.md lists them). A second
-// SIGINT/SIGTERM ends a program at once with 128 + the signal's number.
-inline constexpr int exit_ok = 0;
-inline constexpr int exit_failure = 1;  // a bus error, a failed --verify, an I/O error
-inline constexpr int exit_usage = 2;    // bad command line
+namespace shmbus::tools {
 
 // "shmbus-producer 0.1.0" (the project's version).
 std::string version_line(std::string_view program);
@@ -97,13 +94,29 @@ void refuse_negative_numbers(CLI::App& app);
 inline constexpr std::size_t max_reader_name = 31;
 CLI::Validator reader_name_validator();
 
-// A CLI11 check that accepts what parse_duration accepts.
-CLI::Validator duration_validator();
+// A CLI11 check that accepts what parse_duration accepts (a bare number
+// counting in `bare_unit`), optionally only from `min` to `max`.
+CLI::Validator duration_validator(std::chrono::nanoseconds bare_unit = std::chrono::seconds(1),
+                                  std::chrono::nanoseconds min = std::chrono::nanoseconds::zero(),
+                                  std::chrono::nanoseconds max = std::chrono::nanoseconds::max());
 
-// Parses --wait adaptive|spin-yield|busy-spin (the one spelling every
-// program uses; wait_strategy_check() refuses any other).
-WaitOptions wait_options(std::string_view strategy);
+// Adds an option that takes a duration (parse_duration's grammar, a bare
+// number counting in `bare_unit`) from `min` to `max` and stores it in `ms`
+// in whole milliseconds; --help shows the current value ("2000ms") as the
+// default. For settings kept in milliseconds, such as the NATS client's.
+CLI::Option* add_milliseconds_option(CLI::App& app, const std::string& name, std::int64_t& ms,
+                                     const std::string& help, std::chrono::nanoseconds bare_unit,
+                                     std::chrono::nanoseconds min, std::chrono::nanoseconds max);
+
+// --wait adaptive|spin-yield|busy-spin, the one spelling every program uses:
+// wait_strategy_choice() turns the word into a WaitStrategy when the command
+// line is parsed (an option bound to a WaitStrategy), wait_strategy_check()
+// only checks it (an option kept as a string); both refuse any other word
+// with "'x' is not one of adaptive, spin-yield, busy-spin".
+WaitOptions wait_options(WaitStrategy strategy);
 inline constexpr const char* wait_strategy_names = "adaptive|spin-yield|busy-spin";
+const Choices<WaitStrategy>& wait_strategies();
+CLI::Validator wait_strategy_choice();
 CLI::Validator wait_strategy_check();
 
 // The first SIGINT or SIGTERM sets the stop flag (programs check it between

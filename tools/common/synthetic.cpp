@@ -1,4 +1,4 @@
-#include "synthetic.hpp"
+#include "tools/common/synthetic.hpp"
 
 #include <fmt/format.h>
 #include <shmbus/bus.hpp>

@@ -1,4 +1,4 @@
-#include "trust.hpp"
+#include "tools/common/trust.hpp"
 
 #include <grp.h>
 #include <pwd.h>

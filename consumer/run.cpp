@@ -1,0 +1,445 @@
+#include "consumer/run.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "consumer/output.hpp"
+#include "consumer/source.hpp"
+#include "consumer/verifier.hpp"
+#include "tools/common/duration.hpp"
+#include "tools/common/failure.hpp"
+#include "tools/common/latency_histogram.hpp"
+#include "tools/common/program.hpp"
+#include "tools/common/synthetic.hpp"
+
+namespace shmbus::consumer {
+namespace {
+
+using namespace shmbus::tools;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::chrono::milliseconds kStopCheck{100};  // longest wait before noticing a signal
+
+Failure usage(const std::string& message) { return Failure(exit_usage, message, "usage"); }
+
+Bus open_bus(const Options& o) {
+  const OpenOptions open_options{.trust = resolve_trust(o.trust)};
+  if (!o.wait_for_bus) return Bus::open(o.bus, open_options);
+  const std::chrono::nanoseconds limit = parse_duration(*o.wait_for_bus);
+  const auto start = Clock::now();
+  for (;;) {
+    // A bus appears under its name only once complete (its creator renames
+    // it into place): whatever is there is judged at once.
+    if (Bus::exists(o.bus)) {
+      try {
+        return Bus::open(o.bus, open_options);
+      } catch (const Error& e) {
+        if (e.errc() != Errc::not_found) throw;  // else removed again: wait on
+      }
+    }
+    if (stop_requested()) {
+      throw Failure(exit_failure, fmt::format("bus '{}': stopped while waiting for it to exist", o.bus),
+                    "interrupted");
+    }
+    if (limit != std::chrono::nanoseconds::max() && Clock::now() - start >= limit) {
+      throw Failure(exit_failure, fmt::format("bus '{}': does not exist (waited {})", o.bus, format_duration(limit)),
+                    "not_found");
+    }
+    // Setup path only: a short sleep between looks is fine here.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// The library's Consumer on the local bus, as the options ask.
+ConsumerOptions consumer_options(const Options& o) {
+  ConsumerOptions co;
+  co.name = o.name;
+  co.durable = o.named;
+  co.wait = wait_options(o.wait);
+  switch (o.from.kind) {
+    case From::Kind::unset:
+      co.start = o.named ? Start::resume : Start::earliest;
+      break;
+    case From::Kind::earliest:
+      co.start = Start::earliest;
+      break;
+    case From::Kind::latest:
+      co.start = Start::latest;
+      break;
+    case From::Kind::resume:
+      if (!o.named) throw usage(fmt::format("bus '{}': --from resume needs --name (the reader to resume)", o.bus));
+      co.start = Start::resume;
+      break;
+    case From::Kind::sequence:
+      co.start = Start::sequence;
+      co.start_seq = o.from.seq;
+      break;
+  }
+  return co;
+}
+
+std::unique_ptr<BusSource> open_local(const Options& o, const ConsumerOptions& co) {
+  try {
+    Bus bus = open_bus(o);
+    try {
+      return std::make_unique<BusSource>(Consumer(bus, co));
+    } catch (const Error& e) {
+      // The library says "not retained" either way; a start past the head
+      // has not been published yet.
+      const std::uint64_t head = bus.head();
+      if (e.errc() != Errc::not_retained || co.start != Start::sequence || co.start_seq <= head) throw;
+      const std::string now = head == 0 ? std::string("nothing is published yet")
+                                        : fmt::format("the newest message is seq {}", head - 1);
+      throw Failure(exit_failure,
+                    fmt::format("bus '{}': --from {} is in the future: {} (the next one published will be seq {})",
+                                o.bus, co.start_seq, now, head),
+                    "not_retained");
+    }
+  } catch (const Error& e) {
+    if (e.errc() != Errc::permission_denied) throw;
+    throw Failure(exit_code_for(e.errc()),
+                  std::string(e.what()) +
+                      " (a consumer needs read and write access: it takes a reader slot and moves its "
+                      "cursor in the segment; shmbus-inspect needs only read access)",
+                  errc_name(e.errc()));
+  }
+}
+
+// tcp://HOST:PORT/BUS: a bridge subscription with the same start choices as a bus.
+std::unique_ptr<Source> open_tcp(const Options& o) {
+  const auto bad = [&](const char* flag) {
+    return usage(fmt::format("{}: {} applies to a local bus only, not to tcp://", o.bus, flag));
+  };
+  if (o.named) throw bad("--name");
+  if (o.follow) throw bad("--follow");
+  if (o.wait_for_bus) throw bad("--wait-for-bus");
+  if (!o.trust.owners.empty() || !o.trust.groups.empty()) throw bad("--trust-owner/--trust-group");
+  if (o.from.kind == From::Kind::resume) throw bad("--from resume");
+  TcpAddress a;
+  try {
+    a = parse_tcp_url(o.bus);
+  } catch (const std::exception& e) {
+    throw usage(e.what());
+  }
+  bridge::ClientOptions co;
+  co.host = a.host;
+  co.port = a.port;
+  co.bus = a.bus;
+  co.tls_ca = o.tls_ca;
+  if (!o.token_file.empty()) co.token = bridge::read_token_file(o.token_file);
+  co.start = o.from.kind == From::Kind::latest     ? bridge::StartKind::latest
+             : o.from.kind == From::Kind::sequence ? bridge::StartKind::sequence
+                                                   : bridge::StartKind::earliest;
+  co.start_seq = o.from.seq;
+  // Each poll waits at most kStopCheck, so signals are noticed without an interrupt hook.
+  return std::make_unique<TcpSource>(co);
+}
+
+std::string latency_text(const LatencyHistogram& h) {
+  auto us = [](std::uint64_t ns) { return static_cast<double>(ns) / 1e3; };
+  return fmt::format("latency us: p50 {:.2f}  p90 {:.2f}  p99 {:.2f}  p99.9 {:.2f}  max {:.2f} ({} samples)",
+                     us(h.percentile(0.50)), us(h.percentile(0.90)), us(h.percentile(0.99)),
+                     us(h.percentile(0.999)), us(h.max()), h.count());
+}
+
+// Whether a stream ended the way a script can take as success: not by the
+// producer's death nor by the bus being removed under it, nor by losing the
+// reader slot.
+bool ended_cleanly(std::string_view stopped_by) {
+  return stopped_by != to_string(EndReason::producer_died) && stopped_by != to_string(EndReason::removed) &&
+         stopped_by != "evicted";
+}
+
+// The reading itself: what was read, and how it ended.
+class Reading {
+ public:
+  Reading(const Options& o, Source& source, BusSource* local, Start start)
+      : o_(o), source_(source), local_(local), start_(start), out_(o.format), verify_(o.bus) {
+    // A resumed reader whose bookmark is no longer retained starts with a loss.
+    lost_ = resume_gap();
+    if (o.verify) verify_.start(source.cursor(), resume_gap());
+    start_seq_ = source.cursor();
+  }
+
+  // Reads until the stream ends (with --follow: until a limit is reached),
+  // or nothing new comes for `idle`.
+  void read(std::chrono::nanoseconds idle);
+  // The summary on stderr; returns the exit status.
+  int finish();
+
+ private:
+  std::uint64_t resume_gap() const { return local_ ? local_->consumer().resume_gap() : 0; }
+  void on_message(const Message& m);
+  void after_poll(const PollResult& r);
+  // False when the reading stops here.
+  bool on_eviction(const PollResult& r);
+  bool on_end(const PollResult& r);
+  void print_json(bool verify_ok, double seconds) const;
+  void print_text(bool verify_ok, double seconds) const;
+
+  const Options& o_;
+  Source& source_;
+  BusSource* local_;  // the local bus's source, when reading one
+  Start start_;
+  Output out_;
+  Verifier verify_;
+  LatencyHistogram latency_;
+  std::uint64_t negative_latency_ = 0;
+  std::uint64_t messages_ = 0;
+  std::uint64_t bytes_ = 0;
+  std::uint64_t lost_ = 0;
+  std::uint64_t corrupt_ = 0;
+  std::uint64_t library_lost_ = 0;
+  std::optional<std::uint64_t> first_seq_;
+  std::uint64_t last_seq_ = 0;
+  std::uint64_t start_seq_ = 0;
+  Clock::time_point first_time_{};
+  Clock::time_point last_time_{};
+  Clock::time_point last_activity_{};
+  const char* stopped_by_ = "closed";
+  std::uint64_t streams_ended_ = 0;  // --follow: ends seen and followed past
+  bool announced_ = false;           // --follow: this end was reported
+  std::uint64_t evictions_ = 0;      // times the reader slot was taken from us
+};
+
+void Reading::on_message(const Message& m) {
+  if (!first_seq_) {
+    first_seq_ = m.seq;
+    first_time_ = Clock::now();
+  }
+  last_seq_ = m.seq;
+  ++messages_;
+  bytes_ += m.payload.size();
+  out_.write(m);
+
+  if (!o_.verify && !o_.stats) return;
+  SyntheticFields f;
+  const SyntheticCheck check = synthetic_check(m.payload, f);
+  if (o_.stats && check != SyntheticCheck::too_short && f.send_ns != 0) {  // 0: not stamped
+    const std::uint64_t now = realtime_ns();
+    if (now >= f.send_ns) {
+      latency_.record(now - f.send_ns);
+    } else {
+      latency_.record(0);
+      ++negative_latency_;
+    }
+  }
+  if (o_.verify) verify_.on_message(m, check, f);
+}
+
+void Reading::after_poll(const PollResult& r) {
+  lost_ += r.lost;
+  corrupt_ += r.corrupt;
+  if (o_.verify) verify_.after_poll(r, last_seq_);
+}
+
+bool Reading::on_eviction(const PollResult& r) {
+  // Our reader slot was taken from us: what the producer overwrote
+  // meanwhile is gone, and may have been what we were reading.
+  ++evictions_;
+  print_error(program_name,
+              fmt::format("bus '{}': this reader's slot was taken from it (a stray write into the segment, or "
+                          "freed by force): {} lost{}; {}",
+                          o_.bus, r.lost,
+                          r.stale_view ? ", and a message already handed out was overwritten while read" : "",
+                          o_.follow ? fmt::format("reading on at seq {}", source_.cursor()) : "stopping"));
+  if (r.stale_view && o_.verify) verify_.problem("a message was overwritten while it was read");
+  if (o_.follow) return true;
+  stopped_by_ = "evicted";
+  return false;
+}
+
+bool Reading::on_end(const PollResult& r) {
+  stopped_by_ = to_string(r.end_reason);
+  if (!o_.follow || r.end_reason == EndReason::removed) return false;
+  if (announced_) return true;  // still waiting for the next producer
+  // Like tail -F: say so once per end, then wait for the next producer.
+  announced_ = true;
+  ++streams_ended_;
+  print_error(program_name,
+              fmt::format("bus '{}': {} after seq {}; following (waiting for a new producer)", o_.bus,
+                          r.end_reason == EndReason::closed ? "producer closed the bus" : "producer died",
+                          source_.cursor() == 0 ? std::string("(none)") : std::to_string(source_.cursor() - 1)));
+  last_activity_ = Clock::now();  // --idle-timeout counts from here
+  return true;
+}
+
+void Reading::read(std::chrono::nanoseconds idle) {
+  last_activity_ = Clock::now();
+  for (;;) {
+    if (stop_requested()) {
+      stopped_by_ = "signal";
+      break;
+    }
+    if (o_.count > 0 && messages_ >= o_.count) {
+      stopped_by_ = "count";
+      break;
+    }
+    auto timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(kStopCheck);
+    if (idle != std::chrono::nanoseconds::max()) {
+      const auto left = idle - (Clock::now() - last_activity_);
+      if (left <= std::chrono::nanoseconds::zero()) {
+        stopped_by_ = "idle_timeout";
+        break;
+      }
+      timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::nanoseconds>(left));
+    }
+    const std::size_t max =
+        o_.count > 0 ? static_cast<std::size_t>(std::min<std::uint64_t>(256, o_.count - messages_)) : 256;
+    const PollResult r = source_.poll([&](const Message& m) { on_message(m); }, max, timeout);
+    after_poll(r);
+    if (r.count > 0 || r.lost > 0) {
+      last_activity_ = Clock::now();
+      last_time_ = last_activity_;
+    }
+    if (out_.pending()) out_.flush();
+    if (out_.closed()) {
+      stopped_by_ = "output_closed";
+      break;
+    }
+    if (r.evicted && !on_eviction(r)) break;
+    if (r.count > 0) announced_ = false;
+    if (r.end_of_stream && !on_end(r)) break;
+  }
+  out_.flush();
+  library_lost_ = source_.lost();
+}
+
+int Reading::finish() {
+  if (o_.verify) verify_.finish(lost_, messages_, o_.count, stopped_by_);
+  const bool verify_ok = !o_.verify || verify_.ok();
+  const double seconds = first_seq_ ? std::chrono::duration<double>(last_time_ - first_time_).count() : 0;
+  if (o_.json) {
+    print_json(verify_ok, seconds);
+  } else {
+    print_text(verify_ok, seconds);
+  }
+  // A stream that ended without a close (the producer died, the bus was
+  // removed) is a failure for scripts, like a pipeline whose writer crashed;
+  // so is a skipped corrupt record, even without --verify.
+  return verify_ok && ended_cleanly(stopped_by_) && corrupt_ == 0 ? exit_ok : exit_failure;
+}
+
+void Reading::print_json(bool verify_ok, double seconds) const {
+  const double rate = seconds > 0 ? static_cast<double>(messages_) / seconds : 0;
+  const double mbps = seconds > 0 ? static_cast<double>(bytes_) / seconds / 1e6 : 0;
+  nlohmann::json j = {
+      {"program", program_name},
+      {"bus", o_.bus},
+      {"messages", messages_},
+      {"bytes", bytes_},
+      {"lost", lost_},
+      {"corrupt", corrupt_},
+      {"seconds", seconds},
+      {"msgs_per_sec", rate},
+      {"mb_per_sec", mbps},
+      {"first_seq", first_seq_ ? nlohmann::json(*first_seq_) : nlohmann::json()},
+      {"last_seq", first_seq_ ? nlohmann::json(last_seq_) : nlohmann::json()},
+      {"stopped_by", stopped_by_},
+      {"library_lost", library_lost_},
+      {"start_seq", start_seq_},
+  };
+  if (o_.named && local_) {
+    j["reader"] = {{"name", o_.name}, {"resumed", local_->consumer().resumed()}, {"resume_gap", resume_gap()}};
+  }
+  if (o_.follow) j["streams_followed"] = streams_ended_;
+  if (evictions_ > 0) j["evictions"] = evictions_;
+  if (!verify_ok) {
+    j["error"] = fmt::format("bus '{}': verify failed", o_.bus);
+    j["code"] = "verify_failed";
+  } else if (!ended_cleanly(stopped_by_)) {
+    j["error"] = fmt::format("bus '{}': the stream ended without a close ({})", o_.bus, stopped_by_);
+    j["code"] = stopped_by_;
+  } else if (corrupt_ > 0) {
+    j["error"] = fmt::format("bus '{}': {} skipped", o_.bus, plural(corrupt_, "corrupt record"));
+    j["code"] = "corrupt";
+  }
+  if (o_.verify) {
+    j["verify"] = {{"ok", verify_ok},
+                   {"problems", verify_.problems()},
+                   {"gaps_reported_lost", std::min(verify_.gaps(), verify_.reported_lost())}};
+  }
+  if (o_.stats) {
+    const LatencyHistogram& h = latency_;
+    j["latency_ns"] = {{"samples", h.count()},      {"min", h.min()},
+                       {"p50", h.percentile(0.50)}, {"p90", h.percentile(0.90)},
+                       {"p99", h.percentile(0.99)}, {"p99_9", h.percentile(0.999)},
+                       {"max", h.max()},            {"negative", negative_latency_}};
+  }
+  fmt::print(stderr, "{}\n", j.dump());
+}
+
+void Reading::print_text(bool verify_ok, double seconds) const {
+  const double rate = seconds > 0 ? static_cast<double>(messages_) / seconds : 0;
+  const double mbps = seconds > 0 ? static_cast<double>(bytes_) / seconds / 1e6 : 0;
+  std::string line = fmt::format("{}: bus '{}': {}, {} lost in {:.3f} s: {:.0f} msgs/s, {:.1f} MB/s; stopped by {}",
+                                 program_name, o_.bus, plural(messages_, "message"), lost_, seconds, rate, mbps,
+                                 stopped_by_);
+  if (first_seq_) line += fmt::format("; seq {}..{}", *first_seq_, last_seq_);
+  if (o_.named && local_ && start_ == Start::resume) {
+    line += local_->consumer().resumed() ? fmt::format("; reader '{}' resumed at seq {}", o_.name, start_seq_)
+                                         : fmt::format("; reader '{}' is new, started at seq {}", o_.name, start_seq_);
+  }
+  if (o_.follow && streams_ended_ > 0) {
+    line += fmt::format("; followed across {} end{} of stream", streams_ended_, streams_ended_ == 1 ? "" : "s");
+  }
+  if (corrupt_ > 0) line += fmt::format("; {} skipped", plural(corrupt_, "corrupt record"));
+  if (o_.verify) {
+    if (!verify_ok) {
+      line += fmt::format("; verify FAILED ({})", plural(verify_.problems(), "problem"));
+    } else if (verify_.gaps() == 0) {
+      line += "; verified OK (no gaps, no duplicates, checksums match)";
+    } else {
+      line += fmt::format("; verified OK (the {} missing were all reported lost)", verify_.gaps());
+    }
+  }
+  fmt::print(stderr, "{}\n", line);
+  if (o_.stats) {
+    fmt::print(stderr, "{}: bus '{}': {}{}\n", program_name, o_.bus, latency_text(latency_),
+               negative_latency_ ? fmt::format("; {} negative (clock stepped?) counted as 0", negative_latency_)
+                                 : std::string());
+  }
+}
+
+}  // namespace
+
+int run(const Options& o) {
+  const bool tcp = is_tcp_url(o.bus);
+  if (!tcp) validate_name(o.bus);
+  if (!tcp && (!o.tls_ca.empty() || !o.token_file.empty())) {
+    throw usage(fmt::format("bus '{}': --tls-ca and --token-file apply to tcp://HOST:PORT/BUS only", o.bus));
+  }
+  const std::chrono::nanoseconds idle = parse_duration(o.idle_timeout);
+  const ConsumerOptions co = consumer_options(o);
+
+  std::unique_ptr<Source> source;
+  BusSource* local = nullptr;  // the local bus's source, when reading one
+  if (tcp) {
+    source = open_tcp(o);
+  } else {
+    std::unique_ptr<BusSource> bs = open_local(o, co);
+    local = bs.get();
+    source = std::move(bs);
+  }
+  if (local && co.start == Start::resume && local->consumer().resume_gap() > 0) {
+    const Consumer& c = local->consumer();
+    print_error(program_name, fmt::format("bus '{}': reader '{}': {} after where it stopped {} no "
+                                          "longer retained; resuming at seq {} (counted as lost)",
+                                          o.bus, o.name, plural(c.resume_gap(), "message"),
+                                          c.resume_gap() == 1 ? "is" : "are", c.cursor()));
+  }
+
+  Reading reading(o, *source, local, co.start);
+  reading.read(idle);
+  return reading.finish();
+}
+
+}  // namespace shmbus::consumer

@@ -7,7 +7,6 @@
 
 #include "inspector/text.hpp"
 #include "tools/common/message_format.hpp"
-#include "tools/common/proc_stat.hpp"
 #include "tools/common/program.hpp"
 
 namespace shmbus::inspect_tool {
@@ -108,7 +107,7 @@ bool process_stopped(pid_t pid, std::uint64_t start_ticks) noexcept {
   // pid and the same start time is the holder (one in another PID
   // namespace, or without /proc, is never judged stopped here).
   if (start_ticks == 0) return false;
-  const std::optional<tools::ProcStat> s = tools::read_proc_stat(pid);
+  const std::optional<ProcessStat> s = process_stat(pid);
   return s && (s->state == 'T' || s->state == 't') && s->start_ticks == start_ticks;
 }
 

@@ -47,24 +47,10 @@ std::uint32_t self_pid_namespace() noexcept {
 
 std::uint64_t self_start_ticks() noexcept {
   // Read each time: cached, a forked child would report its parent's.
-  int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[1024];
-  ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  // The command name (field 2) may hold spaces and parentheses: count
-  // fields from the last ')'. Start time is field 22.
-  const char* p = std::strrchr(buf, ')');
-  if (!p) return 0;
-  ++p;
-  for (int field = 2; *p;) {
-    while (*p == ' ') ++p;
-    if (++field == 22) return std::strtoull(p, nullptr, 10);
-    while (*p && *p != ' ') ++p;
-  }
-  return 0;
+  // /proc/self, not /proc/PID: a /proc of another PID namespace still
+  // shows this process as itself.
+  const std::optional<ProcessStat> s = read_process_stat("/proc/self/stat");
+  return s ? s->start_ticks : 0;
 }
 
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,

@@ -7,7 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
+#include "shmbus/liveness.hpp"
 
 namespace shmbus::detail {
 
@@ -53,6 +55,8 @@ inline void prefetch_for_write(const void* p) noexcept {
 // boot), or 0 without /proc. A label for people: liveness is decided by
 // role locks (role_lock.hpp), never by pids or start times.
 std::uint64_t self_start_ticks() noexcept;
+// /proc/.../stat at `path` (liveness.cpp).
+std::optional<ProcessStat> read_process_stat(const char* path) noexcept;
 // The inode of this process's PID namespace (/proc/self/ns/pid), or 0
 // without /proc. A label: pids are only meaningful within one namespace.
 std::uint32_t self_pid_namespace() noexcept;

@@ -23,7 +23,6 @@
 #include "tools/common/failure.hpp"
 #include "tools/common/latency_histogram.hpp"
 #include "tools/common/message_format.hpp"
-#include "tools/common/proc_stat.hpp"
 #include "tools/common/program.hpp"
 #include "tools/common/run_main.hpp"
 #include "tools/common/synthetic.hpp"
@@ -367,14 +366,6 @@ TEST(Escape, AsciiOnlyWithCEscapes) {
   const std::array<std::byte, 3> bytes{std::byte{0x00}, std::byte{0x1a}, std::byte{0xff}};
   EXPECT_EQ(hex_spaced(bytes), "00 1a ff");
   EXPECT_EQ(hex_spaced({}), "");
-}
-
-TEST(ProcStat, ReadsThisProcess) {
-  const std::optional<ProcStat> s = read_proc_stat(getpid());
-  ASSERT_TRUE(s.has_value());
-  EXPECT_EQ(s->state, 'R');
-  EXPECT_GT(s->start_ticks, 0u);
-  EXPECT_FALSE(read_proc_stat(0).has_value());
 }
 
 // What run_main() makes of `body` throwing: the exit status.

@@ -792,5 +792,14 @@ TEST(Errors, StatusEnumsHaveNames) {
     EXPECT_GT(std::strlen(to_string(s)), 0u);
 }
 
+TEST(ProcessStat, ReadsThisProcessAndNothingForNoProcess) {
+  const std::optional<ProcessStat> s = process_stat(::getpid());
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->state, 'R');
+  EXPECT_GT(s->start_ticks, 0u);
+  EXPECT_FALSE(process_stat(0).has_value());
+  EXPECT_FALSE(process_stat(-1).has_value());
+}
+
 }  // namespace
 }  // namespace shmbus::test

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace shmbus {
@@ -31,5 +32,15 @@ bool in_other_pid_namespace(std::uint32_t pid_ns) noexcept;
 // How to name that process to a person here: "pid 1234", or "pid 1 in
 // another PID namespace".
 std::string pid_label(pid_t pid, std::uint32_t pid_ns);
+
+// What this PID namespace's /proc says of process `pid` (/proc/PID/stat):
+// its state letter and start time. A label check only: compare start_ticks
+// with the one a role holder stored before trusting that a pid is it.
+struct ProcessStat {
+  char state = '?';               // R, S, D, T (stopped), t (traced), Z ...
+  std::uint64_t start_ticks = 0;  // clock ticks after boot
+};
+// Empty when there is no such process here, or no /proc.
+std::optional<ProcessStat> process_stat(pid_t pid) noexcept;
 
 }  // namespace shmbus

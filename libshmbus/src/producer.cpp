@@ -95,6 +95,13 @@ struct Producer::Impl : detail::Attachment {
 
   void acquire_role();
   void release_role(bool mark_closed) noexcept;
+  // close() (marking end-of-stream) or detach(): once, from one thread.
+  void leave(bool mark_closed, const char* what) noexcept {
+    detail::OneThread::Scope in(calls, what);
+    if (closed) return;
+    release_role(mark_closed);
+    closed = true;
+  }
   void recompute_limit(std::uint64_t s) noexcept;
   std::uint64_t min_active_cursor(std::uint64_t upper, std::uint32_t* holder) noexcept;
   bool wait_for_space(std::uint64_t last_seq, std::chrono::nanoseconds timeout) noexcept;
@@ -412,11 +419,7 @@ Producer& Producer::operator=(Producer&& o) noexcept {
 }
 
 void Producer::detach() noexcept {
-  if (!impl_) return;
-  detail::OneThread::Scope in(impl_->calls, "Producer::detach");
-  if (impl_->closed) return;
-  impl_->release_role(false);
-  impl_->closed = true;
+  if (impl_) impl_->leave(false, "Producer::detach");
 }
 
 PublishResult Producer::publish(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) noexcept {
@@ -535,11 +538,7 @@ std::size_t Producer::publish_batch(std::span<const std::span<const std::byte>> 
 }
 
 void Producer::close() noexcept {
-  if (!impl_) return;
-  detail::OneThread::Scope in(impl_->calls, "Producer::close");
-  if (impl_->closed) return;
-  impl_->release_role(true);
-  impl_->closed = true;
+  if (impl_) impl_->leave(true, "Producer::close");
 }
 
 std::uint32_t Producer::live_readers() const { return impl_->count_live_readers(); }

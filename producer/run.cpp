@@ -1,0 +1,226 @@
+#include "producer/run.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <optional>
+
+#include "producer/publish.hpp"
+#include "tools/common/created_bus.hpp"
+#include "tools/common/duration.hpp"
+#include "tools/common/failure.hpp"
+#include "tools/common/program.hpp"
+#include "tools/common/synthetic.hpp"
+
+namespace shmbus::producer {
+
+using namespace shmbus::tools;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// "bus 'NAME': what", exit 1 (or `exit_code`).
+Failure bus_failure(const std::string& bus, const std::string& what, std::string code,
+                    int exit_code = exit_failure) {
+  return Failure(exit_code, fmt::format("bus '{}': {}", bus, what), std::move(code));
+}
+
+struct WaitCounters {
+  std::uint64_t waits = 0;
+  std::uint64_t wait_ns = 0;
+  bool known = false;
+};
+
+WaitCounters read_wait_counters(const std::string& bus) {
+  WaitCounters w;
+  try {
+    const Snapshot s = Inspector::open(bus).snapshot();
+    w.waits = s.counters.producer_waits;
+    w.wait_ns = s.counters.producer_wait_ns;
+    w.known = true;
+  } catch (const std::exception&) {
+  }
+  return w;
+}
+
+void warn_if_different(const Options& o, const BusInfo& info, const CLI::App& app) {
+  std::string diffs;
+  auto given = [&](const char* name) { return app.get_option(name)->count() > 0; };
+  if (given("--capacity") && info.capacity != o.capacity) {
+    diffs += fmt::format(", capacity {} (asked {})", info.capacity, o.capacity);
+  }
+  if (given("--record-size") && info.record_size != o.record_size) {
+    diffs += fmt::format(", record size {} (asked {})", info.record_size, o.record_size);
+  }
+  if (given("--policy") && o.policy != info.policy) {
+    diffs += fmt::format(", policy {} (asked {})", to_string(info.policy), to_string(o.policy));
+  }
+  if (given("--max-readers") && info.max_readers != o.max_readers) {
+    diffs += fmt::format(", max readers {} (asked {})", info.max_readers, o.max_readers);
+  }
+  if (!diffs.empty()) {
+    print_error(kProgram, fmt::format("warning: bus '{}': exists already with{}; using it as it is",
+                                      info.name, diffs.substr(1)));
+  }
+}
+
+// The options of the bus --create makes. Synthetic messages without
+// --record-size get records sized to --size, the fewest cache lines that
+// fit (record_size_for), or max_record_size when none does (which
+// synthetic_size_problem then refuses).
+BusOptions create_options(const Options& o, const CLI::App& app) {
+  BusOptions bo;
+  bo.capacity = o.capacity;
+  bo.record_size = o.record_size;
+  if (o.synthetic && app.get_option("--record-size")->count() == 0) {
+    const std::uint32_t fit = record_size_for(o.size);
+    bo.record_size = fit != 0 ? fit : max_record_size;
+  }
+  bo.policy = o.policy;
+  bo.max_readers = o.max_readers;
+  bo.mode = static_cast<mode_t>(std::stoul(o.mode, nullptr, 8));
+  bo.trust = resolve_trust(o.trust);
+  return bo;
+}
+
+// The bus without --create.
+Bus open_existing(const Options& o) {
+  try {
+    return Bus::open(o.bus, OpenOptions{.trust = resolve_trust(o.trust)});
+  } catch (const Error& e) {
+    if (e.errc() != Errc::not_found) throw;
+    throw Failure(exit_code_for(e.errc()), std::string(e.what()) + " (use --create to create it)",
+                  errc_name(e.errc()));
+  }
+}
+
+}  // namespace
+
+int run(const Options& o, const CLI::App& app) {
+  // Everything the command line decides by itself is checked before a bus
+  // is created: a refused run leaves none behind.
+  validate_name(o.bus);
+  const std::chrono::nanoseconds timeout = parse_duration(o.wait_timeout);
+  const std::optional<BusOptions> create =
+      o.create ? std::optional(create_options(o, app)) : std::nullopt;
+  if (o.synthetic) {
+    const std::string problem =
+        synthetic_size_problem(o.size, create ? create->record_size : max_record_size);
+    if (!problem.empty()) throw bus_failure(o.bus, problem, "usage", exit_usage);
+  }
+  int fd = STDIN_FILENO;
+  if (!o.synthetic && !o.file.empty()) {
+    fd = ::open(o.file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      throw bus_failure(o.bus, fmt::format("cannot open '{}': {}", o.file, std::strerror(errno)), "io_error");
+    }
+  }
+
+  const OpenedBus opened =
+      create ? open_or_create_bus(o.bus, *create) : OpenedBus{open_existing(o), false};
+  if (create && !opened.created) warn_if_different(o, opened.bus.info(), app);
+  // An error thrown from here while nothing is published and nobody is
+  // attached (the Producer's --wait-for-readers timing out, say) removes a
+  // bus this run created.
+  const CreatedBusGuard created(opened, create ? create->trust : Trust{});
+  const Bus& bus = opened.bus;
+  const BusInfo& info = bus.info();
+
+  // An existing bus keeps its own record size.
+  if (o.synthetic && o.size > info.max_payload) {
+    throw bus_failure(o.bus, synthetic_size_problem(o.size, info.record_size), "too_large");
+  }
+
+  ProducerOptions po;
+  po.wait = wait_options(o.wait);
+  po.timestamps = o.timestamps;
+  po.wait_for_readers = o.wait_for_readers;
+  po.wait_for_readers_timeout = timeout;
+  Producer producer(bus, po);
+  // Only now: SIGINT/SIGTERM while waiting for readers end the process at
+  // once (nothing is published yet); from here they stop it cleanly.
+  install_stop_handlers();
+
+  const WaitCounters before = read_wait_counters(o.bus);
+  const auto t0 = Clock::now();
+  Totals totals;
+  std::optional<PublishFailure> failure;
+  try {
+    if (o.synthetic) {
+      publish_synthetic(producer, o, timeout, totals);
+    } else {
+      publish_input(producer, o, fd, timeout, totals);
+    }
+  } catch (const PublishFailure& f) {
+    failure = f;
+  }
+  const auto t1 = Clock::now();
+  if (fd != STDIN_FILENO) ::close(fd);
+  // A failed run leaves the bus open: its consumers are not told the stream
+  // ended, and a rerun (a new producer) continues the sequence.
+  const bool mark_end = !o.keep_open && !failure;
+  if (mark_end) {
+    producer.close();
+  } else {
+    producer.detach();  // consumers keep waiting for the next producer
+  }
+  const WaitCounters after = read_wait_counters(o.bus);
+
+  // With --json the summary below carries the error and its code.
+  if (failure && !o.json) print_error(kProgram, fmt::format("bus '{}': {}", o.bus, failure->message));
+
+  const double seconds = std::chrono::duration<double>(t1 - t0).count();
+  const double rate = seconds > 0 ? static_cast<double>(totals.messages) / seconds : 0;
+  const double mbps = seconds > 0 ? static_cast<double>(totals.bytes) / seconds / 1e6 : 0;
+  const std::uint64_t waits = after.waits - before.waits;
+  const double wait_s = static_cast<double>(after.wait_ns - before.wait_ns) / 1e9;
+  const char* stopped = failure ? "error" : stop_requested() ? "signal" : "input_end";
+  if (o.json) {
+    nlohmann::json j = {
+        {"program", kProgram},
+        {"bus", o.bus},
+        {"messages", totals.messages},
+        {"bytes", totals.bytes},
+        {"seconds", seconds},
+        {"msgs_per_sec", rate},
+        {"mb_per_sec", mbps},
+        {"first_seq", totals.first_seq ? nlohmann::json(*totals.first_seq) : nlohmann::json()},
+        {"last_seq", totals.first_seq ? nlohmann::json(totals.last_seq) : nlohmann::json()},
+        {"waits_for_space", after.known ? nlohmann::json(waits) : nlohmann::json()},
+        {"wait_for_space_seconds", after.known ? nlohmann::json(wait_s) : nlohmann::json()},
+        {"end_of_stream", mark_end},
+        {"stopped_by", stopped},
+        {"oversize_skipped", totals.skipped},
+        {"oversize_truncated", totals.truncated},
+    };
+    if (failure) {
+      j["error"] = fmt::format("bus '{}': {}", o.bus, failure->message);
+      j["code"] = failure->code;
+    }
+    fmt::print(stderr, "{}\n", j.dump());
+  } else {
+    std::string waited = after.known ? fmt::format("waited for space {:.3f} s ({})", wait_s,
+                                                   plural(waits, "time"))
+                                     : std::string("wait time unknown");
+    std::string oversized;
+    const char* unit = o.binary ? "frame" : "line";
+    if (totals.skipped > 0) oversized += fmt::format("; {} oversized {}{} skipped", totals.skipped, unit, totals.skipped == 1 ? "" : "s");
+    if (totals.truncated > 0) oversized += fmt::format("; {} oversized {}{} truncated", totals.truncated, unit, totals.truncated == 1 ? "" : "s");
+    fmt::print(stderr,
+               "{}: bus '{}': {}, {} in {:.3f} s: {:.0f} msgs/s, {:.1f} MB/s; {}{}; {}\n",
+               kProgram, o.bus, plural(totals.messages, "message"), plural(totals.bytes, "byte"),
+               seconds, rate, mbps, waited, oversized,
+               mark_end ? "end-of-stream marked"
+               : failure ? "left open after the error (a new producer continues the bus)"
+                         : "left open (--keep-open)");
+  }
+  return failure ? exit_failure : exit_ok;
+}
+
+}  // namespace shmbus::producer

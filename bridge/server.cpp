@@ -497,6 +497,9 @@ struct Session : std::enable_shared_from_this<Session> {
       log_line(fmt::format("{}: closed: {}", peer, eof ? "peer disconnected" : ec.message()));
       bump(srv.counters.closed_peer);
       if (state == State::streaming) srv.counters.subscribers.fetch_sub(1, std::memory_order_relaxed);
+      // Counted and logged here: close_now() must not count the same
+      // subscriber again as an end of stream.
+      state = State::closing;
     }
     close_now();
   }

@@ -211,6 +211,25 @@ TEST_F(BridgeServer, ForwardsEveryMessageInOrderWithItsSequenceThenEndOfStream) 
   EXPECT_TRUE(r.payloads_ok);
 }
 
+TEST_F(BridgeServer, SubscribersThatLeaveAreCountedOnceAndTheGaugeReturnsToZero) {
+  ScopedBus b("leave");
+  RunningServer s(options_for(b));
+  constexpr int kSubscribers = 3;
+  {
+    std::vector<std::unique_ptr<Client>> clients;
+    for (int i = 0; i < kSubscribers; ++i) clients.push_back(std::make_unique<Client>(client_for(b, s.port())));
+    const auto deadline = Clock::now() + 5s;
+    while (s.server.stats().subscribers < kSubscribers && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    EXPECT_EQ(s.server.stats().subscribers, static_cast<std::uint64_t>(kSubscribers));
+  }  // each disconnects on a live bus
+  const auto deadline = Clock::now() + 5s;
+  while (s.server.stats().closed_peer < kSubscribers && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  const ServeStats st = s.server.stats();
+  EXPECT_EQ(st.closed_peer, static_cast<std::uint64_t>(kSubscribers));
+  EXPECT_EQ(st.subscribers, 0u) << "the gauge went below zero";
+  EXPECT_EQ(st.closed_end, 0u) << "a disconnect on a live bus was counted as an end of stream too";
+}
+
 TEST_F(BridgeServer, StartsAtTheRequestedSequenceOrRefusesOneNotRetained) {
   ScopedBus b("start", Policy::overwrite, 64);
   {

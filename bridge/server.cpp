@@ -113,6 +113,10 @@ struct Session : std::enable_shared_from_this<Session> {
   bool finish_after_flush = false;   // close once everything pending is written
   enum class End { none, eos, slow } end_kind = End::none;  // why the reader stopped
   std::uint64_t end_seq = 0;         // with End::slow: where the subscriber resumes
+  // The next_seq of an error frame: where the subscriber resumes. Before
+  // welcome the hello's start_seq (the nearest retained sequence for
+  // not-retained); then the first sequence not queued for it.
+  std::uint64_t resume_seq = 0;
   std::atomic<bool> reader_done{false};
   std::thread reader_thread;         // joined by the server once reader_done
 
@@ -287,6 +291,10 @@ struct Session : std::enable_shared_from_this<Session> {
       return fail(ErrorCode::unknown_bus, fmt::format("bus '{}' is not served here", h.bus),
                   &srv.counters.closed_handshake);
     }
+    {
+      std::lock_guard lk(m);
+      resume_seq = h.start_seq;
+    }
     ConsumerOptions co;
     co.name = peer_slot_name(socket());
     co.start = h.start == StartKind::earliest ? Start::earliest
@@ -299,7 +307,17 @@ struct Session : std::enable_shared_from_this<Session> {
       OpenOptions oo;
       oo.trust = srv.opt.trust;
       Bus bus = Bus::open(srv.opt.bus, oo);
-      consumer = std::make_unique<Consumer>(bus, co);
+      try {
+        consumer = std::make_unique<Consumer>(bus, co);
+      } catch (const Error& e) {
+        // Where the stream can go on: the oldest retained sequence for a
+        // start that is gone, the newest for one that is not there yet.
+        if (e.errc() == Errc::not_retained) {
+          std::lock_guard lk(m);
+          resume_seq = co.start_seq < bus.oldest() ? bus.oldest() : bus.head();
+        }
+        throw;
+      }
       w.policy = static_cast<std::uint32_t>(bus.info().policy);
       w.record_size = bus.info().record_size;
       w.max_payload = bus.info().max_payload;
@@ -315,6 +333,7 @@ struct Session : std::enable_shared_from_this<Session> {
     {
       std::lock_guard lk(m);
       append_welcome(pending, w);
+      resume_seq = w.first_seq;
     }
     state = State::streaming;
     bump(srv.counters.subscribers);
@@ -339,7 +358,13 @@ struct Session : std::enable_shared_from_this<Session> {
     const std::uint32_t max_body = w.max_frame;
     while (true) {
       PollResult r;
-      const auto got = c.read_batch(batch, r, std::chrono::milliseconds(100));
+      // Wakes for the heartbeat when it is due (and at least every 100 ms,
+      // to see stop_reader), so the period is the one welcome announced.
+      const auto since = Clock::now() - last_sent;
+      const std::chrono::nanoseconds until_beat =
+          since >= srv.opt.heartbeat ? std::chrono::nanoseconds::zero()
+                                     : std::chrono::duration_cast<std::chrono::nanoseconds>(srv.opt.heartbeat - since);
+      const auto got = c.read_batch(batch, r, std::min<std::chrono::nanoseconds>(std::chrono::milliseconds(100), until_beat));
       std::unique_lock lk(m);
       if (stop_reader) return;
       const std::size_t need = got.size() * kMessageHeader + [&] {
@@ -380,11 +405,13 @@ struct Session : std::enable_shared_from_this<Session> {
         }
         builder.finish(pending);
         next = got.back().seq + 1;
+        resume_seq = next;
         bump(srv.counters.messages, got.size());
         last_sent = Clock::now();
       } else if (r.lost > 0 && c.cursor() > next) {
         append_loss(pending, Loss{next, c.cursor() - next});
         next = c.cursor();
+        resume_seq = next;
       }
       if (r.end_of_stream) {
         if (c.cursor() > next) append_loss(pending, Loss{next, c.cursor() - next});
@@ -476,7 +503,7 @@ struct Session : std::enable_shared_from_this<Session> {
     {
       std::lock_guard lk(m);
       if (queue_error) {
-        append_error(pending, code, 0, reason);
+        append_error(pending, code, resume_seq, reason);
         finish_after_flush = true;
       }
       stop_reader = true;

@@ -230,6 +230,28 @@ TEST_F(BridgeServer, SubscribersThatLeaveAreCountedOnceAndTheGaugeReturnsToZero)
   EXPECT_EQ(st.closed_end, 0u) << "a disconnect on a live bus was counted as an end of stream too";
 }
 
+TEST_F(BridgeServer, AnErrorAfterMessagesNamesTheFirstSequenceNotSent) {
+  ScopedBus b("resume");
+  std::optional<RunningServer> s(std::in_place, options_for(b));
+  Producer p(b.bus);
+  publish_range(p, 100);
+  Client c(client_for(b, s->port()));
+  std::uint64_t got = 0;
+  while (got < 100) {
+    Event e = c.next();
+    ASSERT_EQ(e.kind, Event::Kind::batch);
+    got += e.batch.count();
+  }
+  s.reset();  // shutdown: the server stops while the subscriber is streaming
+  try {
+    for (;;) (void)c.next();
+  } catch (const ClientError& e) {
+    ASSERT_TRUE(e.code) << e.what();
+    EXPECT_EQ(*e.code, ErrorCode::shutdown);
+    EXPECT_EQ(e.next_seq, 100u) << "a client that resumes at next_seq must neither repeat nor skip";
+  }
+}
+
 TEST_F(BridgeServer, StartsAtTheRequestedSequenceOrRefusesOneNotRetained) {
   ScopedBus b("start", Policy::overwrite, 64);
   {
@@ -255,6 +277,16 @@ TEST_F(BridgeServer, StartsAtTheRequestedSequenceOrRefusesOneNotRetained) {
   } catch (const ClientError& e) {
     ASSERT_TRUE(e.code);
     EXPECT_EQ(*e.code, ErrorCode::not_retained);
+    EXPECT_EQ(e.next_seq, 136u) << "the error names where the stream can go on: the oldest retained";
+  }
+  co.start_seq = 500;
+  try {
+    Client c(co);
+    ADD_FAILURE() << "seq 500 is not there yet";
+  } catch (const ClientError& e) {
+    ASSERT_TRUE(e.code);
+    EXPECT_EQ(*e.code, ErrorCode::not_retained);
+    EXPECT_EQ(e.next_seq, 200u) << "a start not there yet goes on at the newest";
   }
   co.start = StartKind::latest;
   co.start_seq = 0;

@@ -87,6 +87,11 @@ int main(int argc, char** argv) {
                               "default); one live reader per name. Without it the reader is "
                               "anonymous and shown as shmbus-consumer")
       ->check(reader_name_validator());
+  app.add_flag("--best-effort", o.best_effort,
+               "Never hold a block bus's producer back: when this reader falls a whole ring "
+               "behind, the messages it missed are reported as lost (exactly) and it goes on at "
+               "the oldest one still in the ring, as on an overwrite bus. Without it a reader of a "
+               "block bus is lossless and the producer waits for it");
   app.add_flag("--follow", o.follow,
                "Keep reading across producer close, crash and takeover (like tail -F), and after "
                "the reader slot was taken from it (the loss is reported), until SIGINT, --count or "

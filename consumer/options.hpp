@@ -34,6 +34,7 @@ struct Options {
   std::string name = program_name;
   bool named = false;  // --name was given: a durable reader
   bool follow = false;
+  bool best_effort = false;  // never hold a block bus's producer back
   std::uint64_t count = 0;  // 0: no limit
   std::string idle_timeout = "forever";
   Format format = Format::text;

@@ -63,6 +63,7 @@ ConsumerOptions consumer_options(const Options& o) {
   ConsumerOptions co;
   co.name = o.name;
   co.durable = o.named;
+  co.hold_producer = !o.best_effort;
   co.wait = wait_options(o.wait);
   switch (o.from.kind) {
     case From::Kind::unset:
@@ -119,6 +120,7 @@ std::unique_ptr<Source> open_tcp(const Options& o) {
     return usage(fmt::format("{}: {} applies to a local bus only, not to tcp://", o.bus, flag));
   };
   if (o.named) throw bad("--name");
+  if (o.best_effort) throw bad("--best-effort");
   if (o.follow) throw bad("--follow");
   if (o.wait_for_bus) throw bad("--wait-for-bus");
   if (!o.trust.owners.empty() || !o.trust.groups.empty()) throw bad("--trust-owner/--trust-group");

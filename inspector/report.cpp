@@ -113,7 +113,8 @@ bool process_stopped(pid_t pid, std::uint64_t start_ticks) noexcept {
 
 std::string reader_state(const ReaderReport& r) {
   if (r.stopped) return "stopped";
-  return std::string(to_string(r.view.liveness)) + (r.view.sleeping && r.alive ? ",asleep" : "");
+  return std::string(to_string(r.view.liveness)) + (r.view.sleeping && r.alive ? ",asleep" : "") +
+         (r.view.best_effort ? ",best-effort" : "");
 }
 
 std::string display_name(const std::string& name) {
@@ -236,6 +237,7 @@ nlohmann::ordered_json to_json(const ReaderView& v) {
       {"attach_time_ns", v.attach_time_ns},
       {"last_active_ns", v.last_active_ns},
       {"sleeping", v.sleeping},
+      {"best_effort", v.best_effort},
   };
 }
 

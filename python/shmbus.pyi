@@ -98,15 +98,18 @@ Message = Tuple[int, int, memoryview]  # (seq, timestamp_ns, payload)
 
 class Consumer:
     """A reader slot on the bus. Iterating yields messages until end of stream.
-    Lost messages (overwrite bus) and corrupt records are skipped and counted
+    Lost messages (overwrite bus, best-effort reader) and corrupt records are skipped and counted
     in .lost and .corrupt."""
     def __init__(self, bus: Bus, *, name: str = "consumer",
                  start: Literal["earliest", "latest", "sequence", "resume"] = "earliest",
-                 start_seq: int = 0, durable: bool = False) -> None:
+                 start_seq: int = 0, durable: bool = False, best_effort: bool = False) -> None:
         """durable: hold `name` exclusively (Error name_in_use otherwise) and
         leave the cursor in the bus under it when detaching or dying.
         start="resume" (implies durable) continues where that name stopped,
-        or at the oldest record for a new name."""
+        or at the oldest record for a new name.
+        best_effort: never hold a block bus's producer back; when lapped, the
+        messages it missed are skipped and counted in .lost (as on an
+        overwrite bus)."""
     def next(self, timeout: Optional[float] = None) -> Optional[Message]:
         """The next message, or None after `timeout` seconds with nothing new.
         Raises EndOfStream. Releases the previous message's view."""

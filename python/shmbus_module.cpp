@@ -436,7 +436,7 @@ PYBIND11_MODULE(shmbus, m) {
 
   py::class_<PyConsumer>(m, "Consumer")
       .def(py::init([](const shmbus::Bus& bus, const std::string& name, const std::string& start,
-                       std::uint64_t start_seq, bool durable) {
+                       std::uint64_t start_seq, bool durable, bool best_effort) {
              shmbus::ConsumerOptions o;
              o.name = name;
              if (start == "earliest") o.start = shmbus::Start::earliest;
@@ -446,13 +446,14 @@ PYBIND11_MODULE(shmbus, m) {
              else throw py::value_error("start must be 'earliest', 'latest', 'sequence' or 'resume'");
              o.start_seq = start_seq;
              o.durable = durable;
+             o.hold_producer = !best_effort;
              auto c = std::make_unique<PyConsumer>(bus);
              c->overwrite = bus.info().policy == shmbus::Policy::overwrite;
              c->consumer.emplace(bus, o);
              return c;
            }),
            py::arg("bus"), py::kw_only(), py::arg("name") = "consumer", py::arg("start") = "earliest",
-           py::arg("start_seq") = 0, py::arg("durable") = false)
+           py::arg("start_seq") = 0, py::arg("durable") = false, py::arg("best_effort") = false)
       .def("next",
            [](PyConsumer& c, std::optional<double> timeout) -> py::object {
              try {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <new>
 #include <optional>
@@ -44,6 +45,10 @@ static_assert(SHMBUS_START_RESUME == static_cast<int>(shmbus::Start::resume));
 static_assert(SHMBUS_END_REMOVED == static_cast<int>(shmbus::EndReason::removed));
 static_assert(SHMBUS_DEAD == static_cast<int>(shmbus::Liveness::dead));
 static_assert(SHMBUS_LIVENESS_UNKNOWN == static_cast<int>(shmbus::Liveness::unknown));
+// best_effort sits in what was padding before `wait`: the struct's size and
+// every other offset are those of the options without it.
+static_assert(offsetof(shmbus_consumer_options, best_effort) == 28 &&
+              offsetof(shmbus_consumer_options, wait) == 32 && sizeof(shmbus_consumer_options) == 56);
 static_assert(SHMBUS_START_SEQUENCE == static_cast<int>(shmbus::Start::sequence));
 static_assert(SHMBUS_WAIT_ADAPTIVE == static_cast<int>(shmbus::WaitStrategy::adaptive));
 
@@ -437,6 +442,7 @@ void shmbus_consumer_options_init(shmbus_consumer_options* options) {
   options->start = SHMBUS_START_EARLIEST;
   options->start_seq = 0;
   options->durable = 0;
+  options->best_effort = 0;
   options->wait = default_wait();
 }
 
@@ -450,10 +456,11 @@ shmbus_status shmbus_consumer_open(shmbus_bus* bus, const shmbus_consumer_option
     shmbus::ConsumerOptions o;
     if (options) {
       auto w = to_wait(options->wait);
-      if (!w || options->start > SHMBUS_START_RESUME || options->durable > 1) {
-        return invalid(fn, "start, durable, wait strategy or wait times out of range");
+      if (!w || options->start > SHMBUS_START_RESUME || options->durable > 1 || options->best_effort > 1) {
+        return invalid(fn, "start, durable, best_effort, wait strategy or wait times out of range");
       }
       o.durable = options->durable == 1;
+      o.hold_producer = options->best_effort == 0;
       if (options->name) o.name = options->name;
       o.start = static_cast<shmbus::Start>(options->start);
       o.start_seq = options->start_seq;

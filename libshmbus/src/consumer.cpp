@@ -54,7 +54,7 @@ const char* to_string(EndReason r) noexcept {
 }
 
 namespace {
-constexpr std::size_t kCopyBudget = 4u << 20;             // overwrite copy buffer, bytes
+constexpr std::size_t kCopyBudget = 4u << 20;             // copy buffer of a checked reader, bytes
 // What one attempt or one wait came to. `empty` (nothing yet) and `moved`
 // (the cursor crossed a gap that lost nothing) never leave read_one();
 // `timeout` and `eos` (end of stream) come only from it.
@@ -86,15 +86,27 @@ struct Consumer::Impl : detail::Attachment {
   pid_t owner_pid = 0;          // label stored in the slot: our pid when we attached
   std::size_t batch_cap = 64;
   std::uint64_t release_every;  // publish the cursor after this many reads (1 for tiny rings)
-  std::unique_ptr<std::byte[]> copy;  // overwrite: batch_cap * max_payload bytes
+  // A reader whose cursor does not hold the producer (an `overwrite` bus, or
+  // a best-effort reader of a `block` one) may have its record rewritten
+  // while it reads: it copies every record and checks the copy (`checked`).
+  // One that holds it reads in place.
+  bool holds;
+  bool checked;
+  std::uint32_t active_state;  // the slot's state while it is ours
+  std::unique_ptr<std::byte[]> copy;  // checked: batch_cap * max_payload bytes
   [[no_unique_address]] detail::OneThread calls;  // debug builds: one thread at a time
 
   Impl(const Bus& b, const ConsumerOptions& o)
       : Attachment(b),
         opt(o),
         // At most 1/16 of the ring unreleased, so a blocked producer loses little.
-        release_every(std::clamp<std::uint64_t>(seg.capacity() / 16, 1, 32)) {
-    if (overwrite) {
+        release_every(std::clamp<std::uint64_t>(seg.capacity() / 16, 1, 32)),
+        holds(!overwrite && o.hold_producer),
+        checked(!holds),
+        // Every reader of an `overwrite` bus is one that does not hold the
+        // producer already; only a `block` bus tells the two apart.
+        active_state(overwrite || holds ? layout::kSlotActive : layout::kSlotBestEffort) {
+    if (checked) {
       batch_cap = std::clamp<std::size_t>(kCopyBudget / std::max<std::uint32_t>(1, max_payload), 1, 64);
       copy = std::make_unique<std::byte[]>(batch_cap * max_payload);
     }
@@ -131,7 +143,7 @@ struct Consumer::Impl : detail::Attachment {
     slot->cursor.store(cursor, std::memory_order_release);
     const std::uint64_t before = published;
     published = cursor;
-    if (!overwrite) {
+    if (holds) {
       // Dekker with a producer going to sleep for space: we stored the
       // cursor, now load producer_sleeping; it stores producer_sleeping, then
       // heavy_barrier() and rescans cursors. Only a cursor that crosses the
@@ -151,7 +163,7 @@ struct Consumer::Impl : detail::Attachment {
   }
 
   // One attempt at record `cursor`. `out` is filled for Step::message (and
-  // its seq for Step::corrupt); `copy_to` receives the payload in overwrite.
+  // its seq for Step::corrupt); `copy_to` receives the payload when checked.
   Step try_read(Message& out, std::byte* copy_to) noexcept {
     Step s = try_read_once(out, copy_to);
     while (s == Step::moved) [[unlikely]] s = try_read_once(out, copy_to);
@@ -166,8 +178,8 @@ struct Consumer::Impl : detail::Attachment {
       std::uint32_t len;
       std::uint64_t ts;
       const std::byte* src;
-      detail::RecordRing::Copy copied;  // overwrite only
-      if (overwrite) {
+      detail::RecordRing::Copy copied;  // checked only
+      if (checked) {
         // The producer may be rewriting the record now: a checked copy.
         if (!ring.copy_checked(r, t, c, copy_to, copied)) return lapped(c, out);
         len = copied.length;
@@ -180,7 +192,7 @@ struct Consumer::Impl : detail::Attachment {
         src = detail::RecordRing::payload(r);
       }
       if (len > max_payload) [[unlikely]] {
-        const std::optional<detail::Gap> gap = overwrite ? copied.gap : ring.read_gap(r, c);
+        const std::optional<detail::Gap> gap = checked ? copied.gap : ring.read_gap(r, c);
         if (gap) return cross_gap(c, *gap);
         out.seq = c;
         cursor = c + 1;
@@ -301,7 +313,7 @@ struct Consumer::Impl : detail::Attachment {
   // other forever. Reported as corrupt and skipped; checked only while
   // waiting, with the producer's liveness.
   Step lost_commit(Message& out) noexcept {
-    if (overwrite) return Step::empty;  // there the producer laps us instead
+    if (!holds) return Step::empty;  // a producer we do not hold laps us instead
     const std::uint64_t c = cursor;
     const std::uint64_t hd = h->head.load(std::memory_order_acquire);
     if (hd >= kMaxSequence || hd <= c || hd - c < cap) return Step::empty;
@@ -316,18 +328,18 @@ struct Consumer::Impl : detail::Attachment {
   // (a stray store over the owner ticket alone changes nothing the producer
   // does; detach then leaves the slot to gc).
   bool slot_is_ours() const noexcept {
-    return slot->state.load(std::memory_order_relaxed) == layout::kSlotActive;
+    return slot->state.load(std::memory_order_relaxed) == active_state;
   }
 
-  // Makes cursor `c` binding for the producer and returns it, raised to
-  // the producer's floor if, in `block`, the producer moved past it
-  // meanwhile. Dekker with the producer's rescan: we store our cursor and
+  // Makes cursor `c` binding for the producer (for a best-effort reader:
+  // visible) and returns it, raised to the producer's floor if, in `block`,
+  // the producer moved past it meanwhile. Dekker with the producer's rescan: we store our cursor and
   // state, fence, then load its floor; it stores the floor, fences, then
   // loads cursors again. Either it sees our cursor, or we see its floor.
   std::uint64_t activate(std::uint64_t c) noexcept {
     slot->cursor.store(c, std::memory_order_relaxed);
     // From here the producer counts our cursor (pairs with its acquire load).
-    slot->state.store(layout::kSlotActive, std::memory_order_release);
+    slot->state.store(active_state, std::memory_order_release);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!overwrite) {
       const std::uint64_t floor = bus.oldest();
@@ -345,13 +357,14 @@ struct Consumer::Impl : detail::Attachment {
   // lock, so no other reader can have it: take it back as at attach, at the
   // oldest record the producer has not been free to overwrite, and count
   // what lies between as lost. Sets `stale_view` if a record handed out by
-  // the last call (in place, `block`) has been overwritten since.
+  // the last call (in place: `block`, holding the producer) has been
+  // overwritten since.
   std::uint64_t rejoin(bool& stale_view) noexcept {
     stale_view = false;
     // Without the slot's lock (a forked child's copy of a consumer) the slot
     // is not ours to take back: this copy stays evicted.
     if (!role) return 0;
-    if (!overwrite) {
+    if (!checked) {
       for (std::uint64_t s = view_from; s < cursor && !stale_view; ++s)
         stale_view = detail::RecordRing::load_tag(ring.record(s)) != detail::committed_tag(s);
     }
@@ -538,6 +551,9 @@ void Consumer::Impl::attach() {
       break;
   }
   const std::uint64_t wanted = c;
+  // Counted before our state says so: from the first record we may read,
+  // the producer writes payloads word by word (see best_effort_readers).
+  if (active_state == layout::kSlotBestEffort) h->best_effort_readers.fetch_add(1, std::memory_order_seq_cst);
   c = activate(c);
   if (c > wanted) {  // the producer moved past it while we attached
     if (opt.start == Start::sequence) not_retained(opt.start_seq, c, bus.head());
@@ -568,9 +584,10 @@ void Consumer::Impl::detach() noexcept {
     slot->delivered.store(delivered, std::memory_order_relaxed);
     slot->lost.store(lost, std::memory_order_relaxed);
     // The producer stops counting our cursor (pairs with its acquire load).
-    slot->state.store(layout::kSlotFree, std::memory_order_release);
+    const std::uint32_t was = slot->state.exchange(layout::kSlotFree, std::memory_order_acq_rel);
     slot->owner.store(layout::kOwnerFree, std::memory_order_release);
-    if (!overwrite) {
+    if (was == layout::kSlotBestEffort) detail::forget_best_effort_reader(seg);
+    if (holds) {
       h->space_futex.fetch_add(1, std::memory_order_release);
       detail::futex_wake(&h->space_futex, INT_MAX);
     }
@@ -657,7 +674,7 @@ std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult
   }
   c.view_from = c.cursor;
   c.release_if_due();
-  const std::size_t max = std::min(out.size(), c.overwrite ? c.batch_cap : out.size());
+  const std::size_t max = std::min(out.size(), c.checked ? c.batch_cap : out.size());
   std::size_t n = 0;
   bool may_wait = true;
   while (n < max) {

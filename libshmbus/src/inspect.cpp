@@ -70,6 +70,7 @@ ReaderView reader_view(const detail::Segment& seg, std::uint32_t i) {
   v.attach_time_ns = r.attach_time_ns.load(std::memory_order_relaxed);
   v.last_active_ns = r.last_active_ns.load(std::memory_order_relaxed);
   v.sleeping = r.sleeping.load(std::memory_order_relaxed) != 0;
+  v.best_effort = r.state.load(std::memory_order_relaxed) == layout::kSlotBestEffort;
   return v;
 }
 
@@ -196,17 +197,17 @@ std::vector<Problem> Inspector::check() const {
     const std::string where = "reader[" + std::to_string(i) + "]";
     const std::uint64_t owner = r.owner.load(std::memory_order_acquire);
     const std::uint32_t state = r.state.load(std::memory_order_acquire);
-    if (state > layout::kSlotActive) add(where, "state " + std::to_string(state) + " is unknown");
-    if (owner == layout::kOwnerFree && state == layout::kSlotActive) add(where, "active but has no owner");
+    if (state > layout::kSlotBestEffort) add(where, "state " + std::to_string(state) + " is unknown");
+    if (owner == layout::kOwnerFree && state != layout::kSlotFree) add(where, "active but has no owner");
     if (owner != layout::kOwnerFree && seg.reader_holder(i) == detail::Holder::alive &&
         owner != r.generation.load(std::memory_order_relaxed))
       add(where, "owner ticket " + std::to_string(owner) + " is not the slot's generation " +
                      std::to_string(r.generation.load(std::memory_order_relaxed)));
-    if (owner == layout::kOwnerFree || state != layout::kSlotActive) continue;
+    if (owner == layout::kOwnerFree || state == layout::kSlotFree || state > layout::kSlotBestEffort) continue;
     const std::uint64_t c = r.cursor.load(std::memory_order_acquire);
     const std::uint64_t h1 = h.head.load(std::memory_order_acquire);
     if (c > h1) add(where, "cursor " + std::to_string(c) + " is beyond head " + std::to_string(h1));
-    if (!seg.overwrite() && c + cap < h0)
+    if (!seg.overwrite() && state == layout::kSlotActive && c + cap < h0)
       add(where, "cursor " + std::to_string(c) + " is more than a ring behind head " + std::to_string(h0) +
                      " in a block bus");
     if (std::find(std::begin(r.name), std::end(r.name), '\0') == std::end(r.name))

@@ -23,8 +23,10 @@
 //                   pid_ns u32 | producer_waits u64 | producer_wait_ns u64 |
 //                   wakeups u64 | readers_reclaimed u64
 //   256  data wake  data_futex u32 | data_sleepers u32 | data_armed u32 | removed u32 |
-//                   reserved                  (consumers sleep here; the producer reads
-//                                              data_armed and removed on every publish)
+//                   best_effort_readers u32 | reserved
+//                                             (consumers sleep here; the producer reads
+//                                              data_armed, removed and best_effort_readers
+//                                              on every publish)
 //   320  space wake space_futex u32 | producer_sleeping u32 | blocked_on_slot u32 |
 //                   reserved u32 | wait_start_ns u64 | space_wanted u64 | reserved
 //                                                          (producer sleeps here)
@@ -141,7 +143,8 @@ inline constexpr std::uint64_t kMagic = 0x3130'5355'424d'4853ULL;  // "SHMBUS01"
 // 4: records are a multiple of 8 bytes (was 64), and gap markers.
 // 5: liveness by role locks (above); ReaderSlot.owner is an attachment
 //    ticket and .generation counts attachments and reclaims; pids are labels.
-inline constexpr std::uint32_t kLayoutVersion = 5;
+// 6: best-effort readers (kSlotBestEffort, header.best_effort_readers).
+inline constexpr std::uint32_t kLayoutVersion = 6;
 inline constexpr std::uint32_t kCacheLine = 64;
 inline constexpr std::uint32_t kPageSize = 4096;
 inline constexpr std::uint32_t kRecordHeaderSize = 24;
@@ -167,7 +170,9 @@ inline constexpr std::uint64_t kOwnerFree = 0;
 
 // ReaderSlot::state
 inline constexpr std::uint32_t kSlotFree = 0;
-inline constexpr std::uint32_t kSlotActive = 1;  // cursor is binding for the producer
+inline constexpr std::uint32_t kSlotActive = 1;      // reading; in `block` its cursor holds the producer
+inline constexpr std::uint32_t kSlotBestEffort = 2;  // reading, never holds the producer: it may be
+                                                     // lapped, and reads with checked copies
 
 // Bookmark::state
 inline constexpr std::uint32_t kBookmarkEmpty = 0;
@@ -216,7 +221,11 @@ struct alignas(kCacheLine) SegmentHeader {
   std::atomic<std::uint32_t> data_sleepers;  // consumers asleep now (for the inspector)
   std::atomic<std::uint32_t> data_armed;     // 1: someone went to sleep since the last wake
   std::atomic<std::uint32_t> removed;        // 1: removed by force (shmbus-inspect rm --force)
-  std::uint32_t reserved4[12];
+  std::atomic<std::uint32_t> best_effort_readers;  // slots in kSlotBestEffort (or about to be): while
+                                                   // not 0, a block producer writes payloads as an
+                                                   // overwrite one does (word by word), since such a
+                                                   // reader may be copying a record it rewrites
+  std::uint32_t reserved4[11];
 
   // --- line 5: the producer waiting for space sleeps on space_futex ---
   alignas(kCacheLine) std::atomic<std::uint32_t> space_futex;
@@ -235,7 +244,7 @@ struct alignas(kCacheLine) SegmentHeader {
 struct alignas(kCacheLine) ReaderSlot {
   // --- line 0: identity, written at attach and reclaim ---
   std::atomic<std::uint64_t> owner;  // the holding attachment's ticket, or kOwnerFree
-  std::atomic<std::uint32_t> state;  // kSlotFree / kSlotActive
+  std::atomic<std::uint32_t> state;  // kSlotFree / kSlotActive / kSlotBestEffort
   std::atomic<std::uint32_t> pid;    // label: the holder's pid in its own PID namespace
   std::atomic<std::uint64_t> generation;  // attachments and reclaims so far
   char name[kReaderNameSize];  // NUL-padded; untrusted when read
@@ -308,6 +317,7 @@ static_assert(offsetof(SegmentHeader, data_futex) == 256);
 static_assert(offsetof(SegmentHeader, data_sleepers) == 260);
 static_assert(offsetof(SegmentHeader, data_armed) == 264);
 static_assert(offsetof(SegmentHeader, removed) == 268);
+static_assert(offsetof(SegmentHeader, best_effort_readers) == 272);
 static_assert(offsetof(SegmentHeader, space_futex) == 320);
 static_assert(offsetof(SegmentHeader, producer_sleeping) == 324);
 static_assert(offsetof(SegmentHeader, blocked_on_slot) == 328);

@@ -116,12 +116,20 @@ struct Producer::Impl : detail::Attachment {
   void reclaim_dead_holders(std::uint64_t needed_floor) noexcept;
   std::uint32_t count_live_readers() const;
 
-  // One whole record: in `overwrite` a reader may be copying it meanwhile
+  // Whether a reader may be copying a record we rewrite: always in
+  // `overwrite`; in `block` while a best-effort reader (one that does not
+  // hold us) is attached. The count shares a line with `removed`, which
+  // every publish reads anyway; a reader counts itself before it reads.
+  bool shared_writes() const noexcept {
+    return overwrite || h->best_effort_readers.load(std::memory_order_relaxed) != 0;
+  }
+
+  // One whole record: word by word if a reader may be copying it meanwhile
   // (see record_ring.hpp).
   void write_record(std::uint64_t s, std::span<const std::byte> payload, std::uint64_t ts) const noexcept {
     layout::RecordHeader* r = ring.record(s);
     detail::RecordRing::begin_write(r, s);
-    detail::RecordRing::write_payload(r, payload, overwrite);
+    detail::RecordRing::write_payload(r, payload, shared_writes());
     detail::RecordRing::finish_write(r, s, static_cast<std::uint32_t>(payload.size()), ts);
   }
 
@@ -293,7 +301,8 @@ std::uint32_t Producer::Impl::count_live_readers() const {
   std::uint32_t n = 0;
   for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
     layout::ReaderSlot* r = seg.reader(i);
-    if (r->state.load(std::memory_order_acquire) != layout::kSlotActive) continue;
+    const std::uint32_t st = r->state.load(std::memory_order_acquire);
+    if (st != layout::kSlotActive && st != layout::kSlotBestEffort) continue;
     if (seg.reader_holder(i) == detail::Holder::alive) ++n;
   }
   return n;
@@ -455,7 +464,7 @@ PublishResult Producer::skip_to(std::uint64_t seq, std::chrono::nanoseconds time
   // Highest first, the lowest last: a takeover that finds the lowest
   // committed knows the rest are (RecordRing::committed_end).
   const std::uint64_t ts = p.now_stamp();
-  for (std::uint64_t m = seq; m-- > lo;) p.ring.write_gap_marker(m, gap, ts, p.overwrite);
+  for (std::uint64_t m = seq; m-- > lo;) p.ring.write_gap_marker(m, gap, ts, p.shared_writes());
   if (!p.overwrite) {
     if (!gap.lost) {
       // Joiners start at seq, not at markers for messages that never were.

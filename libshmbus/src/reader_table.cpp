@@ -20,8 +20,9 @@ bool clean_slot(Segment& s, std::uint32_t i) noexcept {
   // A later attachment gets a ticket nobody held before.
   r->generation.fetch_add(1, std::memory_order_relaxed);
   // The producer stops counting this cursor once it sees kSlotFree (pairs with its acquire load).
-  r->state.store(layout::kSlotFree, std::memory_order_release);
+  const std::uint32_t was = r->state.exchange(layout::kSlotFree, std::memory_order_acq_rel);
   r->owner.store(layout::kOwnerFree, std::memory_order_release);
+  if (was == layout::kSlotBestEffort) forget_best_effort_reader(s);
   s.header()->readers_reclaimed.fetch_add(1, std::memory_order_relaxed);
   // A producer asleep on this reader can go on now.
   s.header()->space_futex.fetch_add(1, std::memory_order_release);
@@ -45,6 +46,15 @@ bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept {
   const bool cleaned = clean_slot(s, i);
   unlock(s.fd(), byte);
   return cleaned;
+}
+
+void forget_best_effort_reader(Segment& s) noexcept {
+  std::atomic<std::uint32_t>& n = s.header()->best_effort_readers;
+  std::uint32_t v = n.load(std::memory_order_relaxed);
+  // Relaxed: only the count matters; a producer that still sees the old one
+  // writes word by word a little longer.
+  while (v != 0 && !n.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
+  }
 }
 
 }  // namespace shmbus::detail

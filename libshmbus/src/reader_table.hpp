@@ -17,4 +17,9 @@ bool clean_slot(Segment& s, std::uint32_t i) noexcept;
 // it did.
 bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept;
 
+// One best-effort reader fewer (header.best_effort_readers), never below
+// zero: a count left too high (a slot freed by a stray store) only keeps the
+// producer writing word by word, which is safe.
+void forget_best_effort_reader(Segment& s) noexcept;
+
 }  // namespace shmbus::detail

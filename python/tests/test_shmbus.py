@@ -93,6 +93,20 @@ def test_iteration_ends_at_end_of_stream_and_start_positions(name):
     assert e.value.errc == 14 and name in str(e.value)  # not_retained
 
 
+def test_a_best_effort_reader_is_never_waited_for_and_counts_its_loss(name):
+    """A lossless logger and a best-effort dashboard on one block bus."""
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    logger = shmbus.Consumer(bus, name="logger")
+    dashboard = shmbus.Consumer(bus, name="dashboard", best_effort=True)
+    with shmbus.Producer(bus) as producer:
+        for i in range(100):
+            producer.publish(struct.pack("<Q", i), timeout=0)  # never waits for the dashboard
+            assert logger.next(1.0)[0] == i
+    got = [struct.unpack("<Q", bytes(m))[0] for _, _, m in dashboard]
+    assert got == list(range(84, 100))
+    assert dashboard.lost == 84 and logger.lost == 0
+
+
 def test_durable_reader_resumes_where_it_stopped(name):
     bus = shmbus.Bus.create(name, capacity=64, record_size=64)
     producer = shmbus.Producer(bus)

@@ -389,6 +389,39 @@ static void test_evicted_reader_is_told(void) {
   CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);
 }
 
+/* A best-effort reader of a block bus is never waited for, and is told
+ * exactly what it missed. */
+static void test_best_effort_reader(void) {
+  shmbus_bus_options o;
+  shmbus_consumer_options co;
+  shmbus_bus* bus = NULL;
+  shmbus_producer* p = NULL;
+  shmbus_consumer* c = NULL;
+  shmbus_message m;
+  uint64_t i;
+  shmbus_bus_options_init(&o);
+  o.capacity = 8;
+  o.record_size = 64;
+  CHECK_STATUS(shmbus_bus_create(bus_name2, &o, &bus), SHMBUS_OK);
+  if (!bus) return;
+  shmbus_consumer_options_init(&co);
+  CHECK(co.best_effort == 0);
+  co.best_effort = 2;
+  CHECK_STATUS(shmbus_consumer_open(bus, &co, &c), SHMBUS_INVALID_ARGUMENT);
+  co.best_effort = 1;
+  CHECK_STATUS(shmbus_consumer_open(bus, &co, &c), SHMBUS_OK);
+  CHECK_STATUS(shmbus_producer_open(bus, NULL, &p), SHMBUS_OK);
+  for (i = 0; i < 30; ++i) CHECK_STATUS(shmbus_producer_publish(p, &i, sizeof i, 0, NULL), SHMBUS_OK);
+  CHECK_STATUS(shmbus_consumer_next(c, one_second, &m), SHMBUS_READ_LOST);
+  CHECK(m.lost == 22);
+  CHECK_STATUS(shmbus_consumer_next(c, one_second, &m), SHMBUS_READ_MESSAGE);
+  CHECK(m.seq == 22 && m.size == sizeof i && memcmp(m.data, &(uint64_t){22}, sizeof i) == 0);
+  shmbus_producer_destroy(p);
+  shmbus_consumer_destroy(c);
+  shmbus_bus_close(bus);
+  CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);
+}
+
 int main(void) {
   snprintf(bus_name, sizeof bus_name, "c-api-test-%ld", (long)getpid());
   snprintf(bus_name2, sizeof bus_name2, "c-api-test-ow-%ld", (long)getpid());
@@ -398,6 +431,7 @@ int main(void) {
   test_overwrite_bus_reports_losses();
   test_durable_reader_resumes();
   test_evicted_reader_is_told();
+  test_best_effort_reader();
   shmbus_bus_remove(bus_name, NULL);
   shmbus_bus_remove(bus_name2, NULL);
   if (failures) {

@@ -374,6 +374,56 @@ TEST(KilledReaderNeverWaitedFor, AProducerThatOnlyTriesReclaimsTheDeadReaderToo)
   EXPECT_GE(Inspector::open(name).snapshot().counters.readers_reclaimed, 1u);
 }
 
+TEST(BestEffortReader, AStoppedOneNeverHoldsTheProducerAndLearnsItsExactLossWhenItGoesOn) {
+  // One bus, two readers of different importance: a verifying reader that
+  // holds the producer (lossless), and a best-effort one that is stopped
+  // (SIGSTOP) while the producer writes many rings' worth.
+  constexpr std::uint64_t kCap = 256, kTotal = 50 * kCap;
+  ScopedName name("best-effort");
+  Bus bus = Bus::create(name, options(Policy::block, kCap));
+  const std::size_t max = bus.info().max_payload;
+  Peer logger({"consumer", name.str(), "--name", "logger", "--expect-first", "0"});
+  Peer dashboard({"consumer", name.str(), "--name", "dashboard", "--best-effort", "--expect-first", "0"});
+  ASSERT_TRUE(logger.wait_line("attached", 10s)) << dump(logger);
+  ASSERT_TRUE(dashboard.wait_line("attached", 10s)) << dump(dashboard);
+  const std::uint32_t dashboard_slot = static_cast<std::uint32_t>(u64(parse_fields(dashboard.lines()[0]), "slot"));
+  Inspector ins = Inspector::open(name);
+  {
+    const Snapshot s = ins.snapshot();
+    ASSERT_EQ(s.readers.size(), 2u);
+    for (const ReaderView& r : s.readers) EXPECT_EQ(r.best_effort, r.slot == dashboard_slot) << r.name;
+  }
+  dashboard.kill(SIGSTOP);
+  {
+    Producer producer(bus);
+    std::vector<std::byte> buf(max);
+    for (std::uint64_t seq = 0; seq < kTotal; ++seq) {
+      const std::size_t n = make_payload(seq, max, buf.data());
+      ASSERT_TRUE(producer.publish(std::span<const std::byte>(buf.data(), n), 30s)) << "at " << seq;
+      // The producer may wait for the logger, never for the stopped reader.
+      const Snapshot s = ins.snapshot();
+      if (s.producer.blocked_on_slot) {
+        ASSERT_NE(*s.producer.blocked_on_slot, dashboard_slot) << "at " << seq;
+      }
+      if (seq % kCap == 0) {
+        ASSERT_TRUE(ins.check().empty());
+      }
+    }
+  }  // closes the bus: end of stream
+  dashboard.kill(SIGCONT);
+  Fields lr = result_of(logger, 30s);
+  EXPECT_EQ(u64(lr, "errors"), 0u);
+  EXPECT_EQ(u64(lr, "delivered"), kTotal) << "the reader that holds the producer lost messages";
+  EXPECT_EQ(u64(lr, "lost"), 0u);
+  EXPECT_EQ(u64(lr, "hash"), expected_stream_hash(0, kTotal - 1, max));
+  Fields dr = result_of(dashboard, 30s);
+  EXPECT_EQ(u64(dr, "errors"), 0u) << "a gap the best-effort reader was not told of, or a torn message";
+  EXPECT_GT(u64(dr, "lost"), 0u) << "the stopped reader was lapped";
+  EXPECT_EQ(u64(dr, "delivered") + u64(dr, "lost"), kTotal) << "every sequence delivered or counted lost";
+  EXPECT_EQ(u64(dr, "last"), kTotal - 1);
+  EXPECT_EQ(ins.snapshot().counters.readers_reclaimed, 0u);
+}
+
 TEST(KilledProducer, ConsumersDrainEveryCommittedMessageThenEndOfStreamThenANewProducerContinues) {
   ScopedName name("killed-producer");
   Bus bus = Bus::create(name, options(Policy::block, 1024));

@@ -5,7 +5,7 @@
 //                                       [--close] [--hold]
 //   shmbus_test_peer consumer BUS [--start earliest|latest|SEQ] [--expect-first SEQ]
 //                                 [--name NAME] [--durable] [--poll] [--pause-after K] [--eos-rounds N]
-//                                 [--nap-every N]
+//                                 [--nap-every N] [--best-effort]
 //   shmbus_test_peer --main-thread-exits producer|consumer ...   (the role in a second thread)
 //
 // The producer publishes COUNT messages continuing the bus's sequence, each
@@ -198,6 +198,8 @@ int run_consumer(const std::string& bus_name, std::vector<std::string_view> args
       nap_every = next_nap = to_u64(args[++i]);
     } else if (args[i] == "--durable") {
       co.durable = true;
+    } else if (args[i] == "--best-effort") {
+      co.hold_producer = false;
     } else if (args[i] == "--poll") {
       use_poll = true;
     } else if (args[i] == "--pause-after" && i + 1 < args.size()) {

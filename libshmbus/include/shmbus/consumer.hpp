@@ -38,6 +38,17 @@ struct ConsumerOptions {
   Start start = Start::earliest;
   std::uint64_t start_seq = 0;
   bool durable = false;           // remember the cursor under `name` (see above)
+  // Whether this reader holds a `block` bus's producer back. true (the
+  // default): the producer never overwrites a record this reader has not
+  // read, waiting for it when the ring is full; nothing is ever lost. false
+  // (a best-effort reader, e.g. a live dashboard): the producer never waits
+  // for it; if it falls a ring behind, it is lapped exactly as a reader of
+  // an `overwrite` bus is: ReadStatus::lost says how many messages it
+  // missed, and it goes on at the oldest record still in the ring. It reads
+  // every message through a checked copy (its views point into its own
+  // buffer), and while one is attached the producer writes payloads word by
+  // word. On an `overwrite` bus every reader is best-effort already.
+  bool hold_producer = true;
   WaitOptions wait{};
 };
 
@@ -51,8 +62,9 @@ enum class EndReason : std::uint8_t {
 
 const char* to_string(EndReason r) noexcept;
 
-// One message. In a `block` bus `payload` points into shared memory; in an
-// `overwrite` bus it points into the consumer's own buffer. Either way it is
+// One message. For a reader that holds a `block` bus's producer `payload`
+// points into shared memory; otherwise (an `overwrite` bus, a best-effort
+// reader) into the consumer's own buffer. Either way it is
 // valid until the next call to next() or poll() on the same Consumer.
 struct Message {
   std::uint64_t seq = 0;
@@ -67,8 +79,9 @@ enum class ReadStatus : std::uint8_t {
                   // committed has been read. Reported at once the first time;
                   // later calls sleep up to their timeout for a new producer
                   // to take over, and report it again if none did
-  lost,           // `overwrite` only: `lost` messages were overwritten before
-                  // they could be read; the cursor moved to the oldest record
+  lost,           // `overwrite` bus or best-effort reader only: `lost` messages
+                  // were overwritten before they could be read; the cursor
+                  // moved to the oldest record
   corrupt,        // the record at `message.seq` has an impossible length,
                   // or (`block`) its commit mark was destroyed while the
                   // producer went a full ring past it; it was skipped

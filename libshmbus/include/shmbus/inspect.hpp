@@ -46,6 +46,8 @@ struct ReaderView {
   std::uint64_t attach_time_ns = 0;    // CLOCK_REALTIME
   std::uint64_t last_active_ns = 0;    // CLOCK_REALTIME of its last batch or wait
   bool sleeping = false;          // asleep on the data futex
+  bool best_effort = false;       // a `block` bus's reader that does not hold the producer
+                                  // (ConsumerOptions::hold_producer = false)
 };
 
 // A durable reader name remembered in the bus (ConsumerOptions::durable).

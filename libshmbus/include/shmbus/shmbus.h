@@ -265,6 +265,10 @@ typedef struct shmbus_consumer_options {
    * that name when it detaches or dies, for SHMBUS_START_RESUME. A
    * remembered name never holds a block producer back. */
   uint32_t durable;
+  /* 1: a best-effort reader: it never holds a block bus's producer back;
+   * lapped, it gets SHMBUS_READ_LOST with the exact count (ConsumerOptions::
+   * hold_producer = false in C++). 0 (the default): it holds it. */
+  uint32_t best_effort;
   shmbus_wait_options wait;
 } shmbus_consumer_options;
 
@@ -280,7 +284,8 @@ typedef enum shmbus_read_status {
   SHMBUS_READ_MESSAGE = 0,         /* the message is in *out */
   SHMBUS_READ_TIMEOUT = 1,         /* nothing new within the timeout */
   SHMBUS_READ_END_OF_STREAM = 2,   /* producer closed or died and everything was read */
-  SHMBUS_READ_LOST = 3,            /* overwrite bus: out->lost messages were overwritten */
+  SHMBUS_READ_LOST = 3,            /* overwrite bus or best-effort reader: out->lost messages were
+                                      overwritten */
   SHMBUS_READ_CORRUPT = 4,         /* the record at out->seq was impossible; skipped */
   SHMBUS_READ_EVICTED = 5          /* this consumer's slot was taken from it (a stray store, or freed
                                       by force): it took it back and goes on at out->seq; out->lost
@@ -297,7 +302,7 @@ typedef enum shmbus_end_reason {
 } shmbus_end_reason;
 
 /* One message. `data` points into shared memory (block bus) or into the
- * consumer's own buffer (overwrite bus); either way it is valid until the
+ * consumer's own buffer (overwrite bus, best-effort reader); either way it is valid until the
  * next read call on the same consumer. */
 typedef struct shmbus_message {
   uint64_t seq;

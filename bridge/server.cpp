@@ -301,6 +301,9 @@ struct Session : std::enable_shared_from_this<Session> {
                : h.start == StartKind::latest ? Start::latest
                                               : Start::sequence;
     co.start_seq = h.start_seq;
+    // The ring is the subscriber's buffer: only under --slow block may a
+    // subscriber hold the bus's producer back.
+    co.hold_producer = srv.opt.slow == SlowPolicy::block;
     std::unique_ptr<Consumer> consumer;
     Welcome w;
     try {
@@ -348,6 +351,12 @@ struct Session : std::enable_shared_from_this<Session> {
     });
   }
 
+  // A loss frame for the subscriber, counted in `dropped`. Under `m`.
+  void told_lost(const Loss& l) {
+    append_loss(pending, l);
+    bump(srv.counters.dropped, l.count);
+  }
+
   // Runs on the reader thread: bus -> pending frames.
   void reader(Consumer& c, const Welcome& w) {
     std::vector<Message> batch(srv.opt.batch_messages);
@@ -377,44 +386,76 @@ struct Session : std::enable_shared_from_this<Session> {
           // Not consuming: the views stay valid and the bus's producer waits for this slot.
           space.wait(lk, [&] { return stop_reader || pending.size() + need <= limit || pending.empty(); });
           if (stop_reader) return;
-        } else if (srv.opt.slow == SlowPolicy::skip) {
-          bump(srv.counters.dropped, got.size());
-          continue;  // `next` stays: the next frame queued starts with a loss frame
         } else {
-          append_error(pending, ErrorCode::slow, next,
-                       fmt::format("subscriber too slow: buffer of {} bytes full; resume at seq {}", limit, next));
-          finish_after_flush = true;
-          stop_reader = true;
-          end_kind = End::slow;
-          end_seq = next;
-          lk.unlock();
-          // A stalled peer never takes the error frame: begin_closing bounds the wait.
-          asio::post(srv.io, [self = shared_from_this()] { self->slow_close(); });
-          return;
+          // The socket is full: stop reading the bus for this subscriber
+          // (its reader does not hold the producer) until there is room, or
+          // until the producer laps it and it has really lost messages.
+          const Bus& bus = c.bus();
+          const std::uint64_t cap = bus.info().capacity;
+          bool lapped = false;
+          while (!stop_reader && pending.size() + need > limit && !pending.empty()) {
+            space.wait_for(lk, std::chrono::milliseconds(50));
+            // The batch in hand is a copy (a best-effort reader's own
+            // buffer); what follows it is gone once head is a ring past it.
+            if (bus.head() >= c.cursor() + cap) {
+              lapped = true;
+              break;
+            }
+          }
+          if (stop_reader) return;
+          if (lapped && srv.opt.slow == SlowPolicy::disconnect) {
+            // Everything queued is sent first, then the error: the
+            // subscriber resumes at `next` with nothing missing in between.
+            append_error(pending, ErrorCode::slow, next,
+                         fmt::format("subscriber too slow: the bus went a whole ring ({} messages) past it; "
+                                     "resume at seq {}",
+                                     cap, next));
+            finish_after_flush = true;
+            stop_reader = true;
+            end_kind = End::slow;
+            end_seq = next;
+            lk.unlock();
+            // A stalled peer never takes the error frame: begin_closing bounds the wait.
+            asio::post(srv.io, [self = shared_from_this()] { self->slow_close(); });
+            return;
+          }
+          if (lapped) {
+            // --slow skip: the batch in hand goes too; the reads that
+            // follow report what the producer overwrote, and the loss
+            // frame (counted in `dropped`) goes out with the next batch, or
+            // at once if none comes.
+            continue;  // `next` stays: the next frame queued starts with a loss frame
+          }
         }
       }
       if (!got.empty()) {
-        if (got.front().seq > next) append_loss(pending, Loss{next, got.front().seq - next});
+        // A batch frame holds consecutive sequences: a gap in what was read
+        // (a lap, or a gap marker) closes it and goes out as a loss frame.
         builder.begin(pending);
         for (const Message& msg : got) {
+          if (msg.seq > next) {
+            builder.finish(pending);
+            told_lost(Loss{next, msg.seq - next});
+            builder.begin(pending);
+          }
           if (builder.body_size(pending) + kMessageHeader + msg.payload.size() > max_body) {
             builder.finish(pending);
             builder.begin(pending);
           }
           builder.add(pending, msg.seq, msg.timestamp_ns, msg.payload);
+          next = msg.seq + 1;
         }
         builder.finish(pending);
-        next = got.back().seq + 1;
         resume_seq = next;
         bump(srv.counters.messages, got.size());
         last_sent = Clock::now();
       } else if (r.lost > 0 && c.cursor() > next) {
-        append_loss(pending, Loss{next, c.cursor() - next});
+        told_lost(Loss{next, c.cursor() - next});
         next = c.cursor();
         resume_seq = next;
       }
       if (r.end_of_stream) {
-        if (c.cursor() > next) append_loss(pending, Loss{next, c.cursor() - next});
+        if (c.cursor() > next) told_lost(Loss{next, c.cursor() - next});
         append_seq_frame(pending, FrameType::end, c.cursor());
         finish_after_flush = true;
         stop_reader = true;

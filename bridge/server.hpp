@@ -20,11 +20,16 @@
 
 namespace shmbus::bridge {
 
-// What happens to a subscriber whose buffer is full.
+// What happens to a subscriber that does not keep up. Whatever the policy,
+// the bridge stops reading the bus for a subscriber whose buffer is full,
+// so the ring itself is its buffer; the policy says what happens when the
+// bus's producer goes a whole ring past it.
 enum class SlowPolicy : std::uint8_t {
-  disconnect,  // close it with ErrorCode::slow and the sequence to resume from
-  skip,        // drop what does not fit; it gets a loss frame with the exact count
-  block,       // stop reading the bus for it: its back-pressure holds a `block` bus's producer
+  disconnect,  // its reader does not hold the producer; lapped, it is closed with
+               // ErrorCode::slow and the first sequence it did not get
+  skip,        // its reader does not hold the producer; lapped, it gets a loss frame
+               // with the exact count (at once) and goes on
+  block,       // its reader holds a `block` bus's producer, like a slow local consumer
 };
 
 struct ServeOptions {
@@ -51,7 +56,7 @@ struct ServeStats {
   std::uint64_t accepted = 0;     // connections so far
   std::uint64_t messages = 0;     // messages queued to subscribers
   std::uint64_t bytes = 0;        // bytes written to sockets
-  std::uint64_t dropped = 0;      // messages skipped (--slow skip)
+  std::uint64_t dropped = 0;      // messages subscribers were told they lost (loss frames)
   // Connections closed, by reason.
   std::uint64_t closed_slow = 0, closed_idle = 0, closed_protocol = 0, closed_handshake = 0,
                 closed_refused = 0, closed_peer = 0, closed_end = 0;

@@ -192,7 +192,9 @@ class BridgeServer : public ::testing::Test {
 
 TEST_F(BridgeServer, ForwardsEveryMessageInOrderWithItsSequenceThenEndOfStream) {
   ScopedBus b("fwd");
-  RunningServer s(options_for(b));
+  auto o = options_for(b);
+  o.slow = SlowPolicy::block;  // lossless end to end: the subscriber holds the producer
+  RunningServer s(o);
   constexpr std::uint64_t kCount = 50000;
   std::thread producer([&] {
     Producer p(b.bus, ProducerOptions{.wait_for_readers = 1, .wait_for_readers_timeout = 5s});
@@ -391,10 +393,10 @@ TEST_F(BridgeServer, HostileConnectionsAreClosedAloneWhileASubscriberCarriesOn) 
 }
 
 TEST_F(BridgeServer, StalledSubscriberIsDisconnectedWithItsResumePointAndOthersGetEverything) {
-  ScopedBus b("stall", Policy::block, 1024);
+  // A ring large enough that the reading subscriber is never lapped on a
+  // loaded machine; the stalled one is, whatever the scheduling.
+  ScopedBus b("stall", Policy::block, 65536);
   auto o = options_for(b);
-  // Generous enough that the reading subscriber never overflows it on a
-  // loaded machine; the stalled one overflows it whatever the scheduling.
   o.buffer_bytes = 1 << 20;
   RunningServer s(o);
   auto co = client_for(b, s.port());
@@ -507,6 +509,7 @@ TEST_F(BridgeServer, TlsCarriesEveryMessageAndRefusesAWrongCaOrAPlainClient) {
   auto o = options_for(b);
   o.tls_cert = pki.cert;
   o.tls_key = pki.key;
+  o.slow = SlowPolicy::block;  // lossless end to end: the subscriber holds the producer
   RunningServer s(o);
 
   auto wrong = client_for(b, s.port());

@@ -18,6 +18,7 @@
 #include "bridge/mirror.hpp"
 #include "tools/common/choice.hpp"
 #include "tools/common/failure.hpp"
+#include "tools/common/open_bus.hpp"
 #include "tools/common/program.hpp"
 #include "tools/common/run_main.hpp"
 #include "bridge/protocol.hpp"
@@ -68,6 +69,7 @@ struct ServeArgs {
   bool json = false;
   bool quiet = false;
   std::string tls_cert, tls_key;
+  std::optional<std::string> wait_for_bus;
   TrustArgs trust;
 };
 
@@ -180,6 +182,11 @@ int serve(const ServeArgs& a) {
   if (o.tls_cert.empty() != o.tls_key.empty()) throw usage("--tls-cert and --tls-key go together");
   set_quiet(a.quiet);
   Server server(o);
+  // The bus is checked now, so that a unit serving a bus that is missing
+  // (or refused) fails at start with one line, not once per subscriber.
+  install_stop_handlers();
+  (void)open_bus_waiting(a.bus, OpenOptions{.trust = o.trust},
+                         a.wait_for_bus ? std::optional(parse_duration(*a.wait_for_bus)) : std::nullopt);
   log_line(fmt::format("serving bus '{}' on {}:{} (--slow {}{})", a.bus, o.host, server.port(),
                        choice_name(slow_names, a.slow), o.tls_cert.empty() ? "" : ", TLS"));
   const auto interval = parse_duration_ms(a.stats_interval);
@@ -187,7 +194,6 @@ int serve(const ServeArgs& a) {
   if (interval.count() > 0) {
     server.on_stats(interval, [json](const ServeStats& s) { log_line(json ? stats_json(s) : stats_text(s)); });
   }
-  install_stop_handlers();
   server.run([] { return stop_requested(); });
   const ServeStats s = server.stats();
   log_line(json ? stats_json(s) : stats_text(s));
@@ -223,6 +229,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::size_t{4096}, std::size_t{1} << 32))->capture_default_str();
   s->add_option("--stats-interval", sa.stats_interval, "Stats line period on stderr (0: off)")
       ->check(duration_validator())->capture_default_str();
+  s->add_option("--wait-for-bus", sa.wait_for_bus,
+                 "Wait up to DURATION (or forever) for the bus to exist before serving; without it a "
+                 "bus that does not exist (or is refused) fails at start")
+      ->check(duration_validator());
   s->add_flag("--json", sa.json, "Stats lines as JSON");
   s->add_flag("--quiet", sa.quiet, "No per-connection log lines");
   s->add_option("--tls-cert", sa.tls_cert, "Serve TLS with this PEM certificate chain (needs --tls-key)");

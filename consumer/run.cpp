@@ -17,6 +17,7 @@
 #include "tools/common/duration.hpp"
 #include "tools/common/failure.hpp"
 #include "tools/common/latency_histogram.hpp"
+#include "tools/common/open_bus.hpp"
 #include "tools/common/program.hpp"
 #include "tools/common/synthetic.hpp"
 
@@ -31,31 +32,8 @@ constexpr std::chrono::milliseconds kStopCheck{100};  // longest wait before not
 Failure usage(const std::string& message) { return Failure(exit_usage, message, "usage"); }
 
 Bus open_bus(const Options& o) {
-  const OpenOptions open_options{.trust = resolve_trust(o.trust)};
-  if (!o.wait_for_bus) return Bus::open(o.bus, open_options);
-  const std::chrono::nanoseconds limit = parse_duration(*o.wait_for_bus);
-  const auto start = Clock::now();
-  for (;;) {
-    // A bus appears under its name only once complete (its creator renames
-    // it into place): whatever is there is judged at once.
-    if (Bus::exists(o.bus)) {
-      try {
-        return Bus::open(o.bus, open_options);
-      } catch (const Error& e) {
-        if (e.errc() != Errc::not_found) throw;  // else removed again: wait on
-      }
-    }
-    if (stop_requested()) {
-      throw Failure(exit_failure, fmt::format("bus '{}': stopped while waiting for it to exist", o.bus),
-                    "interrupted");
-    }
-    if (limit != std::chrono::nanoseconds::max() && Clock::now() - start >= limit) {
-      throw Failure(exit_failure, fmt::format("bus '{}': does not exist (waited {})", o.bus, format_duration(limit)),
-                    "not_found");
-    }
-    // Setup path only: a short sleep between looks is fine here.
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  return open_bus_waiting(o.bus, OpenOptions{.trust = resolve_trust(o.trust)},
+                          o.wait_for_bus ? std::optional(parse_duration(*o.wait_for_bus)) : std::nullopt);
 }
 
 // The library's Consumer on the local bus, as the options ask.

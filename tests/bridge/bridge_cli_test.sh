@@ -61,9 +61,19 @@ if [[ -n "${CONSUMER:-}" ]]; then
   cexpect 1 "cannot connect" -- tcp://127.0.0.1:1/b
 fi
 
-"$BRIDGE" serve b --listen 127.0.0.1:0 --json --stats-interval 0 2>"$tmp/serve.err" &
+# A bus that is not there fails at start (a unit that looks healthy while
+# it serves nothing is worse), or is waited for with --wait-for-bus.
+bus="bridge-cli-$$"
+expect 1 "bus '$bus'.*not" -- serve "$bus" --listen 127.0.0.1:0
+expect 1 "does not exist (waited 100 ms)" -- serve "$bus" --listen 127.0.0.1:0 --wait-for-bus 100ms
+expect 2 "wait-for-bus" -- serve "$bus" --listen 127.0.0.1:0 --wait-for-bus soon
+
+"$BRIDGE" serve "$bus" --listen 127.0.0.1:0 --json --stats-interval 0 --wait-for-bus 30s 2>"$tmp/serve.err" &
 pid=$!
-for _ in $(seq 100); do grep -q "serving bus" "$tmp/serve.err" && break; sleep 0.05; done
+"$PRODUCER" "$bus" --create --count 0 --keep-open 2>/dev/null
+trap 'rm -rf "$tmp"; "$PRODUCER" "$bus" --count 0 >/dev/null 2>&1 || true; rm -f "/dev/shm/shmbus.$bus"' EXIT
+for _ in $(seq 200); do grep -q "serving bus" "$tmp/serve.err" && break; sleep 0.05; done
+grep -q "serving bus" "$tmp/serve.err" || { echo "FAIL: --wait-for-bus: $(cat "$tmp/serve.err")"; exit 1; }
 kill -TERM "$pid"
 rc=0
 wait "$pid" || rc=$?

@@ -230,6 +230,19 @@ struct Session : std::enable_shared_from_this<Session> {
     if (ec) return peer_gone(ec);
     if (state == State::closing) return drain();
     last_received = Clock::now();
+    // The type first: a known frame a client may not send now is named as
+    // such, not as "too long" for the body its state allows.
+    const FrameType want = state == State::handshake ? FrameType::hello : FrameType::heartbeat;
+    if (const auto type = static_cast<unsigned>(in_header[4]);
+        type >= static_cast<unsigned>(FrameType::hello) && type <= static_cast<unsigned>(FrameType::heartbeat) &&
+        type != static_cast<unsigned>(want)) {
+      static constexpr const char* kNames[] = {"", "hello", "welcome", "error", "batch", "loss", "end", "heartbeat"};
+      return fail(ErrorCode::bad_request,
+                  state == State::handshake
+                      ? fmt::format("a {} frame before hello: a client sends hello first", kNames[type])
+                      : fmt::format("a {} frame after welcome: a client may send only heartbeat", kNames[type]),
+                  &srv.counters.closed_protocol);
+    }
     FrameHeader h;
     const DecodeStatus s = parse_header(in_header, max_in_body(), h);
     if (s != DecodeStatus::ok) {
@@ -241,7 +254,6 @@ struct Session : std::enable_shared_from_this<Session> {
                                                       static_cast<unsigned>(in_header[4])),
                   &srv.counters.closed_protocol);
     }
-    const FrameType want = state == State::handshake ? FrameType::hello : FrameType::heartbeat;
     if (h.type != want) {
       return fail(ErrorCode::bad_request,
                   fmt::format("unexpected frame type {}", static_cast<unsigned>(h.type)),

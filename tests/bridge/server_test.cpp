@@ -254,6 +254,23 @@ TEST_F(BridgeServer, AnErrorAfterMessagesNamesTheFirstSequenceNotSent) {
   }
 }
 
+TEST_F(BridgeServer, ASecondHelloAfterWelcomeIsNamedAsSuch) {
+  ScopedBus b("hello2");
+  RunningServer s(options_for(b));
+  Raw raw(s.port());
+  Hello h;
+  h.bus = b.name;
+  std::vector<std::byte> f;
+  append_hello(f, h);
+  raw.send(f);
+  raw.send(f);  // again, after (or while) welcome is on its way
+  std::string text;
+  const std::optional<ErrorFrame> e = last_error(raw.read_all(5s), text);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code, ErrorCode::bad_request);
+  EXPECT_EQ(text, "a hello frame after welcome: a client may send only heartbeat");
+}
+
 TEST_F(BridgeServer, StartsAtTheRequestedSequenceOrRefusesOneNotRetained) {
   ScopedBus b("start", Policy::overwrite, 64);
   {

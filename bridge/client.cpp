@@ -91,9 +91,16 @@ Client::Client(const ClientOptions& o) : where_(fmt::format("{}:{}", o.host, o.p
   asio::io_context io;
   tcp::socket sock(io);
   boost::system::error_code ec;
-  const auto addr = asio::ip::make_address(o.host, ec);
-  if (ec) throw ClientError(fmt::format("'{}' is not an IP address", o.host));
-  sock.connect(tcp::endpoint(addr, o.port), ec);
+  if (const auto addr = asio::ip::make_address(o.host, ec); !ec) {
+    sock.connect(tcp::endpoint(addr, o.port), ec);
+  } else {
+    // A host name (localhost, a server's name): every address it resolves
+    // to, in order, until one connects.
+    tcp::resolver resolver(io);
+    const auto found = resolver.resolve(o.host, std::to_string(o.port), ec);
+    if (ec) throw ClientError(fmt::format("cannot resolve '{}': {}", o.host, ec.message()));
+    asio::connect(sock, found, ec);
+  }
   if (ec) throw ClientError(fmt::format("cannot connect to {}: {}", where_, ec.message()));
   sock.set_option(tcp::no_delay(true));
   fd_ = sock.release();  // from here on plain poll() and non-blocking I/O: reads with a deadline

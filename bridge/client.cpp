@@ -161,7 +161,14 @@ void Client::tls_handshake(const ClientOptions& o) {
   tls_->ssl = SSL_new(tls_->ctx.native_handle());
   if (!tls_->ssl) throw ClientError(fmt::format("{}: TLS: {}", where_, ssl_error_text()));
   // The certificate must name the address we connected to (an IP SAN).
-  X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(tls_->ssl), o.host.c_str());
+  // The certificate must name what was dialled: the IP address, or the
+  // host name (a subjectAltName DNS entry).
+  boost::system::error_code ip_ec;
+  (void)asio::ip::make_address(o.host, ip_ec);
+  if (!ip_ec)
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(tls_->ssl), o.host.c_str());
+  else
+    X509_VERIFY_PARAM_set1_host(SSL_get0_param(tls_->ssl), o.host.c_str(), o.host.size());
   SSL_set_fd(tls_->ssl, fd_);
   SSL_set_connect_state(tls_->ssl);
   const auto deadline = Clock::now() + o.connect_timeout;

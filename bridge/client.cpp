@@ -160,7 +160,6 @@ void Client::tls_handshake(const ClientOptions& o) {
   tls_->ctx.set_verify_mode(asio::ssl::verify_peer);
   tls_->ssl = SSL_new(tls_->ctx.native_handle());
   if (!tls_->ssl) throw ClientError(fmt::format("{}: TLS: {}", where_, ssl_error_text()));
-  // The certificate must name the address we connected to (an IP SAN).
   // The certificate must name what was dialled: the IP address, or the
   // host name (a subjectAltName DNS entry).
   boost::system::error_code ip_ec;

@@ -333,9 +333,10 @@ struct Consumer::Impl : detail::Attachment {
 
   // Makes cursor `c` binding for the producer (for a best-effort reader:
   // visible) and returns it, raised to the producer's floor if, in `block`,
-  // the producer moved past it meanwhile. Dekker with the producer's rescan: we store our cursor and
-  // state, fence, then load its floor; it stores the floor, fences, then
-  // loads cursors again. Either it sees our cursor, or we see its floor.
+  // the producer moved past it meanwhile. Dekker with the producer's
+  // rescan: we store our cursor and state, fence, then load its floor; it
+  // stores the floor, fences, then loads cursors again. Either it sees our
+  // cursor, or we see its floor.
   std::uint64_t activate(std::uint64_t c) noexcept {
     slot->cursor.store(c, std::memory_order_relaxed);
     // From here the producer counts our cursor (pairs with its acquire load).

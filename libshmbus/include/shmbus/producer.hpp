@@ -92,7 +92,9 @@ class Producer {
   // Reserves the next record for `size` bytes (<= max payload) to be written
   // in place. Exactly one claim may be open; commit() publishes it.
   //
-  // In an `overwrite` bus, writing through data is a data race by the C++
+  // In an `overwrite` bus (and in a `block` bus while a best-effort reader,
+  // ConsumerOptions::hold_producer = false, is attached: it may be lapped
+  // the same way), writing through data is a data race by the C++
   // memory model: a consumer lapped by the producer (or the inspector) may
   // be copying the record's previous occupant at that very moment with its
   // relaxed atomic word loads, and the caller's plain stores to the same
@@ -104,8 +106,9 @@ class Producer {
   // model uses publish() in `overwrite`: it copies the payload into the
   // record once, with relaxed atomic word stores (docs/RELIABILITY.md,
   // "claim() in an overwrite bus"; the figures are in docs/bench.md,
-  // "Figures behind the defaults"). In a `block` bus no reader is on a
-  // record the producer may write: claim() is race-free and zero-copy.
+  // "Figures behind the defaults"). In a `block` bus whose readers all hold
+  // the producer, no reader is on a record the producer may write: claim()
+  // is race-free and zero-copy.
   [[nodiscard]] Claim claim(std::size_t size, std::chrono::nanoseconds timeout = forever) noexcept;
   // Publishes the open claim with its first `size` bytes (<= the claimed size).
   void commit(std::size_t size) noexcept;

@@ -257,6 +257,9 @@ void mirror_pipeline(bool kill_mirror, bool kill_serve) {
       }
       tools::synthetic_write(buf, seq, 0);
       if (p.publish(buf, 100ms)) ++seq;
+      // Paced, so that the loop below (which looks every 5 ms) sees each
+      // kill point pass before the stream is over, however fast the bridge.
+      if (seq % 500 == 0) std::this_thread::sleep_for(1ms);
     }
   });
 

@@ -520,6 +520,9 @@ follow)  # closed vs producer_died, and --follow across close, crash and takeove
   fpid=$!
   pids+=($fpid)
   printf '1\n2\n3\n' | "$PRODUCER" "$bus" 2>/dev/null           # closes the bus
+  # The follower sees that end before the next producer takes the bus over
+  # (a takeover clears it: a follower still reading would never see it).
+  for ((i = 0; i < 500; i++)); do grep -q "producer closed the bus" "$work/f.err" && break; sleep 0.01; done
   # A producer killed mid-stream: the follower goes on with the next one.
   mkfifo "$work/in2"
   exec 4<>"$work/in2"

@@ -137,6 +137,7 @@ class ShmbusNextReceiver {
       case shmbus::ReadStatus::lost:     // a loss or a corrupt record shows up as a
       case shmbus::ReadStatus::corrupt:  // gap in the sequence numbers messages carry
       case shmbus::ReadStatus::evicted:
+      case shmbus::ReadStatus::let_go:
         return 0;
     }
     return 0;

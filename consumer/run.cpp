@@ -161,6 +161,7 @@ class Reading {
   void after_poll(const PollResult& r);
   // False when the reading stops here.
   bool on_eviction(const PollResult& r);
+  void on_let_go(const PollResult& r);
   bool on_end(const PollResult& r);
   void print_json(bool verify_ok, double seconds) const;
   void print_text(bool verify_ok, double seconds) const;
@@ -188,6 +189,7 @@ class Reading {
   std::uint64_t streams_ended_ = 0;  // --follow: ends seen and followed past
   bool announced_ = false;           // --follow: this end was reported
   std::uint64_t evictions_ = 0;      // times the reader slot was taken from us
+  bool let_go_ = false;              // the producer's hold limit let this reader go
 };
 
 void Reading::on_message(const Message& m) {
@@ -235,6 +237,18 @@ bool Reading::on_eviction(const PollResult& r) {
   if (o_.follow) return true;
   stopped_by_ = "evicted";
   return false;
+}
+
+void Reading::on_let_go(const PollResult& r) {
+  // The producer waited its hold limit for us and stopped holding for us:
+  // from here we are lapped, and told exactly what we lose, if we fall behind.
+  let_go_ = true;
+  print_error(program_name,
+              fmt::format("bus '{}': the producer's hold limit ran out while it waited for this reader; reading on "
+                          "at seq {} without holding it (a lap is reported as lost){}",
+                          o_.bus, source_.cursor(),
+                          r.stale_view ? "; a message already handed out was overwritten while read" : ""));
+  if (r.stale_view && o_.verify) verify_.problem("a message was overwritten while it was read");
 }
 
 bool Reading::on_end(const PollResult& r) {
@@ -286,6 +300,7 @@ void Reading::read(std::chrono::nanoseconds idle) {
       break;
     }
     if (r.evicted && !on_eviction(r)) break;
+    if (r.let_go) on_let_go(r);
     if (r.count > 0) announced_ = false;
     if (r.end_of_stream && !on_end(r)) break;
   }
@@ -332,6 +347,7 @@ void Reading::print_json(bool verify_ok, double seconds) const {
   }
   if (o_.follow) j["streams_followed"] = streams_ended_;
   if (evictions_ > 0) j["evictions"] = evictions_;
+  if (let_go_) j["let_go"] = true;
   if (!verify_ok) {
     j["error"] = fmt::format("bus '{}': verify failed", o_.bus);
     j["code"] = "verify_failed";

@@ -88,6 +88,10 @@ std::string render_metrics(const std::vector<std::string>& buses, const Trust& t
   Family wait_s{"shmbus_producer_wait_seconds", "counter", "Time the producer spent waiting for space", {}};
   Family wakeups{"shmbus_wakeups", "counter", "Futex wake calls made (data and space)", {}};
   Family reclaimed{"shmbus_readers_reclaimed", "counter", "Dead reader slots reclaimed", {}};
+  Family let_go{"shmbus_readers_let_go", "counter",
+                "Readers the producer stopped waiting for after its hold limit", {}};
+  Family max_hold{"shmbus_producer_max_hold_seconds", "gauge",
+                  "The attached producer's hold limit, 0 if it has none", {}};
   Family last_pub{"shmbus_last_publish_timestamp_seconds", "gauge",
                   "CLOCK_REALTIME of the newest record, 0 if the producer does not stamp", {}};
   Family sleepers{"shmbus_data_sleepers", "gauge", "Consumers asleep waiting for data", {}};
@@ -106,6 +110,11 @@ std::string render_metrics(const std::vector<std::string>& buses, const Trust& t
                  "1 if the reader's process is alive (holds its slot's lock); 0 if dead or unknown", {}};
   Family r_last{"shmbus_reader_last_active_timestamp_seconds", "gauge",
                 "CLOCK_REALTIME of the reader's last batch or wait", {}};
+  Family r_holds{"shmbus_reader_holds_producer", "gauge",
+                 "1 if the reader holds a block bus's producer back, 0 if it does not (best-effort, let go, "
+                 "or an overwrite bus)", {}};
+  Family r_let_go{"shmbus_reader_let_go_timestamp_seconds", "gauge",
+                  "CLOCK_REALTIME the producer let the reader go after its hold limit, 0 if never", {}};
 
   std::vector<std::pair<std::string, std::optional<Snapshot>>> found;
   if (buses.empty()) {
@@ -138,6 +147,8 @@ std::string render_metrics(const std::vector<std::string>& buses, const Trust& t
     w.sample(wait_s, bus, seconds(s.counters.producer_wait_ns));
     w.sample(wakeups, bus, static_cast<double>(s.counters.wakeups));
     w.sample(reclaimed, bus, static_cast<double>(s.counters.readers_reclaimed));
+    w.sample(let_go, bus, static_cast<double>(s.counters.readers_let_go));
+    w.sample(max_hold, bus, seconds(s.producer.max_hold_ns));
     w.sample(last_pub, bus, seconds(s.last_publish_ns));
     w.sample(sleepers, bus, s.counters.data_sleepers);
     w.sample(readers, bus, static_cast<double>(s.readers.size()));
@@ -156,12 +167,14 @@ std::string render_metrics(const std::vector<std::string>& buses, const Trust& t
       w.sample(r_alive, fmt::format("{},state=\"{}\"", l, to_string(r.liveness)),
                r.liveness == Liveness::alive ? 1 : 0);
       w.sample(r_last, l, seconds(r.last_active_ns));
+      w.sample(r_holds, l, s.info.policy == Policy::block && !r.best_effort ? 1 : 0);
+      w.sample(r_let_go, l, seconds(r.let_go_ns));
     }
   }
   return Writer::render({&up, &capacity, &record_size, &head, &oldest, &published, &waits, &wait_s,
-                         &wakeups, &reclaimed, &last_pub, &sleepers, &readers, &prod_alive,
+                         &wakeups, &reclaimed, &let_go, &max_hold, &last_pub, &sleepers, &readers, &prod_alive,
                          &prod_waiting, &prod_closed, &takeovers, &r_cursor, &r_lag, &r_delivered,
-                         &r_lost, &r_alive, &r_last});
+                         &r_lost, &r_alive, &r_last, &r_holds, &r_let_go});
 }
 
 namespace {

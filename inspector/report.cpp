@@ -85,6 +85,8 @@ std::string producer_text(const BusReport& r) {
     s = "none";
   }
   if (p.closed) s += ", end-of-stream marked";
+  if (p.attached && p.max_hold_ns != 0)
+    s += fmt::format(", hold limit {}", human_duration(static_cast<double>(p.max_hold_ns) / 1e9));
   if (p.takeovers) s += fmt::format(", {} takeover{}", p.takeovers, p.takeovers == 1 ? "" : "s");
   return s;
 }
@@ -112,9 +114,10 @@ bool process_stopped(pid_t pid, std::uint64_t start_ticks) noexcept {
 }
 
 std::string reader_state(const ReaderReport& r) {
-  if (r.stopped) return "stopped";
-  return std::string(to_string(r.view.liveness)) + (r.view.sleeping && r.alive ? ",asleep" : "") +
-         (r.view.best_effort ? ",best-effort" : "");
+  std::string s = r.stopped ? std::string("stopped")
+                            : std::string(to_string(r.view.liveness)) + (r.view.sleeping && r.alive ? ",asleep" : "");
+  if (r.view.let_go_ns != 0) return s + ",let-go@" + hms(r.view.let_go_ns);
+  return s + (r.view.best_effort ? ",best-effort" : "");
 }
 
 std::string display_name(const std::string& name) {
@@ -194,6 +197,14 @@ BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
                                       pid_label(p.pid, p.pid_namespace), who)});
   }
   for (const ReaderReport& rr : r.readers) {
+    if (rr.view.let_go_ns == 0) continue;
+    r.warnings.push_back(
+        {"reader_let_go", rr.view.slot,
+         fmt::format("{} was let go at {} UTC: the producer waited its hold limit for it; it no longer "
+                     "holds the producer and is lapped if it falls a ring behind",
+                     reader_label(rr), hms(rr.view.let_go_ns))});
+  }
+  for (const ReaderReport& rr : r.readers) {
     if (cap == 0 || rr.lag * 2 <= cap) continue;
     r.warnings.push_back({"reader_lagging", rr.view.slot,
                           fmt::format("{} lags {} messages ({:.1f}% of the ring)", reader_label(rr),
@@ -238,6 +249,7 @@ nlohmann::ordered_json to_json(const ReaderView& v) {
       {"last_active_ns", v.last_active_ns},
       {"sleeping", v.sleeping},
       {"best_effort", v.best_effort},
+      {"let_go_ns", v.let_go_ns == 0 ? json(nullptr) : json(v.let_go_ns)},
   };
 }
 
@@ -307,13 +319,15 @@ nlohmann::ordered_json to_json(const BusReport& r) {
         {"closed", p.closed},
         {"waiting_for_space", p.waiting_for_space && r.producer_alive},
         {"blocked_on_slot", r.blocked_on_slot ? json(*r.blocked_on_slot) : json(nullptr)},
-        {"takeovers", p.takeovers}}},
+        {"takeovers", p.takeovers},
+        {"max_hold_ns", p.attached && p.max_hold_ns != 0 ? json(p.max_hold_ns) : json(nullptr)}}},
       {"counters",
        {{"published", s.counters.published},
         {"producer_waits", s.counters.producer_waits},
         {"producer_wait_ns", s.counters.producer_wait_ns},
         {"wakeups", s.counters.wakeups},
         {"readers_reclaimed", s.counters.readers_reclaimed},
+        {"readers_let_go", s.counters.readers_let_go},
         {"data_sleepers", s.counters.data_sleepers}}},
       {"readers", std::move(readers)},
       {"bookmarks", bookmarks_json(s)},
@@ -387,10 +401,10 @@ std::string render_show(const BusReport& r) {
   const Counters& c = s.counters;
   row("counters",
       fmt::format("published {}, producer waits {} ({}), wake-ups {}, readers reclaimed {}, "
-                  "consumers asleep {}",
+                  "readers let go {}, consumers asleep {}",
                   c.published, c.producer_waits,
                   human_duration(static_cast<double>(c.producer_wait_ns) / 1e9), c.wakeups,
-                  c.readers_reclaimed, c.data_sleepers));
+                  c.readers_reclaimed, c.readers_let_go, c.data_sleepers));
 
   out += '\n';
   if (r.readers.empty()) {
@@ -447,8 +461,9 @@ std::string render_watch_line(const BusReport& r) {
     line += "none";
   }
   for (const ReaderReport& rr : r.readers) {
-    line += fmt::format(" | {} {} {} lag {} {}", rr.view.slot, display_name(rr.view.name),
-                        rr.stopped ? "stopped" : to_string(rr.view.liveness), rr.lag,
+    line += fmt::format(" | {} {} {}{} lag {} {}", rr.view.slot, display_name(rr.view.name),
+                        rr.stopped ? "stopped" : to_string(rr.view.liveness),
+                        rr.view.let_go_ns != 0 ? fmt::format(",let-go@{}", hms(rr.view.let_go_ns)) : "", rr.lag,
                         human_rate(rr.rate));
   }
   return line;

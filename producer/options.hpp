@@ -31,6 +31,7 @@ struct Options {
   bool keep_open = false;
   std::string wait_timeout = "forever";
   std::uint32_t wait_for_readers = 0;
+  std::string max_hold = "forever";
   WaitStrategy wait = WaitStrategy::adaptive;
   Timestamps timestamps = Timestamps::off;
   std::uint64_t stamp_every = 0;  // 0: 1 with --rate, 64 without

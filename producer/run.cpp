@@ -142,6 +142,7 @@ int run(const Options& o, const CLI::App& app) {
   po.timestamps = o.timestamps;
   po.wait_for_readers = o.wait_for_readers;
   po.wait_for_readers_timeout = timeout;
+  po.max_hold = parse_duration(o.max_hold);
   Producer producer(bus, po);
   // Only now: SIGINT/SIGTERM while waiting for readers end the process at
   // once (nothing is published yet); from here they stop it cleanly.

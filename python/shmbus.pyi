@@ -72,7 +72,11 @@ class Producer:
     """The bus's one producer (Error if a live process holds the role; a dead
     holder is taken over). A context manager: leaving it closes the stream."""
     def __init__(self, bus: Bus, *, timestamps: Literal["off", "coarse", "precise"] = "off",
-                 wait_for_readers: int = 0, wait_for_readers_timeout: Optional[float] = None) -> None: ...
+                 wait_for_readers: int = 0, wait_for_readers_timeout: Optional[float] = None,
+                 max_hold: Optional[float] = None) -> None:
+        """max_hold: on a block bus, the longest (seconds) the producer waits
+        for space before it lets go of the readers it waits for; they read on
+        without holding it (Consumer.let_go). None: never."""
     def publish(self, data: Buffer, timeout: Optional[float] = None) -> int:
         """Copies `data` (any contiguous buffer) into the next record; returns
         its sequence number. ValueError if too large, TimeoutError if a block
@@ -126,6 +130,10 @@ class Consumer:
     @property
     def corrupt(self) -> int: ...
     @property
+    def let_go(self) -> bool:
+        """True once a producer's hold limit (Producer max_hold) let this
+        reader go: it no longer holds the producer; laps count in .lost."""
+    @property
     def slot(self) -> int: ...
     @property
     def resumed(self) -> bool:
@@ -148,9 +156,10 @@ class Inspector:
         """{name, policy, capacity, record_size, max_payload, max_readers,
         segment_size, creation_time_ns, layout_version, head, oldest,
         last_publish_ns, counters: {published, producer_waits,
-        producer_wait_ns, wakeups, readers_reclaimed, data_sleepers},
+        producer_wait_ns, wakeups, readers_reclaimed, readers_let_go,
+        data_sleepers},
         producer: {attached, pid, liveness, closed, waiting_for_space,
         blocked_on_slot, takeovers}, readers: [{slot, pid, liveness, name,
         cursor, lag, delivered, lost, attach_time_ns, last_active_ns,
-        sleeping}], bookmarks: [{name, cursor, updated_ns, held,
+        sleeping, best_effort, let_go_ns}], bookmarks: [{name, cursor, updated_ns, held,
         holder_pid}], removed}"""

@@ -239,6 +239,7 @@ struct PyConsumer {
   bool busy = false;
   shmbus::EndReason end_reason = shmbus::EndReason::none;
   std::uint64_t corrupt = 0;
+  bool let_go = false;
 
   shmbus::Consumer& get() {
     if (!consumer) throw std::runtime_error("bus '" + bus.name() + "': consumer is closed");
@@ -267,6 +268,11 @@ struct PyConsumer {
           throw py::stop_iteration("end of stream");  // translated to EndOfStream by the caller
         case shmbus::ReadStatus::lost: continue;      // counted in .lost; read on from the oldest
         case shmbus::ReadStatus::corrupt: ++corrupt; continue;
+        case shmbus::ReadStatus::let_go:
+          // The producer's hold limit let us go: we read on as a best-effort
+          // reader; .let_go says so. A view handed out before was revoked above.
+          let_go = true;
+          continue;
         case shmbus::ReadStatus::evicted:
           // The consumer took its slot back and reads on; what it lost is
           // counted in .lost, and the caller must hear of it.
@@ -299,6 +305,8 @@ py::dict reader_dict(const shmbus::ReaderView& r, std::uint64_t head) {
   d["attach_time_ns"] = r.attach_time_ns;
   d["last_active_ns"] = r.last_active_ns;
   d["sleeping"] = r.sleeping;
+  d["best_effort"] = r.best_effort;
+  d["let_go_ns"] = r.let_go_ns;
   return d;
 }
 
@@ -322,6 +330,7 @@ py::dict snapshot_dict(const shmbus::Snapshot& s) {
   c["producer_wait_ns"] = s.counters.producer_wait_ns;
   c["wakeups"] = s.counters.wakeups;
   c["readers_reclaimed"] = s.counters.readers_reclaimed;
+  c["readers_let_go"] = s.counters.readers_let_go;
   c["data_sleepers"] = s.counters.data_sleepers;
   d["counters"] = c;
   py::dict p;
@@ -356,7 +365,7 @@ py::dict snapshot_dict(const shmbus::Snapshot& s) {
 PYBIND11_MODULE(shmbus, m) {
   m.doc() = "shmbus: a shared-memory message bus (one producer, many consumers, each reading "
             "every message). See shmbus.pyi for the API.";
-  m.attr("__version__") = "0.1.0";
+  m.attr("__version__") = SHMBUS_VERSION;
 
   static py::exception<shmbus::Error> error(m, "Error", PyExc_OSError);
   static py::exception<EndOfStreamTag> end_of_stream(m, "EndOfStream", PyExc_Exception);
@@ -409,7 +418,7 @@ PYBIND11_MODULE(shmbus, m) {
 
   py::class_<PyProducer>(m, "Producer")
       .def(py::init([](const shmbus::Bus& bus, const std::string& timestamps, std::uint32_t wait_for_readers,
-                       std::optional<double> wait_for_readers_timeout) {
+                       std::optional<double> wait_for_readers_timeout, std::optional<double> max_hold) {
              shmbus::ProducerOptions o;
              if (timestamps == "off") o.timestamps = shmbus::Timestamps::off;
              else if (timestamps == "coarse") o.timestamps = shmbus::Timestamps::coarse;
@@ -417,13 +426,15 @@ PYBIND11_MODULE(shmbus, m) {
              else throw py::value_error("timestamps must be 'off', 'coarse' or 'precise'");
              o.wait_for_readers = wait_for_readers;
              o.wait_for_readers_timeout = to_timeout(wait_for_readers_timeout);
+             if (max_hold && !(*max_hold >= 0)) throw py::value_error("max_hold must be a number of seconds >= 0");
+             o.max_hold = to_timeout(max_hold);
              auto p = std::make_unique<PyProducer>(bus);
              py::gil_scoped_release unlocked;
              p->producer.emplace(bus, o);
              return p;
            }),
            py::arg("bus"), py::kw_only(), py::arg("timestamps") = "off", py::arg("wait_for_readers") = 0,
-           py::arg("wait_for_readers_timeout") = py::none())
+           py::arg("wait_for_readers_timeout") = py::none(), py::arg("max_hold") = py::none())
       .def("publish", &PyProducer::publish, py::arg("data"), py::arg("timeout") = py::none())
       .def("claim", &PyProducer::claim, py::arg("size"), py::arg("timeout") = py::none())
       .def("commit", &PyProducer::commit, py::arg("size") = py::none())
@@ -478,6 +489,7 @@ PYBIND11_MODULE(shmbus, m) {
       .def_property_readonly("delivered", [](PyConsumer& c) { return c.get().delivered(); })
       .def_property_readonly("lost", [](PyConsumer& c) { return c.get().lost(); })
       .def_property_readonly("corrupt", [](const PyConsumer& c) { return c.corrupt; })
+      .def_property_readonly("let_go", [](const PyConsumer& c) { return c.let_go; })
       .def_property_readonly("slot", [](PyConsumer& c) { return c.get().slot(); })
       .def_property_readonly("resumed", [](PyConsumer& c) { return c.get().resumed(); })
       .def_property_readonly("resume_gap", [](PyConsumer& c) { return c.get().resume_gap(); })

@@ -181,6 +181,7 @@ shmbus_read_status read_status(shmbus::ReadStatus s) noexcept {
     case shmbus::ReadStatus::lost: return SHMBUS_READ_LOST;
     case shmbus::ReadStatus::corrupt: return SHMBUS_READ_CORRUPT;
     case shmbus::ReadStatus::evicted: return SHMBUS_READ_EVICTED;
+    case shmbus::ReadStatus::let_go: return SHMBUS_READ_LET_GO;
   }
   return SHMBUS_READ_ERROR;
 }
@@ -225,7 +226,7 @@ const char* shmbus_status_str(int status) {
 
 const char* shmbus_last_error(void) { return last_error.c_str(); }
 
-const char* shmbus_version(void) { return "0.1.0"; }
+const char* shmbus_version(void) { return SHMBUS_VERSION; }
 
 void shmbus_bus_options_init(shmbus_bus_options* options) {
   if (!options) return;
@@ -316,6 +317,7 @@ void shmbus_producer_options_init(shmbus_producer_options* options) {
   options->timestamps = SHMBUS_TIMESTAMPS_OFF;
   options->wait_for_readers = 0;
   options->wait_for_readers_timeout_ns = SHMBUS_FOREVER;
+  options->max_hold_ns = SHMBUS_FOREVER;
 }
 
 shmbus_status shmbus_producer_open(shmbus_bus* bus, const shmbus_producer_options* options,
@@ -334,6 +336,7 @@ shmbus_status shmbus_producer_open(shmbus_bus* bus, const shmbus_producer_option
     o.timestamps = static_cast<shmbus::Timestamps>(options->timestamps);
     o.wait_for_readers = options->wait_for_readers;
     o.wait_for_readers_timeout = to_timeout(options->wait_for_readers_timeout_ns);
+    o.max_hold = to_timeout(options->max_hold_ns);
   }
   return guard(fn, [&] {
     shmbus::Producer p(bus->bus, o);
@@ -492,7 +495,7 @@ shmbus_read_status shmbus_consumer_next(shmbus_consumer* consumer, int64_t timeo
 int64_t shmbus_consumer_read_batch(shmbus_consumer* consumer, shmbus_message* out, size_t max,
                                    int64_t timeout_ns, shmbus_batch_result* result) {
   constexpr const char* fn = "shmbus_consumer_read_batch";
-  if (result) *result = shmbus_batch_result{0, 0, 0, SHMBUS_END_NONE, 0, 0};
+  if (result) *result = shmbus_batch_result{0, 0, 0, SHMBUS_END_NONE, 0, 0, 0};
   if (!consumer || (!out && max)) {
     invalid(fn, "consumer or out is NULL");
     return -1;
@@ -512,7 +515,7 @@ int64_t shmbus_consumer_read_batch(shmbus_consumer* consumer, shmbus_message* ou
   if (result) {
     *result = shmbus_batch_result{pr.lost, pr.corrupt, pr.end_of_stream ? 1 : 0,
                                   static_cast<std::uint32_t>(pr.end_reason), pr.evicted ? 1 : 0,
-                                  pr.stale_view ? 1 : 0};
+                                  pr.stale_view ? 1 : 0, pr.let_go ? 1 : 0};
   }
   return static_cast<int64_t>(got.size());
 }
@@ -550,6 +553,7 @@ shmbus_status shmbus_inspect(const char* name, shmbus_snapshot** out) {
     snap->producer_wait_ns = s.counters.producer_wait_ns;
     snap->wakeups = s.counters.wakeups;
     snap->readers_reclaimed = s.counters.readers_reclaimed;
+    snap->readers_let_go = s.counters.readers_let_go;
     snap->data_sleepers = s.counters.data_sleepers;
     snap->producer_attached = s.producer.attached ? 1 : 0;
     snap->producer_pid = s.producer.pid;
@@ -571,6 +575,8 @@ shmbus_status shmbus_inspect(const char* name, shmbus_snapshot** out) {
                                                   v.lost = r.lost;
                                                   v.attach_time_ns = r.attach_time_ns;
                                                   v.last_active_ns = r.last_active_ns;
+                                                  v.best_effort = r.best_effort ? 1 : 0;
+                                                  v.let_go_ns = r.let_go_ns;
                                                 });
     snap->bookmarks = c_array<shmbus_bookmark_view>(s.bookmarks, snap->bookmark_count,
                                                     [](const shmbus::BookmarkView& b, shmbus_bookmark_view& v) {

@@ -39,6 +39,7 @@ const char* to_string(ReadStatus s) noexcept {
     case ReadStatus::lost: return "lost";
     case ReadStatus::corrupt: return "corrupt";
     case ReadStatus::evicted: return "evicted";
+    case ReadStatus::let_go: return "let go";
   }
   return "?";
 }
@@ -57,8 +58,11 @@ namespace {
 constexpr std::size_t kCopyBudget = 4u << 20;             // copy buffer of a checked reader, bytes
 // What one attempt or one wait came to. `empty` (nothing yet) and `moved`
 // (the cursor crossed a gap that lost nothing) never leave read_one();
-// `timeout` and `eos` (end of stream) come only from it.
-enum class Step { message, empty, lost, corrupt, moved, timeout, eos };
+// `timeout` and `eos` (end of stream) come only from it. `taken`: a reader
+// that holds the producer found its record overwritten because the slot was
+// taken from it or it was let go; the call ends there, the cursor unmoved,
+// and the slot's state is looked at (slot_taken()).
+enum class Step { message, empty, lost, corrupt, moved, timeout, eos, taken };
 using layout::kMaxSequence;
 }  // namespace
 
@@ -106,10 +110,13 @@ struct Consumer::Impl : detail::Attachment {
         // Every reader of an `overwrite` bus is one that does not hold the
         // producer already; only a `block` bus tells the two apart.
         active_state(overwrite || holds ? layout::kSlotActive : layout::kSlotBestEffort) {
-    if (checked) {
-      batch_cap = std::clamp<std::size_t>(kCopyBudget / std::max<std::uint32_t>(1, max_payload), 1, 64);
-      copy = std::make_unique<std::byte[]>(batch_cap * max_payload);
-    }
+    if (checked) make_copy_buffer();
+  }
+
+  // A checked reader's own buffer: its views point here.
+  void make_copy_buffer() {
+    batch_cap = std::clamp<std::size_t>(kCopyBudget / std::max<std::uint32_t>(1, max_payload), 1, 64);
+    copy = std::make_unique<std::byte[]>(batch_cap * max_payload);
   }
 
   void attach();
@@ -214,7 +221,10 @@ struct Consumer::Impl : detail::Attachment {
   // retained record and count every sequence skipped. (If that one is
   // overwritten too before we read it, the next lap is counted the same way.)
   // A tag no lap can explain makes record `c` corrupt (`out.seq` says which).
-  Step lapped(std::uint64_t c, Message& out) noexcept {
+  [[gnu::noinline]] Step lapped(std::uint64_t c, Message& out) noexcept {
+    // Nobody laps a reader the producer still waits for: one that reads in
+    // place stops here, before it reads on in place what is being rewritten.
+    if (!checked && !slot_is_ours()) return Step::taken;
     layout::RecordHeader* r = ring.record(c);
     const std::uint64_t t = detail::RecordRing::load_tag(r);
     if (detail::tag_state(t, c) != detail::TagState::passed) return Step::empty;  // raced with nothing: read again
@@ -313,7 +323,8 @@ struct Consumer::Impl : detail::Attachment {
   // other forever. Reported as corrupt and skipped; checked only while
   // waiting, with the producer's liveness.
   Step lost_commit(Message& out) noexcept {
-    if (!holds) return Step::empty;  // a producer we do not hold laps us instead
+    // A producer we do not hold (or no longer hold) laps us instead.
+    if (!holds || !slot_is_ours()) return Step::empty;
     const std::uint64_t c = cursor;
     const std::uint64_t hd = h->head.load(std::memory_order_acquire);
     if (hd >= kMaxSequence || hd <= c || hd - c < cap) return Step::empty;
@@ -352,6 +363,55 @@ struct Consumer::Impl : detail::Attachment {
     return c;
   }
 
+  // Sets `stale_view` if a record handed out by the last call (in place:
+  // `block`, holding the producer) has been overwritten since.
+  bool view_overwritten() const noexcept {
+    if (checked) return false;
+    for (std::uint64_t s = view_from; s < cursor; ++s)
+      if (detail::RecordRing::load_tag(ring.record(s)) != detail::committed_tag(s)) return true;
+    return false;
+  }
+
+  // The producer let us go (its hold limit ran out while it waited for us):
+  // it moved our slot from kSlotActive to kSlotBestEffort and counted us in
+  // best_effort_readers. From here we read as a best-effort reader does,
+  // with checked copies; a lap is reported as ReadStatus::lost by the reads
+  // that follow. False if that is not what happened to the slot.
+  bool take_let_go(bool& stale_view) noexcept {
+    // Acquire pairs with the producer's compare-and-swap (acq_rel), which
+    // follows its count in best_effort_readers.
+    if (!holds || !role || slot->state.load(std::memory_order_acquire) != layout::kSlotBestEffort ||
+        slot->owner.load(std::memory_order_relaxed) != ticket)
+      return false;
+    stale_view = view_overwritten();
+    holds = false;
+    checked = true;
+    active_state = layout::kSlotBestEffort;
+    make_copy_buffer();  // once per attachment; out of memory ends the process, as anywhere in it
+    view_from = cursor;
+    return true;
+  }
+
+  // The slot is not in the state we left it in: we were let go, or it was
+  // taken from us. Nothing is read; says which, and what it cost.
+  void slot_taken(bool& let_go, bool& evicted, std::uint64_t& lost_now, bool& stale_view) noexcept {
+    if (take_let_go(stale_view)) {
+      let_go = true;
+    } else {
+      evicted = true;
+      lost_now += rejoin(stale_view);
+    }
+  }
+
+  // slot_taken() for next(): the outcome as a ReadResult.
+  [[gnu::cold, gnu::noinline]] void slot_taken(ReadResult& r) noexcept {
+    bool let_go = false, evicted = false;
+    slot_taken(let_go, evicted, r.lost, r.stale_view);
+    r.status = let_go ? ReadStatus::let_go : ReadStatus::evicted;
+    r.message = {};
+    r.message.seq = cursor;
+  }
+
   // Our slot was taken from us (cleared by a stray store, or freed by
   // force): the producer stopped counting our cursor and may have
   // overwritten records we had not read. We still hold the slot's role
@@ -365,10 +425,7 @@ struct Consumer::Impl : detail::Attachment {
     // Without the slot's lock (a forked child's copy of a consumer) the slot
     // is not ours to take back: this copy stays evicted.
     if (!role) return 0;
-    if (!checked) {
-      for (std::uint64_t s = view_from; s < cursor && !stale_view; ++s)
-        stale_view = detail::RecordRing::load_tag(ring.record(s)) != detail::committed_tag(s);
-    }
+    stale_view = view_overwritten();
     const std::uint64_t from = cursor;
     ticket = slot->generation.fetch_add(1, std::memory_order_relaxed) + 1;
     slot->owner.store(ticket, std::memory_order_relaxed);
@@ -514,6 +571,7 @@ void Consumer::Impl::attach() {
   slot->lost.store(0, std::memory_order_relaxed);
   slot->sleeping.store(0, std::memory_order_relaxed);
   slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+  slot->let_go_ns.store(0, std::memory_order_relaxed);
 
   auto not_retained = [&](std::uint64_t seq, std::uint64_t lo, std::uint64_t hi) {
     detach();
@@ -628,9 +686,7 @@ ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
   detail::OneThread::Scope in(c.calls, "Consumer::next");
   ReadResult r;
   if (!c.slot_is_ours()) [[unlikely]] {
-    r.status = ReadStatus::evicted;
-    r.lost = c.rejoin(r.stale_view);
-    r.message.seq = c.cursor;
+    c.slot_taken(r);
     return r;
   }
   c.view_from = c.cursor;
@@ -642,7 +698,10 @@ ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
     return r;
   }
   switch (s == Step::empty ? c.read_one(r.message, c.copy.get(), timeout) : s) {
-    case Step::message: r.status = ReadStatus::message; break;
+    case Step::message:
+      r.status = ReadStatus::message;
+      c.view_from = r.message.seq;  // past a gap crossed on the way: only this record is in hand
+      return r;
     case Step::lost:
       r.status = ReadStatus::lost;
       r.lost = c.last_lost;
@@ -659,7 +718,9 @@ ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
       r.status = ReadStatus::end_of_stream;
       r.end_reason = c.end;
       break;
+    case Step::taken: c.slot_taken(r); break;
   }
+  c.view_from = c.cursor;  // nothing in hand
   return r;
 }
 
@@ -669,8 +730,7 @@ std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult
   detail::OneThread::Scope in(c.calls, "Consumer::read_batch");
   result = {};
   if (!c.slot_is_ours()) [[unlikely]] {
-    result.evicted = true;
-    result.lost = c.rejoin(result.stale_view);
+    c.slot_taken(result.let_go, result.evicted, result.lost, result.stale_view);
     return out.first(0);
   }
   c.view_from = c.cursor;
@@ -694,10 +754,14 @@ std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult
         result.end_of_stream = true;
         result.end_reason = c.end;
       }
+      // Taken with messages in hand: they go out now, the next call says what happened.
+      if (s == Step::taken && n == 0) c.slot_taken(result.let_go, result.evicted, result.lost, result.stale_view);
       break;
     }
   }
   result.count = n;
+  // What is in hand: from the first message (a gap crossed before it is not).
+  c.view_from = n > 0 ? out[0].seq : c.cursor;
   return out.first(n);
 }
 

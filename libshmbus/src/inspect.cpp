@@ -71,6 +71,7 @@ ReaderView reader_view(const detail::Segment& seg, std::uint32_t i) {
   v.last_active_ns = r.last_active_ns.load(std::memory_order_relaxed);
   v.sleeping = r.sleeping.load(std::memory_order_relaxed) != 0;
   v.best_effort = r.state.load(std::memory_order_relaxed) == layout::kSlotBestEffort;
+  v.let_go_ns = r.let_go_ns.load(std::memory_order_relaxed);
   return v;
 }
 
@@ -99,6 +100,7 @@ Snapshot Inspector::snapshot() const {
   s.counters.producer_wait_ns = h.producer_wait_ns.load(std::memory_order_relaxed);
   s.counters.wakeups = h.wakeups.load(std::memory_order_relaxed);
   s.counters.readers_reclaimed = h.readers_reclaimed.load(std::memory_order_relaxed);
+  s.counters.readers_let_go = h.readers_let_go.load(std::memory_order_relaxed);
   s.counters.data_sleepers = h.data_sleepers.load(std::memory_order_relaxed);
 
   ProducerView& p = s.producer;
@@ -115,6 +117,7 @@ Snapshot Inspector::snapshot() const {
   if (blocked != 0 && blocked <= seg.max_readers()) p.blocked_on_slot = blocked - 1;
   p.takeovers = h.takeovers.load(std::memory_order_relaxed);
   p.waiting_since_ns = h.wait_start_ns.load(std::memory_order_relaxed);
+  p.max_hold_ns = p.attached ? h.max_hold_ns.load(std::memory_order_relaxed) : 0;
 
   for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
     if (in_use(*seg.reader(i))) s.readers.push_back(reader_view(seg, i));

@@ -28,7 +28,8 @@
 //                                              data_armed, removed and best_effort_readers
 //                                              on every publish)
 //   320  space wake space_futex u32 | producer_sleeping u32 | blocked_on_slot u32 |
-//                   reserved u32 | wait_start_ns u64 | space_wanted u64 | reserved
+//                   reserved u32 | wait_start_ns u64 | space_wanted u64 |
+//                   readers_let_go u64 | max_hold_ns u64 | reserved
 //                                                          (producer sleeps here)
 //   384  reserved (two lines)
 //
@@ -37,7 +38,15 @@
 //     0  owner u64 | state u32 | pid u32 | generation u64 | name char[32] |
 //        attach_time_ns u64                                 (set at attach/reclaim)
 //    64  cursor u64 | delivered u64 | lost u64 | last_active_ns u64 | sleeping u32 |
-//        pid_ns u32 | start_ticks u64 | reserved          (the consumer writes)
+//        pid_ns u32 | start_ticks u64 | let_go_ns u64 | reserved
+//                                      (the consumer writes; let_go_ns the producer)
+//
+// The slot's state moves kFree -> kActive or kBestEffort at attach and back
+// to kFree at detach or reclaim, by the holder of the slot's role lock (or a
+// reclaimer that took it). One other move: a producer with a hold limit
+// (ProducerOptions::max_hold) that waited that long for a reader lets it go,
+// kActive -> kBestEffort, by compare-and-swap, and stamps let_go_ns. Every
+// writer of `state` uses an atomic read-modify-write or owns the slot.
 //
 // Bookmark (64 bytes; one per durable reader name, ConsumerOptions::durable):
 //
@@ -144,7 +153,9 @@ inline constexpr std::uint64_t kMagic = 0x3130'5355'424d'4853ULL;  // "SHMBUS01"
 // 5: liveness by role locks (above); ReaderSlot.owner is an attachment
 //    ticket and .generation counts attachments and reclaims; pids are labels.
 // 6: best-effort readers (kSlotBestEffort, header.best_effort_readers).
-inline constexpr std::uint32_t kLayoutVersion = 6;
+// 7: the hold limit: a producer may move a slot kSlotActive -> kSlotBestEffort
+//    (ReaderSlot.let_go_ns, header.readers_let_go, header.max_hold_ns).
+inline constexpr std::uint32_t kLayoutVersion = 7;
 inline constexpr std::uint32_t kCacheLine = 64;
 inline constexpr std::uint32_t kPageSize = 4096;
 inline constexpr std::uint32_t kRecordHeaderSize = 24;
@@ -235,7 +246,9 @@ struct alignas(kCacheLine) SegmentHeader {
   std::atomic<std::uint64_t> wait_start_ns;    // CLOCK_REALTIME the current wait for space began, 0 = none
   std::atomic<std::uint64_t> space_wanted;     // while producer_sleeping: the cursor every reader must
                                                // reach; a reader whose cursor crosses it wakes the producer
-  std::uint64_t reserved5[4];
+  std::atomic<std::uint64_t> readers_let_go;   // readers the producer stopped waiting for (hold limit)
+  std::atomic<std::uint64_t> max_hold_ns;      // the attached producer's hold limit, 0 = none (a label)
+  std::uint64_t reserved5[2];
 
   // --- lines 6-7: reserved ---
   alignas(kCacheLine) std::uint8_t reserved6[128];
@@ -258,7 +271,8 @@ struct alignas(kCacheLine) ReaderSlot {
   std::atomic<std::uint32_t> sleeping;
   std::atomic<std::uint32_t> pid_ns;       // label: inode of the holder's PID namespace, 0 if unknown
   std::atomic<std::uint64_t> start_ticks;  // label: the holder's start time from its /proc, 0 if none
-  std::uint64_t reserved1[2];
+  std::atomic<std::uint64_t> let_go_ns;    // CLOCK_REALTIME the producer let it go (hold limit), 0 = never
+  std::uint64_t reserved1[1];
 };
 
 struct alignas(kCacheLine) Bookmark {
@@ -323,6 +337,8 @@ static_assert(offsetof(SegmentHeader, producer_sleeping) == 324);
 static_assert(offsetof(SegmentHeader, blocked_on_slot) == 328);
 static_assert(offsetof(SegmentHeader, wait_start_ns) == 336);
 static_assert(offsetof(SegmentHeader, space_wanted) == 344);
+static_assert(offsetof(SegmentHeader, readers_let_go) == 352);
+static_assert(offsetof(SegmentHeader, max_hold_ns) == 360);
 static_assert(offsetof(SegmentHeader, reserved6) == 384);
 
 static_assert(sizeof(ReaderSlot) == 128 && alignof(ReaderSlot) == kCacheLine);
@@ -339,6 +355,7 @@ static_assert(offsetof(ReaderSlot, last_active_ns) == 88);
 static_assert(offsetof(ReaderSlot, sleeping) == 96);
 static_assert(offsetof(ReaderSlot, pid_ns) == 100);
 static_assert(offsetof(ReaderSlot, start_ticks) == 104);
+static_assert(offsetof(ReaderSlot, let_go_ns) == 112);
 
 static_assert(sizeof(Bookmark) == 64 && alignof(Bookmark) == kCacheLine && kSharedOk<Bookmark>);
 static_assert(offsetof(Bookmark, holder) == 0);

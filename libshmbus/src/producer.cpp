@@ -82,6 +82,7 @@ struct Producer::Impl : detail::Attachment {
   std::uint64_t claim_seq = 0;
   std::size_t claim_size = 0;
   std::uint64_t next_liveness = 0;     // when to check the readers holding us back
+  std::uint64_t waiting_since = 0;     // monotonic start of the waits for space since room was last found
   std::optional<detail::PublishClock> clock;  // Timestamps::precise only (calibrating takes 2 ms)
   [[no_unique_address]] detail::OneThread calls;  // debug builds: one thread at a time
 
@@ -114,6 +115,12 @@ struct Producer::Impl : detail::Attachment {
   // Why room_for() failed.
   PublishStatus no_room() const noexcept { return closed ? PublishStatus::closed : PublishStatus::timeout; }
   void reclaim_dead_holders(std::uint64_t needed_floor) noexcept;
+  void let_go_holders(std::uint64_t needed_floor) noexcept;
+  // ProducerOptions::max_hold in nanoseconds; 0 = none (also in `overwrite`).
+  std::uint64_t hold_limit_ns() const noexcept {
+    if (overwrite || opt.max_hold == forever) return 0;
+    return static_cast<std::uint64_t>(std::max<std::int64_t>(1, opt.max_hold.count()));
+  }
   std::uint32_t count_live_readers() const;
 
   // Whether a reader may be copying a record we rewrite: always in
@@ -229,6 +236,7 @@ void Producer::Impl::acquire_role() {
   h->producer_sleeping.store(0, std::memory_order_relaxed);
   h->blocked_on_slot.store(0, std::memory_order_relaxed);
   h->wait_start_ns.store(0, std::memory_order_relaxed);
+  h->max_hold_ns.store(hold_limit_ns(), std::memory_order_relaxed);
 
   // Continue after the last committed record. A producer that died between
   // committing a record and storing head left committed records past head:
@@ -255,6 +263,7 @@ void Producer::Impl::release_role(bool mark_closed) noexcept {
   }
   if (mark_closed) h->closed.store(1, std::memory_order_release);  // after every commit tag
   h->blocked_on_slot.store(0, std::memory_order_relaxed);
+  h->max_hold_ns.store(0, std::memory_order_relaxed);
   // Cleared before the lock goes: a consumer that finds the lock free loads
   // the owner again and sees a producer that left, not one that died.
   h->producer_owner.store(0, std::memory_order_release);
@@ -317,18 +326,51 @@ void Producer::Impl::reclaim_dead_holders(std::uint64_t needed_floor) noexcept {
   }
 }
 
+// The hold limit ran out: every reader still holding sequence `needed_floor`
+// back stops holding the producer. Counted as a best-effort reader first, so
+// that from the moment the reader may see its new state every record is
+// written as it reads it (word by word, see shared_writes()).
+void Producer::Impl::let_go_holders(std::uint64_t needed_floor) noexcept {
+  const std::uint64_t now = detail::realtime_ns();
+  for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
+    layout::ReaderSlot* r = seg.reader(i);
+    if (r->state.load(std::memory_order_acquire) != layout::kSlotActive) continue;
+    if (r->cursor.load(std::memory_order_acquire) >= needed_floor) continue;
+    h->best_effort_readers.fetch_add(1, std::memory_order_seq_cst);
+    std::uint32_t want = layout::kSlotActive;
+    // acq_rel: pairs with the reader's acquire load of its state; a reader
+    // detaching (or a reclaimer) at the same moment makes this fail.
+    if (!r->state.compare_exchange_strong(want, layout::kSlotBestEffort, std::memory_order_acq_rel)) {
+      detail::forget_best_effort_reader(seg);
+      continue;
+    }
+    r->let_go_ns.store(now, std::memory_order_relaxed);
+    h->readers_let_go.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 // Waits until sequence `last_seq` may be written. Spin, then yield, then
 // sleep on space_futex; readers holding the ring are checked for liveness
 // once per liveness period, so a dead one is reclaimed within that bound.
 bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanoseconds timeout) noexcept {
   recompute_limit(last_seq);
-  if (last_seq < limit) return true;
+  if (last_seq < limit) {
+    waiting_since = 0;
+    return true;
+  }
 
   // A reader that stops between what we need and the chunk we asked for
   // never crosses the mark: look again after this at the latest.
   constexpr std::uint64_t kChunkSleepNs = 10'000'000;
   const std::uint64_t needed_floor = last_seq + 1 - cap;  // every cursor must reach this
   detail::Waiter w(opt.wait, timeout, next_liveness);
+  // With a hold limit, the readers we wait for are let go once we have
+  // waited that long, counting waits that timed out one after another (a
+  // caller retrying short publishes waits just as long).
+  const std::uint64_t hold = hold_limit_ns();
+  if (waiting_since == 0) waiting_since = w.start();
+  auto hold_ends = [&](std::uint64_t from) { return hold == 0 ? UINT64_MAX : from + std::min(hold, UINT64_MAX - from); };
+  std::uint64_t let_go_at = hold_ends(waiting_since);
   h->producer_waits.fetch_add(1, std::memory_order_relaxed);
   h->wait_start_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
   bool ok = false;
@@ -350,6 +392,11 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
       min_active_cursor(last_seq, &holder);
       h->blocked_on_slot.store(holder == UINT32_MAX ? 0 : holder + 1, std::memory_order_relaxed);
       reclaim_dead_holders(needed_floor);
+      continue;
+    }
+    if (w.now() >= let_go_at) {
+      let_go_holders(needed_floor);
+      let_go_at = hold_ends(w.now());  // a reader that joins behind us meanwhile gets a whole limit too
       continue;
     }
     if (w.expired()) break;
@@ -378,7 +425,8 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
           ok = true;
           break;
         }
-        detail::futex_wait(&h->space_futex, seen, w.sleep_slice(barrier_ok, kChunkSleepNs));
+        detail::futex_wait(&h->space_futex, seen,
+                           w.sleep_slice(barrier_ok, std::min(kChunkSleepNs, let_go_at - w.now())));
         h->producer_sleeping.store(0, std::memory_order_relaxed);
         break;
       }
@@ -388,6 +436,7 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
   h->blocked_on_slot.store(0, std::memory_order_relaxed);
   h->wait_start_ns.store(0, std::memory_order_relaxed);
   h->producer_wait_ns.fetch_add(detail::monotonic_ns() - w.start(), std::memory_order_relaxed);
+  if (ok) waiting_since = 0;
   return ok;
 }
 

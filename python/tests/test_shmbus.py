@@ -107,6 +107,24 @@ def test_a_best_effort_reader_is_never_waited_for_and_counts_its_loss(name):
     assert dashboard.lost == 84 and logger.lost == 0
 
 
+def test_a_hold_limit_lets_a_stuck_reader_go_and_it_counts_its_loss(name):
+    """A producer with max_hold stops waiting for a reader that does not read."""
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    stuck = shmbus.Consumer(bus, name="stuck")
+    with pytest.raises(ValueError):
+        shmbus.Producer(bus, max_hold=-1.0)
+    with shmbus.Producer(bus, max_hold=0.01) as producer:
+        for i in range(100):
+            producer.publish(struct.pack("<Q", i), timeout=5.0)
+    snap = shmbus.Inspector(name).snapshot()
+    assert snap["counters"]["readers_let_go"] == 1
+    assert snap["readers"][0]["best_effort"] and snap["readers"][0]["let_go_ns"] > 0
+    assert not stuck.let_go
+    got = [struct.unpack("<Q", bytes(m))[0] for _, _, m in stuck]
+    assert stuck.let_go
+    assert got == list(range(84, 100)) and stuck.lost == 84
+
+
 def test_durable_reader_resumes_where_it_stopped(name):
     bus = shmbus.Bus.create(name, capacity=64, record_size=64)
     producer = shmbus.Producer(bus)

@@ -422,6 +422,45 @@ static void test_best_effort_reader(void) {
   CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);
 }
 
+/* A producer with a hold limit lets a stuck reader go: told once, then its exact loss; the snapshot names it. */
+static void test_hold_limit(void) {
+  shmbus_bus_options o;
+  shmbus_producer_options po;
+  shmbus_bus* bus = NULL;
+  shmbus_producer* p = NULL;
+  shmbus_consumer* c = NULL;
+  shmbus_snapshot* snap = NULL;
+  shmbus_batch_result br;
+  shmbus_message m[4];
+  uint64_t i;
+  shmbus_bus_options_init(&o);
+  o.capacity = 8;
+  o.record_size = 64;
+  CHECK_STATUS(shmbus_bus_create(bus_name2, &o, &bus), SHMBUS_OK);
+  if (!bus) return;
+  shmbus_producer_options_init(&po);
+  CHECK(po.max_hold_ns == SHMBUS_FOREVER);
+  po.max_hold_ns = 10 * 1000 * 1000;
+  CHECK_STATUS(shmbus_consumer_open(bus, NULL, &c), SHMBUS_OK);
+  CHECK_STATUS(shmbus_producer_open(bus, &po, &p), SHMBUS_OK);
+  /* The ring holds 8; the 9th publish waits 10 ms, lets the reader go, goes on. */
+  for (i = 0; i < 20; ++i) CHECK_STATUS(shmbus_producer_publish(p, &i, sizeof i, one_second, NULL), SHMBUS_OK);
+  CHECK_STATUS(shmbus_inspect(bus_name2, &snap), SHMBUS_OK);
+  if (snap) {
+    CHECK(snap->readers_let_go == 1);
+    CHECK(snap->reader_count == 1 && snap->readers[0].best_effort == 1 && snap->readers[0].let_go_ns != 0);
+    shmbus_snapshot_free(snap);
+  }
+  CHECK(shmbus_consumer_read_batch(c, m, 4, 0, &br) == 0);
+  CHECK(br.let_go == 1 && br.evicted == 0 && br.stale_view == 0);
+  CHECK(shmbus_consumer_read_batch(c, m, 4, 0, &br) == 4);
+  CHECK(br.lost == 12 && m[0].seq == 12);
+  shmbus_producer_destroy(p);
+  shmbus_consumer_destroy(c);
+  shmbus_bus_close(bus);
+  CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);
+}
+
 int main(void) {
   snprintf(bus_name, sizeof bus_name, "c-api-test-%ld", (long)getpid());
   snprintf(bus_name2, sizeof bus_name2, "c-api-test-ow-%ld", (long)getpid());
@@ -432,6 +471,7 @@ int main(void) {
   test_durable_reader_resumes();
   test_evicted_reader_is_told();
   test_best_effort_reader();
+  test_hold_limit();
   shmbus_bus_remove(bus_name, NULL);
   shmbus_bus_remove(bus_name2, NULL);
   if (failures) {

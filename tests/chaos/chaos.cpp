@@ -180,6 +180,9 @@ int run_consumer(const std::string& name) {
         ++corrupt;
         expected = r.message.seq;
         break;
+      case shmbus::ReadStatus::let_go:  // chaos producers have no hold limit: a failure too
+        ++corrupt;
+        break;
       case shmbus::ReadStatus::end_of_stream:
         // Before the end marker the only honest reason is a dead producer:
         // wait for the one taking over. (A close is not a crash.)

@@ -215,6 +215,44 @@ sigkill_consumer)  # a consumer killed with SIGKILL while it holds the producer 
   exec 3>&-
   ;;
 
+hold_limit)  # --max-hold: a stopped reader that holds the producer is let go, named, told its loss
+  new_bus bus
+  n=$MID
+  "$PRODUCER" "$bus" --create --capacity 1024 --record-size 128 --keep-open </dev/null 2>/dev/null
+  "$CONSUMER" "$bus" --name stuck --verify --format none --json >/dev/null 2>"$work/stuck.err" &
+  stuck=$!
+  pids+=($stuck)
+  "$CONSUMER" "$bus" --name logger --verify --format none --json >/dev/null 2>"$work/logger.json" &
+  logger=$!
+  pids+=($logger)
+  # Stopped once attached, before anything is published (a stopped reader
+  # still counts for --wait-for-readers: it is alive).
+  until "$INSPECT" show "$bus" --interval 0 --json | grep -q '"name": "stuck"'; do sleep 0.05; done
+  kill -STOP "$stuck"
+  "$PRODUCER" "$bus" --count "$n" --size 64 --wait-for-readers 2 --wait-timeout 60s --max-hold 500ms \
+    --json 2>"$work/p.json" || fail "producer did not finish: the stopped reader was never let go"
+  "$INSPECT" show "$bus" --interval 0 >"$work/show.txt"
+  grep -Eq 'stuck .*let-go@[0-9:]+' "$work/show.txt" || fail "show does not mark the stopped reader let go"
+  grep -q 'readers let go 1' "$work/show.txt" || fail "show does not count one reader let go"
+  grep -q "reader .*'stuck'.* was let go at" "$work/show.txt" || fail "show has no warning naming who was let go"
+  "$INSPECT" show "$bus" --interval 0 --json >"$work/show.json"
+  grep -q '"readers_let_go": 1,' "$work/show.json" || fail "show --json: readers_let_go != 1"
+  grep -Eq '"let_go_ns": [1-9]' "$work/show.json" || fail "show --json: no reader with let_go_ns"
+  note "$(grep -i 'let' "$work/show.txt")"
+  kill -CONT "$stuck"
+  wait "$logger" || fail "the reader that kept reading failed"
+  check_verified "$work/logger.json" "$n"
+  wait "$stuck" || fail "the reader let go failed its verification"
+  grep -q "hold limit ran out while it waited for this reader" "$work/stuck.err" || fail "the reader let go was not told"
+  tail -n1 "$work/stuck.err" >"$work/stuck.json"
+  [[ "$(json_field "$work/stuck.json" let_go)" == "true" ]] || fail "summary lacks let_go"
+  lost=$(json_field "$work/stuck.json" lost)
+  messages=$(json_field "$work/stuck.json" messages)
+  ((lost > 0)) || fail "the reader let go was never lapped"
+  ((lost + messages == n)) || fail "delivered $messages + lost $lost != $n"
+  grep -q '"ok":true' "$work/stuck.json" || fail "the reader let go did not verify (every gap reported lost)"
+  ;;
+
 start_order)  # --wait-for-bus / --wait-for-readers: message 0 is seen in either order
   new_bus bus
   "$CONSUMER" "$bus" --wait-for-bus --verify --json --format none >/dev/null 2>"$work/c1.json" &

@@ -424,6 +424,56 @@ TEST(BestEffortReader, AStoppedOneNeverHoldsTheProducerAndLearnsItsExactLossWhen
   EXPECT_EQ(ins.snapshot().counters.readers_reclaimed, 0u);
 }
 
+TEST(HoldLimit, AStoppedReaderThatHoldsTheProducerIsLetGoAfterTheLimitNamedAndToldItsExactLoss) {
+  // Two readers that hold a `block` producer; one is stopped (SIGSTOP). The
+  // producer, with a hold limit, waits that long for it once, lets it go and
+  // goes on; the other reader loses nothing. After SIGCONT the stopped one
+  // is told it was let go, then exactly what it lost. The limit is generous
+  // (2 s): the reader that keeps reading never stalls that long, even on a
+  // loaded machine under a sanitizer.
+  constexpr std::uint64_t kCap = 256, kTotal = 50 * kCap;
+  ScopedName name("hold-limit");
+  Bus bus = Bus::create(name, options(Policy::block, kCap));
+  const std::size_t max = bus.info().max_payload;
+  Peer logger({"consumer", name.str(), "--name", "logger", "--expect-first", "0"});
+  Peer stuck({"consumer", name.str(), "--name", "stuck", "--expect-first", "0"});
+  ASSERT_TRUE(logger.wait_line("attached", 10s)) << dump(logger);
+  ASSERT_TRUE(stuck.wait_line("attached", 10s)) << dump(stuck);
+  const std::uint32_t stuck_slot = static_cast<std::uint32_t>(u64(parse_fields(stuck.lines()[0]), "slot"));
+  stuck.kill(SIGSTOP);
+  Inspector ins = Inspector::open(name);
+  {
+    ProducerOptions po;
+    po.max_hold = 2s;
+    Producer producer(bus, po);
+    std::vector<std::byte> buf(max);
+    for (std::uint64_t seq = 0; seq < kTotal; ++seq) {
+      const std::size_t n = make_payload(seq, max, buf.data());
+      ASSERT_TRUE(producer.publish(std::span<const std::byte>(buf.data(), n), 60s)) << "at " << seq;
+    }
+    const Snapshot s = ins.snapshot();
+    EXPECT_EQ(s.counters.readers_let_go, 1u);
+    for (const ReaderView& r : s.readers) {
+      EXPECT_EQ(r.let_go_ns != 0, r.slot == stuck_slot) << r.name << ": only the stopped reader is let go";
+      EXPECT_EQ(r.best_effort, r.slot == stuck_slot) << r.name;
+    }
+    EXPECT_TRUE(ins.check().empty());
+  }  // closes the bus: end of stream
+  stuck.kill(SIGCONT);
+  Fields lr = result_of(logger, 30s);
+  EXPECT_EQ(u64(lr, "errors"), 0u);
+  EXPECT_EQ(u64(lr, "delivered"), kTotal) << "the reader that kept reading lost messages";
+  EXPECT_EQ(u64(lr, "lost"), 0u);
+  EXPECT_EQ(u64(lr, "hash"), expected_stream_hash(0, kTotal - 1, max));
+  Fields sr = result_of(stuck, 30s);
+  EXPECT_TRUE(stuck.wait_line("let_go", 1s)) << "never told it was let go; " << dump(stuck);
+  EXPECT_EQ(u64(sr, "errors"), 0u) << "a gap it was not told of, or a torn message";
+  EXPECT_GT(u64(sr, "lost"), 0u) << "the stopped reader was lapped";
+  EXPECT_EQ(u64(sr, "delivered") + u64(sr, "lost"), kTotal) << "every sequence delivered or counted lost";
+  EXPECT_EQ(u64(sr, "last"), kTotal - 1);
+  EXPECT_EQ(ins.snapshot().counters.readers_reclaimed, 0u);
+}
+
 TEST(KilledProducer, ConsumersDrainEveryCommittedMessageThenEndOfStreamThenANewProducerContinues) {
   ScopedName name("killed-producer");
   Bus bus = Bus::create(name, options(Policy::block, 1024));

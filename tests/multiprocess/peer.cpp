@@ -2,7 +2,7 @@
 // separate process (fork/exec).
 //
 //   shmbus_test_peer producer BUS COUNT [--wait-readers N] [--mode publish|claim|batch]
-//                                       [--close] [--hold]
+//                                       [--close] [--hold] [--max-hold MS]
 //   shmbus_test_peer consumer BUS [--start earliest|latest|SEQ] [--expect-first SEQ]
 //                                 [--name NAME] [--durable] [--poll] [--pause-after K] [--eos-rounds N]
 //                                 [--nap-every N] [--best-effort]
@@ -76,6 +76,8 @@ int run_producer(const std::string& bus_name, std::uint64_t count, std::vector<s
       close = true;
     } else if (args[i] == "--hold") {
       hold = true;
+    } else if (args[i] == "--max-hold" && i + 1 < args.size()) {
+      po.max_hold = std::chrono::milliseconds(to_u64(args[++i]));
     } else {
       usage("unknown producer option");
     }
@@ -243,6 +245,7 @@ int run_consumer(const std::string& bus_name, std::vector<std::string_view> args
       PollResult r = c.poll([&](const Message& m) { gaps += chk.message(m); }, limit, std::chrono::seconds(1));
       if (r.corrupt != 0) chk.error(std::to_string(r.corrupt) + " corrupt records");
       if (r.evicted) chk.error("evicted: the reader slot was taken from a live reader");
+      if (r.let_go) say("let_go at seq " + std::to_string(c.cursor()) + (r.stale_view ? " stale_view" : ""));
       chk.lost += r.lost;
       if (gaps != r.lost)
         chk.error("poll reported " + std::to_string(r.lost) + " lost but the sequence skipped " + std::to_string(gaps));
@@ -269,6 +272,10 @@ int run_consumer(const std::string& bus_name, std::vector<std::string_view> args
         break;
       case ReadStatus::evicted:
         chk.error("evicted at seq " + std::to_string(r.message.seq) + ": the reader slot was taken from a live reader");
+        break;
+      case ReadStatus::let_go:
+        // The producer's hold limit: from here it is lapped, and told so.
+        say("let_go at seq " + std::to_string(r.message.seq) + (r.stale_view ? " stale_view" : ""));
         break;
       case ReadStatus::timeout:
         chk.error("next() with no timeout returned timeout");

@@ -14,18 +14,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string text_of(const Message& m) {
-  return std::string(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
-}
-
-BusOptions small_block(std::uint64_t capacity) {
-  BusOptions o;
-  o.capacity = capacity;
-  o.policy = Policy::block;
-  o.max_readers = 4;
-  return o;
-}
-
 ConsumerOptions best_effort(std::string name) {
   ConsumerOptions o;
   o.name = std::move(name);
@@ -54,7 +42,7 @@ TEST(BestEffort, TheProducerNeverWaitsForABestEffortReaderWhichLearnsItsExactLos
     r = dashboard.next(0ns);
     ASSERT_EQ(r.status, ReadStatus::message) << "at " << seq;
     EXPECT_EQ(r.message.seq, seq);
-    EXPECT_EQ(text_of(r.message), "m" + std::to_string(seq));
+    EXPECT_EQ(text(r.message.payload), "m" + std::to_string(seq));
   }
   EXPECT_EQ(dashboard.next(0ns).status, ReadStatus::timeout);
   EXPECT_EQ(dashboard.lost(), kTotal - kCap);
@@ -77,7 +65,7 @@ TEST(BestEffort, AReaderThatHoldsTheProducerStillHoldsItBesideABestEffortOne) {
   for (int round = 0; round < 4; ++round) {
     for (ReadResult r = logger.next(0ns); r.status == ReadStatus::message; r = logger.next(0ns)) {
       ASSERT_EQ(r.message.seq, logged);
-      ASSERT_EQ(text_of(r.message), "m" + std::to_string(logged));
+      ASSERT_EQ(text(r.message.payload), "m" + std::to_string(logged));
       ++logged;
     }
     while (p.publish(bytes("m" + std::to_string(sent)), 0ns)) ++sent;
@@ -92,7 +80,7 @@ TEST(BestEffort, AReaderThatHoldsTheProducerStillHoldsItBesideABestEffortOne) {
     }
     ASSERT_EQ(r.status, ReadStatus::message);
     ASSERT_EQ(r.message.seq, next) << "a gap the dashboard was not told of";
-    ASSERT_EQ(text_of(r.message), "m" + std::to_string(next));
+    ASSERT_EQ(text(r.message.payload), "m" + std::to_string(next));
     ++next;
     ++seen;
   }

@@ -60,6 +60,15 @@ inline std::string text(std::span<const std::byte> b) {
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
 }
 
+// A small `block` bus with room for a few readers.
+inline BusOptions small_block(std::uint64_t capacity) {
+  BusOptions o;
+  o.capacity = capacity;
+  o.policy = Policy::block;
+  o.max_readers = 4;
+  return o;
+}
+
 inline std::uint64_t file_size(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return 0;

@@ -40,7 +40,10 @@ struct ConsumerOptions {
   bool durable = false;           // remember the cursor under `name` (see above)
   // Whether this reader holds a `block` bus's producer back. true (the
   // default): the producer never overwrites a record this reader has not
-  // read, waiting for it when the ring is full; nothing is ever lost. false
+  // read, waiting for it when the ring is full; nothing is ever lost, unless
+  // the producer has a hold limit (ProducerOptions::max_hold) and waits
+  // that long for this reader: then it lets it go (ReadStatus::let_go) and
+  // the reader goes on as a best-effort one. false
   // (a best-effort reader, e.g. a live dashboard): the producer never waits
   // for it; if it falls a ring behind, it is lapped exactly as a reader of
   // an `overwrite` bus is: ReadStatus::lost says how many messages it
@@ -93,6 +96,14 @@ enum class ReadStatus : std::uint8_t {
                   // have been overwritten meanwhile: `stale_view` says so
                   // where it can tell (`block`, in place). Never returned
                   // for a reader that merely ran slowly or was stopped.
+  let_go,         // this reader held a `block` producer with a hold limit
+                  // (ProducerOptions::max_hold) that long: the producer
+                  // stopped waiting for it. From here it reads as a
+                  // best-effort reader (hold_producer = false) does: laps
+                  // are reported as `lost`. It goes on at `message.seq`;
+                  // nothing is lost by this call itself. A view from the
+                  // previous call may have been overwritten meanwhile:
+                  // `stale_view` says so. Returned once per attachment.
 };
 
 const char* to_string(ReadStatus s) noexcept;
@@ -102,7 +113,7 @@ struct ReadResult {
   Message message;
   std::uint64_t lost = 0;  // with ReadStatus::lost and ReadStatus::evicted
   EndReason end_reason = EndReason::none;  // with ReadStatus::end_of_stream
-  bool stale_view = false;  // with ReadStatus::evicted (see there)
+  bool stale_view = false;  // with ReadStatus::evicted and ReadStatus::let_go (see there)
 };
 
 struct PollResult {
@@ -113,7 +124,9 @@ struct PollResult {
   EndReason end_reason = EndReason::none;  // with end_of_stream
   bool evicted = false;      // the slot was taken from this consumer (ReadStatus::evicted);
                              // lost includes what that cost; nothing else was read
-  bool stale_view = false;   // with evicted: a view from the previous call was overwritten
+  bool let_go = false;       // the producer stopped waiting for this reader (ReadStatus::let_go);
+                             // nothing else was read
+  bool stale_view = false;   // with evicted or let_go: a view from the previous call was overwritten
 };
 
 // A consumer holds one reader slot of the bus for its lifetime, through a
@@ -156,8 +169,9 @@ class Consumer {
                             total.count == 0 ? timeout : std::chrono::nanoseconds::zero());
       total.lost += r.lost;
       total.corrupt += r.corrupt;
-      if (r.evicted) {
-        total.evicted = true;
+      if (r.evicted || r.let_go) {
+        total.evicted = r.evicted;
+        total.let_go = r.let_go;
         total.stale_view = r.stale_view;
         break;
       }

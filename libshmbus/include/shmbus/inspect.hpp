@@ -30,6 +30,7 @@ struct ProducerView {
   std::optional<std::uint32_t> blocked_on_slot;  // the reader holding it back
   std::uint64_t waiting_since_ns = 0;  // CLOCK_REALTIME the current wait began, 0 if not waiting
   std::uint32_t takeovers = 0;    // producers that took the bus over
+  std::uint64_t max_hold_ns = 0;  // its hold limit (ProducerOptions::max_hold), 0 = none
 };
 
 struct ReaderView {
@@ -47,7 +48,9 @@ struct ReaderView {
   std::uint64_t last_active_ns = 0;    // CLOCK_REALTIME of its last batch or wait
   bool sleeping = false;          // asleep on the data futex
   bool best_effort = false;       // a `block` bus's reader that does not hold the producer
-                                  // (ConsumerOptions::hold_producer = false)
+                                  // (ConsumerOptions::hold_producer = false), or one
+                                  // the producer let go
+  std::uint64_t let_go_ns = 0;    // CLOCK_REALTIME the producer let it go (hold limit), 0 = never
 };
 
 // A durable reader name remembered in the bus (ConsumerOptions::durable).
@@ -67,6 +70,7 @@ struct Counters {
   std::uint64_t producer_wait_ns = 0; // time the producer spent waiting for space
   std::uint64_t wakeups = 0;          // futex wake calls made (data and space)
   std::uint64_t readers_reclaimed = 0;// dead reader slots reclaimed
+  std::uint64_t readers_let_go = 0;   // readers a producer stopped waiting for (hold limit)
   std::uint32_t data_sleepers = 0;    // consumers asleep on the data futex now
 };
 

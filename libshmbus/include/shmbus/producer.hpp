@@ -42,6 +42,18 @@ struct ProducerOptions {
   // (so a producer that must not start before its readers loses nothing).
   std::uint32_t wait_for_readers = 0;
   std::chrono::nanoseconds wait_for_readers_timeout = forever;
+  // The hold limit of a `block` bus: the longest one wait for space lasts
+  // before the producer lets go of the readers it waits for. Each such
+  // reader stops holding the producer from then on: it reads on as a
+  // best-effort reader (ConsumerOptions::hold_producer = false) does, is
+  // told so once (ReadStatus::let_go), and is lapped like one if it stays
+  // behind. The inspector names it, with the time it was let go. A reader
+  // that keeps reading, however slowly, ends every wait before the limit and
+  // is never let go: that is back-pressure, what `block` is for; one that
+  // stops (a stuck or SIGSTOPped process) costs the stream this long a
+  // stall, once. `forever` (the default): never let go. Ignored in
+  // `overwrite`, where no reader holds the producer.
+  std::chrono::nanoseconds max_hold = forever;
 };
 
 enum class PublishStatus : std::uint8_t {

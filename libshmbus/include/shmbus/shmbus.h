@@ -192,6 +192,9 @@ typedef struct shmbus_producer_options {
   uint32_t timestamps;                /* shmbus_timestamps */
   uint32_t wait_for_readers;          /* open waits until this many live consumers are attached */
   int64_t wait_for_readers_timeout_ns;/* SHMBUS_FOREVER by default; SHMBUS_TIMEOUT when it runs out */
+  int64_t max_hold_ns;                /* block bus: after waiting this long for space, stop waiting for
+                                         the readers holding it (each gets SHMBUS_READ_LET_GO and reads
+                                         on as a best-effort one); SHMBUS_FOREVER (the default): never */
 } shmbus_producer_options;
 
 SHMBUS_API void shmbus_producer_options_init(shmbus_producer_options* options);
@@ -287,10 +290,14 @@ typedef enum shmbus_read_status {
   SHMBUS_READ_LOST = 3,            /* overwrite bus or best-effort reader: out->lost messages were
                                       overwritten */
   SHMBUS_READ_CORRUPT = 4,         /* the record at out->seq was impossible; skipped */
-  SHMBUS_READ_EVICTED = 5          /* this consumer's slot was taken from it (a stray store, or freed
+  SHMBUS_READ_EVICTED = 5,         /* this consumer's slot was taken from it (a stray store, or freed
                                       by force): it took it back and goes on at out->seq; out->lost
                                       messages before that are gone, and the previous call's view
                                       may have been overwritten */
+  SHMBUS_READ_LET_GO = 6           /* the producer's hold limit (max_hold_ns) ran out while it waited
+                                      for this reader: from here it reads as a best-effort reader
+                                      (laps are SHMBUS_READ_LOST); it goes on at out->seq, nothing
+                                      lost yet; the previous call's view may have been overwritten */
 } shmbus_read_status;
 
 /* Why a stream ended (with SHMBUS_READ_END_OF_STREAM). */
@@ -324,7 +331,9 @@ typedef struct shmbus_batch_result {
   uint32_t end_reason; /* shmbus_end_reason, with end_of_stream */
   int evicted;         /* 1 if the consumer's slot was taken from it (see SHMBUS_READ_EVICTED):
                           nothing was read, `lost` says what is gone */
-  int stale_view;      /* with evicted: a message from the previous call was overwritten */
+  int stale_view;      /* with evicted or let_go: a message from the previous call was overwritten */
+  int let_go;          /* 1 if the producer stopped waiting for this reader (see SHMBUS_READ_LET_GO):
+                          nothing was read */
 } shmbus_batch_result;
 
 /* Up to `max` messages available now (waiting up to `timeout_ns` for the
@@ -372,6 +381,8 @@ typedef struct shmbus_reader_view {
   uint64_t lost;
   uint64_t attach_time_ns;    /* CLOCK_REALTIME */
   uint64_t last_active_ns;    /* CLOCK_REALTIME of its last batch or wait */
+  int best_effort;            /* 1: a block bus's reader that does not hold the producer */
+  uint64_t let_go_ns;         /* CLOCK_REALTIME the producer let it go (hold limit), 0 if never */
 } shmbus_reader_view;
 
 /* A durable reader name remembered in the bus (shmbus_consumer_options.name
@@ -396,6 +407,7 @@ typedef struct shmbus_snapshot {
   uint64_t producer_wait_ns;
   uint64_t wakeups;
   uint64_t readers_reclaimed;
+  uint64_t readers_let_go;    /* readers a producer stopped waiting for (hold limit) */
   uint32_t data_sleepers;
   /* producer */
   int producer_attached;

@@ -1,0 +1,168 @@
+// The hold limit of a `block` bus (ProducerOptions::max_hold): a reader
+// that holds the producer that long is let go. It reads on as a best-effort
+// reader, is told so once (ReadStatus::let_go), learns its exact loss, and
+// the inspector names it.
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "shmbus/inspect.hpp"
+#include "test_support.hpp"
+
+namespace shmbus::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+ProducerOptions holding_at_most(std::chrono::nanoseconds limit) {
+  ProducerOptions o;
+  o.max_hold = limit;
+  return o;
+}
+
+// Publishes "m<seq>" until `total` messages went out, giving each publish
+// `timeout`; returns how many it took.
+std::uint64_t publish_until(Producer& p, std::uint64_t total, std::chrono::nanoseconds timeout) {
+  std::uint64_t sent = p.next_seq();
+  while (sent < total && p.publish(bytes("m" + std::to_string(sent)), timeout)) ++sent;
+  return sent;
+}
+
+TEST(HoldLimit, WithoutOneAStuckReaderHoldsTheProducerForever) {
+  constexpr std::uint64_t kCap = 16;
+  ScopedName name("hold-none");
+  Bus bus = Bus::create(name, small_block(kCap));
+  Consumer stuck(bus);
+  Producer p(bus);
+  EXPECT_EQ(publish_until(p, 4 * kCap, 20ms), kCap);
+  EXPECT_EQ(Inspector::open(name).snapshot().counters.readers_let_go, 0u);
+  EXPECT_EQ(stuck.next(0ns).status, ReadStatus::message);
+}
+
+TEST(HoldLimit, AStuckReaderIsLetGoNamedAndToldItsExactLoss) {
+  constexpr std::uint64_t kCap = 16, kTotal = 5 * kCap + 3;
+  ScopedName name("hold-let-go");
+  Bus bus = Bus::create(name, small_block(kCap));
+  ConsumerOptions named;
+  named.name = "stuck";
+  Consumer stuck(bus, named);
+  ReadResult first = stuck.next(0ns);  // nothing yet
+  ASSERT_EQ(first.status, ReadStatus::timeout);
+  Producer p(bus, holding_at_most(30ms));
+  EXPECT_EQ(Inspector::open(name).snapshot().producer.max_hold_ns, 30'000'000u);
+  // The stuck reader holds a view of seq 0 and reads no further.
+  ASSERT_EQ(publish_until(p, 1, 0ns), 1u);
+  first = stuck.next(0ns);
+  ASSERT_EQ(first.status, ReadStatus::message);
+  ASSERT_EQ(text(first.message.payload), "m0");
+  // Short publishes that time out, one after another, add up to the limit.
+  std::uint64_t sent = 1;
+  for (int tries = 0; tries < 1000 && sent < kTotal; ++tries) sent = publish_until(p, kTotal, 5ms);
+  ASSERT_EQ(sent, kTotal) << "the producer never let the stuck reader go";
+
+  const Snapshot s = Inspector::open(name).snapshot();
+  EXPECT_EQ(s.counters.readers_let_go, 1u);
+  ASSERT_EQ(s.readers.size(), 1u);
+  EXPECT_TRUE(s.readers[0].best_effort);
+  EXPECT_NE(s.readers[0].let_go_ns, 0u);
+  EXPECT_EQ(s.readers[0].name, "stuck");
+  EXPECT_TRUE(Inspector::open(name).check().empty());
+
+  // Told once, at its next call: its view of seq 0 was overwritten.
+  ReadResult r = stuck.next(0ns);
+  ASSERT_EQ(r.status, ReadStatus::let_go);
+  EXPECT_TRUE(r.stale_view);
+  EXPECT_EQ(r.message.seq, 1u) << "goes on where it stopped";
+  // Then a lap like a best-effort reader's: exact loss, then the last ring, in order.
+  r = stuck.next(0ns);
+  ASSERT_EQ(r.status, ReadStatus::lost);
+  EXPECT_EQ(r.lost, kTotal - kCap - 1);
+  for (std::uint64_t seq = kTotal - kCap; seq < kTotal; ++seq) {
+    r = stuck.next(0ns);
+    ASSERT_EQ(r.status, ReadStatus::message) << "at " << seq;
+    EXPECT_EQ(r.message.seq, seq);
+    EXPECT_EQ(text(r.message.payload), "m" + std::to_string(seq));
+  }
+  EXPECT_EQ(stuck.next(0ns).status, ReadStatus::timeout);
+  // It holds the producer no more: a whole ring more goes out without waiting.
+  for (std::uint64_t i = 0; i < 2 * kCap; ++i) ASSERT_TRUE(p.publish(bytes("x"), 0ns)) << i;
+}
+
+TEST(HoldLimit, OnlyTheReadersTheProducerWaitsForAreLetGo) {
+  constexpr std::uint64_t kCap = 16;
+  ScopedName name("hold-only-stuck");
+  Bus bus = Bus::create(name, small_block(kCap));
+  ConsumerOptions o;
+  o.name = "stuck";
+  Consumer stuck(bus, o);
+  o.name = "reader";
+  Consumer reader(bus, o);
+  Producer p(bus, holding_at_most(20ms));
+  std::uint64_t read = 0;
+  for (std::uint64_t sent = 0; sent < 6 * kCap;) {
+    const PublishResult pr = p.publish(bytes("m" + std::to_string(sent)), 5ms);
+    if (pr) ++sent;
+    // The reader keeps up with whatever is published: the producer only ever waits for `stuck`.
+    for (ReadResult r = reader.next(0ns); r.status == ReadStatus::message; r = reader.next(0ns)) {
+      ASSERT_EQ(r.message.seq, read);
+      ASSERT_EQ(text(r.message.payload), "m" + std::to_string(read));
+      ++read;
+    }
+  }
+  EXPECT_EQ(read, 6 * kCap) << "the reader that kept up lost nothing";
+  const Snapshot s = Inspector::open(name).snapshot();
+  EXPECT_EQ(s.counters.readers_let_go, 1u);
+  for (const ReaderView& v : s.readers) EXPECT_EQ(v.let_go_ns != 0, v.name == "stuck") << v.name;
+  // The one let go without a view in hand is told so, with no stale view.
+  PollResult pr;
+  std::array<Message, 8> out;
+  EXPECT_TRUE(stuck.read_batch(out, pr, 0ns).empty());
+  EXPECT_TRUE(pr.let_go);
+  EXPECT_FALSE(pr.stale_view);
+  EXPECT_FALSE(pr.evicted);
+  const auto got = stuck.read_batch(out, pr, 0ns);
+  EXPECT_GT(pr.lost, 0u);
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.front().seq, pr.lost) << "loss counted from seq 0 exactly";
+}
+
+TEST(HoldLimit, AReaderLetGoLosesOnlyWhatTheProducerOverwrote) {
+  constexpr std::uint64_t kCap = 16;
+  ScopedName name("hold-caught-up");
+  Bus bus = Bus::create(name, small_block(kCap));
+  Consumer slow(bus);
+  Producer p(bus, holding_at_most(10ms));
+  ASSERT_EQ(publish_until(p, kCap, 0ns), kCap);
+  // Full: the next publish waits the limit, lets `slow` go, and goes on.
+  ASSERT_TRUE(p.publish(bytes("m" + std::to_string(kCap)), 5s));
+  ReadResult r = slow.next(0ns);
+  ASSERT_EQ(r.status, ReadStatus::let_go);
+  EXPECT_FALSE(r.stale_view);
+  EXPECT_EQ(r.message.seq, 0u);
+  // Seq 0 was overwritten by seq kCap: one lost, then 1..kCap in order.
+  r = slow.next(0ns);
+  ASSERT_EQ(r.status, ReadStatus::lost);
+  EXPECT_EQ(r.lost, 1u);
+  for (std::uint64_t seq = 1; seq <= kCap; ++seq) {
+    r = slow.next(0ns);
+    ASSERT_EQ(r.status, ReadStatus::message);
+    EXPECT_EQ(r.message.seq, seq);
+  }
+  EXPECT_EQ(slow.lost(), 1u);
+}
+
+TEST(HoldLimit, IsIgnoredOnAnOverwriteBus) {
+  ScopedName name("hold-overwrite");
+  BusOptions o = small_block(16);
+  o.policy = Policy::overwrite;
+  Bus bus = Bus::create(name, o);
+  Consumer c(bus);
+  Producer p(bus, holding_at_most(1ms));
+  EXPECT_EQ(Inspector::open(name).snapshot().producer.max_hold_ns, 0u) << "no reader holds an overwrite producer";
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(p.publish(bytes("x"), 0ns));
+  EXPECT_EQ(c.next(0ns).status, ReadStatus::lost);
+  EXPECT_EQ(Inspector::open(name).snapshot().counters.readers_let_go, 0u);
+}
+
+}  // namespace
+}  // namespace shmbus::test

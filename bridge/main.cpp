@@ -209,7 +209,9 @@ int main(int argc, char** argv) {
   ServeArgs sa;
   auto* s = app.add_subcommand("serve", "Serve a local bus to TCP subscribers");
   s->add_option("BUS", sa.bus, "Bus to serve")->required();
-  s->add_option("--listen", sa.listen, "HOST:PORT to listen on (non-loopback needs --token-file)")
+  s->add_option("--listen", sa.listen,
+                "HOST:PORT to listen on (non-loopback needs --token-file). A subscriber on this host "
+                "(loopback or a local address) is served only if its user may read the bus's segment")
       ->capture_default_str();
   s->add_option("--token-file", sa.token_file, "File holding the token subscribers must present");
   add_choice(*s, "--slow", sa.slow, slow_names, "A subscriber whose buffer is full: disconnect|skip|block");

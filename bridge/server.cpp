@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <shmbus/consumer.hpp>
 
+#include <sys/stat.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <list>
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "bridge/local_peer.hpp"
 #include "bridge/log.hpp"
 #include "bridge/protocol.hpp"
 
@@ -282,6 +285,20 @@ struct Session : std::enable_shared_from_this<Session> {
     read_header();
   }
 
+  // The local peer's user may read the bus's segment, or the peer is on
+  // another host. Returns the refusal's text otherwise.
+  std::optional<std::string> local_peer_refusal() {
+    const PeerOwner who = peer_owner(socket().native_handle());
+    if (who.where == PeerOwner::Where::remote) return std::nullopt;
+    if (who.where == PeerOwner::Where::refused) return fmt::format("local peer refused: {}", who.why);
+    const std::string path = segment_path(srv.opt.bus);
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) return std::nullopt;  // no bus: opening it says so
+    if (may_read(who.uid, st)) return std::nullopt;
+    return fmt::format("local peer {} may not read bus '{}' (owner {}, mode {:04o})", describe_uid(who.uid),
+                       srv.opt.bus, describe_uid(st.st_uid), st.st_mode & 07777);
+  }
+
   void on_hello() {
     Hello h;
     const DecodeStatus s = decode_hello(in_body, h);
@@ -302,6 +319,9 @@ struct Session : std::enable_shared_from_this<Session> {
     if (h.bus != srv.opt.bus) {
       return fail(ErrorCode::unknown_bus, fmt::format("bus '{}' is not served here", h.bus),
                   &srv.counters.closed_handshake);
+    }
+    if (auto refusal = local_peer_refusal()) {
+      return fail(ErrorCode::forbidden, *refusal, &srv.counters.closed_handshake);
     }
     {
       std::lock_guard lk(m);

@@ -59,6 +59,8 @@ struct ServeArgs {
   std::string token_file;
   SlowPolicy slow = SlowPolicy::disconnect;
   std::uint32_t max_subscribers = 64;
+  std::uint32_t max_handshakes = 64;
+  std::uint32_t max_handshakes_per_address = 8;
   std::uint32_t max_frame = 1u << 20;
   std::uint32_t max_handshake = kMaxHelloBody;
   std::string handshake_timeout = "5s";
@@ -174,6 +176,8 @@ int serve(const ServeArgs& a) {
   if (!a.token_file.empty()) o.token = read_token_file(a.token_file);  // exit 1 if unreadable
   o.slow = a.slow;
   o.max_subscribers = a.max_subscribers;
+  o.max_handshakes = a.max_handshakes;
+  o.max_handshakes_per_address = a.max_handshakes_per_address;
   o.max_frame = a.max_frame;
   o.max_handshake = a.max_handshake;
   o.buffer_bytes = a.buffer;
@@ -213,15 +217,25 @@ int main(int argc, char** argv) {
                 "HOST:PORT to listen on (non-loopback needs --token-file). A subscriber on this host "
                 "(loopback or a local address) is served only if its user may read the bus's segment")
       ->capture_default_str();
-  s->add_option("--token-file", sa.token_file, "File holding the token subscribers must present");
+  s->add_option("--token-file", sa.token_file,
+                "File whose first line (without its line end) is the token subscribers must present");
   add_choice(*s, "--slow", sa.slow, slow_names, "A subscriber whose buffer is full: disconnect|skip|block");
-  s->add_option("--max-subscribers", sa.max_subscribers, "Connections at once")
+  s->add_option("--max-subscribers", sa.max_subscribers,
+                "Subscribers at once (checked when a hello is accepted; handshakes do not count)")
+      ->check(CLI::Range(1u, 100000u))->capture_default_str();
+  s->add_option("--max-handshakes", sa.max_handshakes,
+                "Connections not yet subscribed, in all; over it the oldest is closed")
+      ->check(CLI::Range(1u, 100000u))->capture_default_str();
+  s->add_option("--max-handshakes-per-address", sa.max_handshakes_per_address,
+                "Connections not yet subscribed from one address (an IPv6 /64); over it that address's "
+                "oldest is closed")
       ->check(CLI::Range(1u, 100000u))->capture_default_str();
   s->add_option("--max-frame", sa.max_frame, "Largest batch frame body sent, bytes")
       ->check(CLI::Range(4096u, 1u << 28))->capture_default_str();
   s->add_option("--max-handshake", sa.max_handshake, "Largest hello accepted, bytes")
       ->check(CLI::Range(kHelloFixed + 1, kMaxHelloBody))->capture_default_str();
-  s->add_option("--handshake-timeout", sa.handshake_timeout, "Time allowed for the hello")
+  s->add_option("--handshake-timeout", sa.handshake_timeout,
+                "Deadline for the whole hello (and TLS handshake) from the connect")
       ->check(duration_validator())->capture_default_str();
   s->add_option("--idle-timeout", sa.idle_timeout, "Close a subscriber silent this long")
       ->check(duration_validator())->capture_default_str();

@@ -7,11 +7,13 @@
 #include <fmt/format.h>
 #include <shmbus/consumer.hpp>
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <list>
+#include <unordered_map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -59,8 +61,16 @@ struct Server::Impl {
   Clock::time_point next_stats{};
   Counters counters;
   bool stopping = false;
+  // Connections that are not subscribers yet, oldest first, and how many
+  // from each address (io thread only).
+  std::list<Session*> handshaking;
+  std::unordered_map<std::string, std::uint32_t> handshakes_from;
+  // Connections closed for the handshake budget: logged at most once a second.
+  Clock::time_point budget_logged{};
+  std::uint64_t budget_unlogged = 0;
 
   void accept();
+  void enforce_handshake_budget(const std::string& key);
   void on_tick();
   void shutdown();
   void remove(const std::shared_ptr<Session>& s);
@@ -88,6 +98,18 @@ std::string peer_slot_name(tcp::socket& sock) {
   return ec ? std::string("tcp:?") : shmbus::bridge::slot_name(ep.address().to_string(), ep.port());
 }
 
+// The address a peer is counted under for the handshake budget and the
+// token back-off: an IPv4 address (v4-mapped ones too), or an IPv6 /64,
+// the block one host is usually given.
+std::string address_key(const asio::ip::address& a) {
+  if (a.is_v4()) return a.to_string();
+  const auto v6 = a.to_v6();
+  if (v6.is_v4_mapped()) return asio::ip::make_address_v4(asio::ip::v4_mapped, v6).to_string();
+  auto bytes = v6.to_bytes();
+  std::fill(bytes.begin() + 8, bytes.end(), 0);
+  return asio::ip::address_v6(bytes).to_string() + "/64";
+}
+
 }  // namespace
 
 // One TCP subscriber.
@@ -98,9 +120,13 @@ struct Session : std::enable_shared_from_this<Session> {
   tcp::socket sock;  // plain TCP; moved into `tls` when serving TLS
   std::optional<asio::ssl::stream<tcp::socket>> tls;
   bool tls_ready = false;  // the TLS handshake finished: frames may be written
-  std::optional<std::string> refuse;  // over --max-subscribers: said once the channel is up
   std::string peer;  // "tcp:IP:PORT"
-  asio::steady_timer timer;  // handshake deadline, then idle deadline, then close deadline
+  std::string addr_key;  // address_key() of the peer
+  // In srv.handshaking until it becomes a subscriber or is closed.
+  bool in_handshake_budget = false;
+  std::list<Session*>::iterator budget_at;
+  // Handshake deadline, then idle deadline, then the closing watch.
+  asio::steady_timer timer;
   State state = State::handshake;
   std::array<std::byte, kFrameHeaderSize> in_header{};
   std::vector<std::byte> in_body;
@@ -130,7 +156,25 @@ struct Session : std::enable_shared_from_this<Session> {
     boost::system::error_code ec;
     const auto ep = sock.remote_endpoint(ec);
     peer = ec ? std::string("tcp:?") : fmt::format("tcp:{}:{}", ep.address().to_string(), ep.port());
+    addr_key = ec ? std::string("?") : address_key(ep.address());
     if (srv.tls) tls.emplace(std::move(sock), *srv.tls);
+  }
+
+  // Counts against the handshake budget from now on.
+  void enter_handshake_budget() {
+    srv.handshaking.push_back(this);
+    budget_at = std::prev(srv.handshaking.end());
+    in_handshake_budget = true;
+    ++srv.handshakes_from[addr_key];
+  }
+
+  // A subscriber now, or closed: no longer in the handshake budget.
+  void leave_handshake_budget() {
+    if (!in_handshake_budget) return;
+    in_handshake_budget = false;
+    srv.handshaking.erase(budget_at);
+    const auto it = srv.handshakes_from.find(addr_key);
+    if (it != srv.handshakes_from.end() && --it->second == 0) srv.handshakes_from.erase(it);
   }
 
   tcp::socket& socket() { return tls ? tls->next_layer() : sock; }
@@ -145,9 +189,7 @@ struct Session : std::enable_shared_from_this<Session> {
     }
   }
 
-  // `refusal`: over the subscriber limit; told so once the channel is up.
-  void start(std::optional<std::string> refusal = std::nullopt) {
-    refuse = std::move(refusal);
+  void start() {
     boost::system::error_code ignored;
     socket().set_option(tcp::no_delay(true), ignored);
     arm_timer(srv.opt.handshake_timeout, "handshake not finished in time", ErrorCode::timeout,
@@ -162,11 +204,24 @@ struct Session : std::enable_shared_from_this<Session> {
                          });
   }
 
-  void channel_up() {
-    if (refuse) {
-      return fail(ErrorCode::too_many, *refuse, &srv.counters.closed_refused);
+  void channel_up() { read_header(); }
+
+  // Over the handshake budget: closed at once, with a best-effort error
+  // frame on a plain connection (one non-blocking send; never waited for).
+  void evict(const std::string& reason) {
+    if (state == State::closed) return;
+    if (!tls && state == State::handshake) {
+      std::vector<std::byte> f;
+      append_error(f, ErrorCode::too_many, resume_seq_unlocked(), reason);
+      (void)::send(sock.native_handle(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     }
-    read_header();
+    bump(srv.counters.closed_refused);
+    close_now();
+  }
+
+  std::uint64_t resume_seq_unlocked() {
+    std::lock_guard lk(m);
+    return resume_seq;
   }
 
   // Nothing can be said to a peer whose TLS handshake failed: log and close.
@@ -323,6 +378,10 @@ struct Session : std::enable_shared_from_this<Session> {
     if (auto refusal = local_peer_refusal()) {
       return fail(ErrorCode::forbidden, *refusal, &srv.counters.closed_handshake);
     }
+    if (srv.counters.subscribers.load(std::memory_order_relaxed) >= srv.opt.max_subscribers) {
+      return fail(ErrorCode::too_many, fmt::format("subscriber limit {} reached", srv.opt.max_subscribers),
+                  &srv.counters.closed_refused);
+    }
     {
       std::lock_guard lk(m);
       resume_seq = h.start_seq;
@@ -371,6 +430,7 @@ struct Session : std::enable_shared_from_this<Session> {
       resume_seq = w.first_seq;
     }
     state = State::streaming;
+    leave_handshake_budget();
     bump(srv.counters.subscribers);
     log_line(fmt::format("{}: subscribed to '{}' from seq {}", peer, srv.opt.bus, w.first_seq));
     kick();
@@ -622,6 +682,7 @@ struct Session : std::enable_shared_from_this<Session> {
       }
     }
     state = State::closed;
+    leave_handshake_budget();
     {
       std::lock_guard lk(m);
       stop_reader = true;
@@ -684,15 +745,52 @@ void Server::Impl::accept() {
     }
     bump(counters.accepted);
     auto s = std::make_shared<Session>(*this, std::move(sock));
-    const bool over = sessions.size() >= opt.max_subscribers;
+    enforce_handshake_budget(s->addr_key);
     sessions.push_back(s);
-    if (over) {
-      s->start(fmt::format("subscriber limit {} reached", opt.max_subscribers));
-    } else {
-      s->start();
-    }
+    s->enter_handshake_budget();
+    s->start();
     accept();
   });
+}
+
+// Makes room for one more connection from `key` in the handshake budget:
+// the oldest connection in handshake from that address goes, or, when the
+// total is reached, the oldest of all. The oldest rather than the newest:
+// a client that means to subscribe sends its hello at once, so the
+// connection that has waited longest is the likeliest to be one that never
+// will (a dribbler), and a client behind the same address still gets in by
+// connecting; refusing the newest would let a few held-open connections
+// keep everyone out for good.
+void Server::Impl::enforce_handshake_budget(const std::string& key) {
+  Session* victim = nullptr;
+  std::string why;
+  if (const auto it = handshakes_from.find(key);
+      it != handshakes_from.end() && it->second >= std::max<std::uint32_t>(opt.max_handshakes_per_address, 1)) {
+    for (Session* h : handshaking) {
+      if (h->addr_key == key) {
+        victim = h;
+        break;
+      }
+    }
+    why = fmt::format("{} connections from {} in handshake (--max-handshakes-per-address): the oldest is closed",
+                      it->second, key);
+  } else if (!handshaking.empty() && handshaking.size() >= std::max<std::uint32_t>(opt.max_handshakes, 1)) {
+    victim = handshaking.front();
+    why = fmt::format("{} connections in handshake (--max-handshakes): the oldest is closed", handshaking.size());
+  }
+  if (!victim) return;
+  const auto now = Clock::now();
+  if (now - budget_logged >= std::chrono::seconds(1)) {
+    log_line(fmt::format("{}: closed: too-many-subscribers: {}{}", victim->peer, why,
+                         budget_unlogged ? fmt::format(" ({} more closed so in the last second)", budget_unlogged)
+                                         : std::string()));
+    budget_logged = now;
+    budget_unlogged = 0;
+  } else {
+    ++budget_unlogged;
+  }
+  const auto keep = victim->shared_from_this();  // close_now() removes it from `sessions`
+  victim->evict(why);
 }
 
 void Server::Impl::on_tick() {

@@ -38,7 +38,16 @@ struct ServeOptions {
   std::uint16_t port = 0;  // 0: any free port (see Server::port())
   std::optional<std::string> token;  // required from clients when set
   SlowPolicy slow = SlowPolicy::disconnect;
-  std::uint32_t max_subscribers = 64;       // connections at once, handshaking ones included
+  // Subscribers at once: checked when a hello is accepted (a refusal is an
+  // error frame after the hello); connections still in their handshake
+  // never count here.
+  std::uint32_t max_subscribers = 64;
+  // Connections that have not become subscribers yet (handshake, TLS
+  // handshake, or closing before welcome): at most this many in all and from
+  // one address (an IPv6 /64 counts as one). Over either, the oldest such
+  // connection (from that address, or in all) is closed at once.
+  std::uint32_t max_handshakes = 64;
+  std::uint32_t max_handshakes_per_address = 8;
   std::uint32_t max_frame = 1u << 20;       // largest batch body sent
   std::uint32_t max_handshake = 16 + 200 + 1024;  // largest hello body accepted
   std::chrono::milliseconds handshake_timeout{5000};

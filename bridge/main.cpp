@@ -218,7 +218,8 @@ int main(int argc, char** argv) {
                 "(loopback or a local address) is served only if its user may read the bus's segment")
       ->capture_default_str();
   s->add_option("--token-file", sa.token_file,
-                "File whose first line (without its line end) is the token subscribers must present");
+                "File whose first line (without its line end) is the token subscribers must present; "
+                "after a wrong one, that address's handshakes wait 100ms, doubling to 5s");
   add_choice(*s, "--slow", sa.slow, slow_names, "A subscriber whose buffer is full: disconnect|skip|block");
   s->add_option("--max-subscribers", sa.max_subscribers,
                 "Subscribers at once (checked when a hello is accepted; handshakes do not count)")

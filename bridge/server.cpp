@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <list>
 #include <unordered_map>
@@ -47,6 +48,61 @@ void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
 
 struct Session;
 
+// Wrong tokens per address (io thread only): the back-off of
+// ServeOptions::token_backoff_*. Bounded: the least recently failed address
+// is forgotten first.
+class TokenBackoff {
+ public:
+  explicit TokenBackoff(const ServeOptions& o) : opt_(o) {}
+
+  // When `key`'s next handshake may be answered (a past time if now).
+  Clock::time_point answer_after(const std::string& key, Clock::time_point now) {
+    const auto it = entries_.find(key);
+    if (it == entries_.end()) return {};
+    if (now - it->second.last >= opt_.token_backoff_forget) {
+      order_.erase(it->second.where);
+      entries_.erase(it);
+      return {};
+    }
+    return it->second.until;
+  }
+
+  // A wrong token from `key` now; returns the delay its next handshake waits.
+  std::chrono::milliseconds failed(const std::string& key, Clock::time_point now) {
+    auto [it, fresh] = entries_.try_emplace(key);
+    Entry& e = it->second;
+    if (!fresh) {
+      order_.erase(e.where);
+      if (now - e.last >= opt_.token_backoff_forget) e.failures = 0;
+    }
+    order_.push_back(key);
+    e.where = std::prev(order_.end());
+    if (fresh && entries_.size() > std::max<std::uint32_t>(opt_.token_backoff_addresses, 1)) {
+      entries_.erase(order_.front());
+      order_.pop_front();
+    }
+    e.failures = std::min<std::uint32_t>(e.failures + 1, 32);
+    e.last = now;
+    auto delay = opt_.token_backoff_min;
+    for (std::uint32_t i = 1; i < e.failures && delay < opt_.token_backoff_max; ++i) delay *= 2;
+    delay = std::min(delay, opt_.token_backoff_max);
+    e.until = now + delay;
+    return delay;
+  }
+
+  std::size_t size() const noexcept { return entries_.size(); }
+
+ private:
+  struct Entry {
+    std::uint32_t failures = 0;
+    Clock::time_point last{}, until{};
+    std::list<std::string>::iterator where;  // in order_
+  };
+  const ServeOptions& opt_;
+  std::unordered_map<std::string, Entry> entries_;
+  std::list<std::string> order_;  // least recently failed first
+};
+
 struct Server::Impl {
   ServeOptions opt;
   asio::io_context io;
@@ -65,6 +121,7 @@ struct Server::Impl {
   // from each address (io thread only).
   std::list<Session*> handshaking;
   std::unordered_map<std::string, std::uint32_t> handshakes_from;
+  TokenBackoff backoff{opt};
   // Connections closed for the handshake budget: logged at most once a second.
   Clock::time_point budget_logged{};
   std::uint64_t budget_unlogged = 0;
@@ -127,6 +184,8 @@ struct Session : std::enable_shared_from_this<Session> {
   std::list<Session*>::iterator budget_at;
   // Handshake deadline, then idle deadline, then the closing watch.
   asio::steady_timer timer;
+  asio::steady_timer hold;  // a complete hello waiting out its address's token back-off
+  bool held = false;
   State state = State::handshake;
   std::array<std::byte, kFrameHeaderSize> in_header{};
   std::vector<std::byte> in_body;
@@ -152,7 +211,7 @@ struct Session : std::enable_shared_from_this<Session> {
   std::vector<std::byte> sending;    // io thread only: the buffer being written
 
   Session(Server::Impl& s, tcp::socket socket)
-      : srv(s), sock(std::move(socket)), timer(s.io) {
+      : srv(s), sock(std::move(socket)), timer(s.io), hold(s.io) {
     boost::system::error_code ec;
     const auto ep = sock.remote_endpoint(ec);
     peer = ec ? std::string("tcp:?") : fmt::format("tcp:{}:{}", ep.address().to_string(), ep.port());
@@ -331,13 +390,48 @@ struct Session : std::enable_shared_from_this<Session> {
     if (ec) return peer_gone(ec);
     if (state == State::closing) return drain();
     last_received = Clock::now();
-    if (state == State::handshake) return on_hello();
+    if (state == State::handshake) {
+      // The hello is whole: the handshake deadline has done its job. An
+      // address that sent a wrong token recently waits out its back-off
+      // before anything is answered (a right token too: an answer that came
+      // sooner would tell which guess was right).
+      timer.cancel();
+      return answer_hello();
+    }
     std::uint64_t seq = 0;
     if (const DecodeStatus s = decode_seq(in_body, seq); s != DecodeStatus::ok) {
       return fail(ErrorCode::bad_request, fmt::format("heartbeat: {}", to_string(s)),
                   &srv.counters.closed_protocol);
     }
     read_header();
+  }
+
+  void answer_hello() {
+    if (state != State::handshake) return;
+    const auto now = Clock::now();
+    const auto after = srv.backoff.answer_after(addr_key, now);
+    if (after <= now) return on_hello();
+    if (!held) {
+      held = true;
+      watch_held_peer();
+    }
+    hold.expires_at(after);
+    hold.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) self->answer_hello();  // looks again: another wrong token may have moved it
+    });
+  }
+
+  // A held hello whose peer gives up (closes) is dropped unanswered: it
+  // neither waits its turn nor counts as another wrong token.
+  void watch_held_peer() {
+    socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->state != State::handshake) return;
+      char c;
+      const ssize_t n = ::recv(self->socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0) return self->peer_gone(asio::error::eof);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return self->peer_gone(asio::error::connection_reset);
+      // Bytes after the hello: the peer is there; they are read after welcome.
+    });
   }
 
   // The local peer's user may read the bus's segment, or the peer is on
@@ -368,7 +462,10 @@ struct Session : std::enable_shared_from_this<Session> {
                   &srv.counters.closed_protocol);
     }
     if (srv.opt.token && !constant_time_equal(h.token, *srv.opt.token)) {
-      return fail(ErrorCode::bad_token, h.token.empty() ? "a token is required" : "wrong token",
+      const auto delay = srv.backoff.failed(addr_key, Clock::now());
+      return fail(ErrorCode::bad_token,
+                  fmt::format("{}; the next handshake from {} is answered after {} ms",
+                              h.token.empty() ? "a token is required" : "wrong token", addr_key, delay.count()),
                   &srv.counters.closed_handshake);
     }
     if (h.bus != srv.opt.bus) {
@@ -690,6 +787,7 @@ struct Session : std::enable_shared_from_this<Session> {
     space.notify_all();
     boost::system::error_code ignored;
     timer.cancel();
+    hold.cancel();
     socket().close(ignored);
     srv.remove(shared_from_this());
   }

@@ -48,6 +48,15 @@ struct ServeOptions {
   // connection (from that address, or in all) is closed at once.
   std::uint32_t max_handshakes = 64;
   std::uint32_t max_handshakes_per_address = 8;
+  // After a wrong token, that address's handshakes are answered no sooner
+  // than token_backoff_min after it, doubling per wrong token up to
+  // token_backoff_max; an address without a wrong token for
+  // token_backoff_forget is forgotten, and at most token_backoff_addresses
+  // are remembered (the one with the oldest wrong token goes first).
+  std::chrono::milliseconds token_backoff_min{100};
+  std::chrono::milliseconds token_backoff_max{5000};
+  std::chrono::milliseconds token_backoff_forget{30000};
+  std::uint32_t token_backoff_addresses = 4096;
   std::uint32_t max_frame = 1u << 20;       // largest batch body sent
   std::uint32_t max_handshake = 16 + 200 + 1024;  // largest hello body accepted
   std::chrono::milliseconds handshake_timeout{5000};

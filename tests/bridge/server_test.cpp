@@ -665,6 +665,22 @@ std::vector<std::byte> hello_frame(const std::string& bus, const std::string& to
   return f;
 }
 
+// The type of the first frame the server answers on `r` within `limit`
+// (0 if none: closed without a frame, or nothing yet).
+unsigned first_answer(const Raw& r, std::chrono::milliseconds limit) {
+  std::vector<std::byte> got;
+  const auto deadline = Clock::now() + limit;
+  while (got.size() < kFrameHeaderSize && Clock::now() < deadline) {
+    pollfd p{r.fd, POLLIN, 0};
+    if (::poll(&p, 1, 10) <= 0) continue;
+    std::byte b[64];
+    const ssize_t n = ::recv(r.fd, b, sizeof b, 0);
+    if (n <= 0) return 0;
+    got.insert(got.end(), b, b + n);
+  }
+  return got.size() >= kFrameHeaderSize ? static_cast<unsigned>(got[4]) : 0;
+}
+
 // Connections that never finish a hello — a few dribbling one by one, a
 // flood of bare connects, all from one address — do not keep a subscriber
 // from another address out: they have their own budget, and the subscriber
@@ -769,6 +785,62 @@ TEST_F(BridgeServer, ConnectionsInHandshakeNeverTakeASubscribersPlace) {
     EXPECT_TRUE(r.payloads_ok);
   }
   EXPECT_GE(s.server.stats().closed_refused, 1u);
+}
+
+// Wrong tokens from one address: that address's handshakes are answered no
+// sooner than a back-off that doubles per wrong token (100 ms to 5 s),
+// while another address is answered at once and a right token from the
+// first is served once it has waited.
+TEST_F(BridgeServer, WrongTokensFromOneAddressAreAnsweredEverMoreSlowly) {
+  ScopedBus b("backoff");
+  auto o = options_for(b);
+  o.token = "right token";
+  RunningServer s(o);
+  const std::uint16_t port = s.port();
+  const auto wrong = hello_frame(b.name, "wrong token");
+  const auto right = hello_frame(b.name, "right token");
+  // 127.0.0.4 tries wrong tokens for 3 s, one connection after another,
+  // each given 100 ms for an answer.
+  int answered = 0, attempts = 0;
+  const auto t0 = Clock::now();
+  std::thread guesser([&] {
+    while (Clock::now() - t0 < 3s) {
+      Raw r(port, 0, "127.0.0.4");
+      r.send(wrong);
+      ++attempts;
+      if (first_answer(r, 100ms) == static_cast<unsigned>(FrameType::error)) ++answered;
+    }
+  });
+  // Meanwhile 127.0.0.1 is answered at once: a wrong token, then a right one.
+  std::this_thread::sleep_for(1s);
+  {
+    auto co = client_for(b, port);
+    co.token = "wrong token";
+    const auto t1 = Clock::now();
+    try {
+      Client c(co);
+      ADD_FAILURE();
+    } catch (const ClientError& e) {
+      ASSERT_TRUE(e.code) << e.what();
+      EXPECT_EQ(*e.code, ErrorCode::bad_token);
+    }
+    EXPECT_LT(Clock::now() - t1, 1s) << "another address was slowed";
+    co.token = "right token";
+    const auto t2 = Clock::now();
+    Client ok(co);  // its own address's first wrong token costs it 100 ms
+    EXPECT_LT(Clock::now() - t2, 2s);
+  }
+  guesser.join();
+  std::printf("wrong tokens from one address: %d attempts in 3 s, %d answered\n", attempts, answered);
+  EXPECT_GE(answered, 1);
+  EXPECT_LE(answered, 20) << "of " << attempts << " attempts";  // 100+200+400+800+1600 ms: about 5
+  EXPECT_GT(attempts, answered);
+  // The right token from the guessing address, after the back-off (at most 5 s).
+  Raw r(port, 0, "127.0.0.4");
+  r.send(right);
+  const auto t3 = Clock::now();
+  EXPECT_EQ(first_answer(r, 12s), static_cast<unsigned>(FrameType::welcome));
+  EXPECT_LT(Clock::now() - t3, 12s);
 }
 
 }  // namespace

@@ -7,8 +7,10 @@
 #include <fmt/format.h>
 #include <shmbus/consumer.hpp>
 
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <linux/sockios.h>
 
 #include <atomic>
 #include <cerrno>
@@ -208,7 +210,17 @@ struct Session : std::enable_shared_from_this<Session> {
   std::atomic<bool> reader_done{false};
   std::thread reader_thread;         // joined by the server once reader_done
 
-  std::vector<std::byte> sending;    // io thread only: the buffer being written
+  // io thread only: the buffer being written and how much of it is.
+  std::vector<std::byte> sending;
+  std::size_t sending_off = 0;
+  std::uint64_t written = 0;  // bytes handed to the socket so far
+  // io thread only, while closing: everything queued is in the socket and a
+  // FIN follows it; the current window of the progress watch (its start,
+  // bytes the peer had taken, bytes left then).
+  bool fin_sent = false;
+  Clock::time_point window_start{};
+  std::uint64_t window_taken = 0;
+  std::uint64_t window_left = 0;
 
   Session(Server::Impl& s, tcp::socket socket)
       : srv(s), sock(std::move(socket)), timer(s.io), hold(s.io) {
@@ -336,6 +348,11 @@ struct Session : std::enable_shared_from_this<Session> {
       st.async_read_some(asio::buffer(in_header),
                          [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
                            if (self->state == State::closed) return;
+                           if (ec == asio::error::eof) {
+                             // The peer closed its side. It may still be reading:
+                             // the closing watch says when it has everything.
+                             return self->close_if_taken();
+                           }
                            if (ec) return self->close_now();
                            self->drain();
                          });
@@ -675,7 +692,7 @@ struct Session : std::enable_shared_from_this<Session> {
         finish_after_flush = false;
       }
     }
-    if (flushed) return close_now();  // everything up to the final frame is written
+    if (flushed) return all_queued_written();  // everything up to the final frame
     {
       std::lock_guard lk(m);
       if (writing || pending.empty()) return;
@@ -683,18 +700,29 @@ struct Session : std::enable_shared_from_this<Session> {
       pending.clear();
       writing = true;
     }
+    sending_off = 0;
     space.notify_all();
+    write_some();
+  }
+
+  // Writes `sending` piece by piece, so that the closing watch sees every
+  // byte the peer takes, not only whole buffers.
+  void write_some() {
     with_stream([&](auto& st) {
-      asio::async_write(st, asio::buffer(sending),
-                        [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
-                          self->on_written(ec, n);
-                        });
+      st.async_write_some(asio::buffer(sending.data() + sending_off, sending.size() - sending_off),
+                          [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+                            self->on_written(ec, n);
+                          });
     });
   }
 
   void on_written(boost::system::error_code ec, std::size_t n) {
     bump(srv.counters.bytes, n);
+    written += n;
+    sending_off += n;
+    if (!ec && state != State::closed && sending_off < sending.size()) return write_some();
     sending.clear();
+    sending_off = 0;
     {
       std::lock_guard lk(m);
       writing = false;
@@ -703,6 +731,101 @@ struct Session : std::enable_shared_from_this<Session> {
     if (state == State::closed) return;
     if (ec) return peer_gone(ec);
     kick();
+  }
+
+  // io thread: the last frame (end, or an error) is in the socket.
+  void all_queued_written() {
+    if (state == State::streaming) {
+      End why;
+      {
+        std::lock_guard lk(m);
+        why = end_kind;
+      }
+      if (why == End::slow) {
+        slow_close();  // the reader's slow error went out before slow_close() ran
+      } else {
+        bump(srv.counters.closed_end);
+        srv.counters.subscribers.fetch_sub(1, std::memory_order_relaxed);
+        log_line(fmt::format("{}: closed: end of stream forwarded", peer));
+        state = State::closing;  // the read in flight drains from now on
+        watch_closing();
+      }
+    }
+    if (state != State::closing) return;
+    // A FIN follows the data; the socket is closed once the peer has taken
+    // (acknowledged) everything, or closes itself, or stops making progress.
+    boost::system::error_code ignored;
+    socket().shutdown(tcp::socket::shutdown_send, ignored);
+    fin_sent = true;
+    close_if_taken();
+    if (state == State::closing) arm_watch();  // looks again soon, not only at the window's end
+  }
+
+  // Bytes written to the socket that the peer has not acknowledged yet.
+  std::uint64_t unacked() {
+    int n = 0;
+    if (::ioctl(socket().native_handle(), SIOCOUTQ, &n) != 0 || n < 0) return 0;
+    return static_cast<std::uint64_t>(n);
+  }
+
+  // Bytes queued for the peer and not taken yet.
+  std::uint64_t left_to_take() {
+    std::size_t queued;
+    {
+      std::lock_guard lk(m);
+      queued = pending.size();
+    }
+    return queued + (sending.size() - sending_off) + unacked();
+  }
+
+  void close_if_taken() {
+    if (state == State::closing && fin_sent && unacked() == 0) close_now();
+  }
+
+  // While closing: a peer that takes at least closing_min_rate bytes a
+  // second (or everything that was left) keeps its connection until the last
+  // frame is through; one that takes less in a whole second is cut off.
+  void watch_closing() {
+    window_start = Clock::now();
+    window_left = left_to_take();
+    window_taken = written - std::min<std::uint64_t>(written, unacked());
+    arm_watch();
+  }
+
+  void arm_watch() {
+    // Once the FIN is queued, look often: the socket closes as soon as the
+    // peer has everything. Before that, once per window.
+    const auto window_end = window_start + std::chrono::seconds(1);
+    const auto now = Clock::now();
+    auto next = window_end;
+    if (fin_sent) next = std::min(window_end, now + std::chrono::milliseconds(20));
+    timer.expires_at(std::max(next, now));
+    timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->state != State::closing) return;
+      self->on_watch();
+    });
+  }
+
+  void on_watch() {
+    close_if_taken();
+    if (state == State::closed) return;
+    const auto now = Clock::now();
+    if (now - window_start < std::chrono::seconds(1)) return arm_watch();
+    const std::uint64_t out = unacked();
+    const std::uint64_t taken = written - std::min<std::uint64_t>(written, out);
+    const std::uint64_t progress = taken - std::min(taken, window_taken);
+    const std::uint64_t need = std::min<std::uint64_t>(srv.opt.closing_min_rate, window_left);
+    if (need == 0) return close_now();  // nothing was left a second ago: nothing to wait for
+    if (progress < need) {
+      log_line(fmt::format("{}: cut off: took {} bytes in the last second while closing ({} left; at least {} "
+                           "a second are needed)",
+                           peer, progress, window_left - std::min(window_left, progress), need));
+      return close_now();
+    }
+    window_start = now;
+    window_taken = taken;
+    window_left = left_to_take();
+    arm_watch();
   }
 
   // io thread: the reader queued an ErrorCode::slow frame and stopped.
@@ -739,11 +862,7 @@ struct Session : std::enable_shared_from_this<Session> {
       stop_reader = true;
     }
     space.notify_all();
-    // A peer that does not read gets one second to take the error, then is cut off.
-    timer.expires_after(std::chrono::seconds(1));
-    timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-      if (!ec) self->close_now();
-    });
+    watch_closing();
     kick();
   }
 

@@ -63,6 +63,10 @@ struct ServeOptions {
   std::chrono::milliseconds idle_timeout{15000};  // nothing received from a subscriber
   std::chrono::milliseconds heartbeat{1000};      // sent when nothing else was
   std::size_t buffer_bytes = 4u << 20;            // per subscriber, encoded frames waiting
+  // A connection being closed behind queued frames (an error frame, end)
+  // stays while its peer takes at least this many bytes per second (or all
+  // that is left), so that a slow reader still gets the last frame.
+  std::size_t closing_min_rate = 64u << 10;
   std::uint32_t batch_messages = 256;             // messages read from the bus at once
   Trust trust{};
   // TLS: PEM certificate chain and private key; both empty for plain TCP.

@@ -653,6 +653,20 @@ TEST_F(BridgeServer, StalledSubscriberDoesNotSlowAnother) {
 }
 
 
+// The frames of a byte stream as the server sent them, decoded one by one.
+struct Frames {
+  std::vector<std::byte> buf;
+  std::size_t at = 0;
+  // The next whole frame, if there is one in `buf`.
+  bool next(FrameHeader& h, std::span<const std::byte>& body) {
+    std::span<const std::byte> s(buf.data() + at, buf.size() - at);
+    if (parse_header(s, 64u << 20, h) != DecodeStatus::ok || s.size() - kFrameHeaderSize < h.length) return false;
+    body = s.subspan(kFrameHeaderSize, h.length);
+    at += kFrameHeaderSize + h.length;
+    return true;
+  }
+};
+
 std::vector<std::byte> hello_frame(const std::string& bus, const std::string& token = {},
                                    StartKind start = StartKind::earliest, std::uint64_t seq = 0) {
   Hello h;
@@ -841,6 +855,110 @@ TEST_F(BridgeServer, WrongTokensFromOneAddressAreAnsweredEverMoreSlowly) {
   const auto t3 = Clock::now();
   EXPECT_EQ(first_answer(r, 12s), static_cast<unsigned>(FrameType::welcome));
   EXPECT_LT(Clock::now() - t3, 12s);
+}
+
+// Under --slow disconnect a subscriber that reads, but slowly (about
+// 400 KB/s here, so that taking the --buffer queued before the error takes
+// seconds), still gets `error slow` with the sequence it resumes at: the
+// closing connection is kept while the peer takes bytes. Resuming there is
+// exact: every sequence it got, then either that sequence or, since the
+// producer lapped it, an exact not-retained answer naming the oldest one.
+TEST_F(BridgeServer, ASlowReaderGetsTheSlowErrorAndResumesWhereItSays) {
+  ScopedBus b("slowerr", Policy::block, 16384);
+  auto o = options_for(b);
+  o.buffer_bytes = 1 << 20;
+  o.slow = SlowPolicy::disconnect;
+  RunningServer s(o);
+  Raw slow(s.port(), 16384);
+  slow.send(hello_frame(b.name));
+  Producer p(b.bus);
+  // ~11 MB of frames at 100 k messages/s: the bridge's reader keeps up until
+  // the subscriber's buffer is full, then the producer laps it.
+  std::thread producer([&] {
+    for (int i = 0; i < 300; ++i) {
+      publish_range(p, 1000);
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  Frames f;
+  std::optional<ErrorFrame> error;
+  std::string error_text;
+  std::uint64_t next = 0, messages = 0;
+  bool welcomed = false, in_order = true, closed = false;
+  const auto deadline = Clock::now() + 90s;
+  while (!error && !closed && Clock::now() < deadline) {
+    pollfd pf{slow.fd, POLLIN, 0};
+    if (::poll(&pf, 1, 100) <= 0) continue;
+    std::byte buf[4096];
+    const ssize_t n = ::recv(slow.fd, buf, sizeof buf, 0);
+    if (n <= 0) {
+      closed = true;
+    } else {
+      f.buf.insert(f.buf.end(), buf, buf + n);
+    }
+    FrameHeader h;
+    std::span<const std::byte> body;
+    while (!error && f.next(h, body)) {
+      if (h.type == FrameType::welcome) {
+        Welcome w;
+        ASSERT_EQ(decode_welcome(body, w), DecodeStatus::ok);
+        welcomed = true;
+        next = w.first_seq;
+      } else if (h.type == FrameType::batch) {
+        BatchView v;
+        ASSERT_EQ(decode_batch(body, 1 << 20, v), DecodeStatus::ok);
+        for (BatchMessage m : v) {
+          if (m.seq != next) in_order = false;
+          next = m.seq + 1;
+          ++messages;
+        }
+      } else if (h.type == FrameType::error) {
+        ErrorFrame e;
+        ASSERT_EQ(decode_error(body, e), DecodeStatus::ok);
+        error = e;
+        error_text = std::string(e.text);
+      } else if (h.type == FrameType::loss) {
+        in_order = false;  // --slow disconnect never skips
+      }
+    }
+    std::this_thread::sleep_for(10ms);  // ~400 KB/s
+  }
+  producer.join();
+  ASSERT_TRUE(welcomed);
+  ASSERT_TRUE(error) << "the connection " << (closed ? "was closed" : "stayed open") << " after " << messages
+                     << " messages without an error frame";
+  EXPECT_EQ(error->code, ErrorCode::slow) << error_text;
+  EXPECT_TRUE(in_order) << "messages out of order or skipped before the error";
+  EXPECT_EQ(error->next_seq, next) << "the resume point is not the sequence after the last one received";
+  EXPECT_GT(messages, 0u);
+
+  // Resume there.
+  auto co = client_for(b, s.port());
+  co.start = StartKind::sequence;
+  co.start_seq = error->next_seq;
+  std::uint64_t resume = error->next_seq;
+  std::unique_ptr<Client> c;
+  try {
+    c = std::make_unique<Client>(co);
+    EXPECT_EQ(c->welcome().first_seq, error->next_seq);
+  } catch (const ClientError& e) {
+    // Lapped means the producer overwrote it: the answer names exactly where the ring begins.
+    ASSERT_TRUE(e.code) << e.what();
+    ASSERT_EQ(*e.code, ErrorCode::not_retained) << e.what();
+    EXPECT_EQ(e.next_seq, b.bus.oldest());
+    EXPECT_GT(e.next_seq, error->next_seq);
+    resume = e.next_seq;
+    co.start_seq = resume;
+    c = std::make_unique<Client>(co);
+  }
+  EXPECT_EQ(c->welcome().first_seq, resume);
+  p.close();
+  const Received r = read_to_end(*c);
+  EXPECT_TRUE(r.ended);
+  EXPECT_TRUE(r.payloads_ok);
+  EXPECT_EQ(r.first, resume);
+  EXPECT_EQ(r.lost, 0u);
+  EXPECT_EQ(r.next, 300000u);
 }
 
 }  // namespace

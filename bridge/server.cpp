@@ -478,6 +478,10 @@ struct Session : std::enable_shared_from_this<Session> {
       return fail(ErrorCode::bad_request, fmt::format("hello: {}", to_string(s)),
                   &srv.counters.closed_protocol);
     }
+    {
+      std::lock_guard lk(m);
+      resume_seq = h.start_seq;  // every refusal of a decoded hello says where it asked to start
+    }
     if (srv.opt.token && !constant_time_equal(h.token, *srv.opt.token)) {
       const auto delay = srv.backoff.failed(addr_key, Clock::now());
       return fail(ErrorCode::bad_token,
@@ -495,10 +499,6 @@ struct Session : std::enable_shared_from_this<Session> {
     if (srv.counters.subscribers.load(std::memory_order_relaxed) >= srv.opt.max_subscribers) {
       return fail(ErrorCode::too_many, fmt::format("subscriber limit {} reached", srv.opt.max_subscribers),
                   &srv.counters.closed_refused);
-    }
-    {
-      std::lock_guard lk(m);
-      resume_seq = h.start_seq;
     }
     ConsumerOptions co;
     co.name = peer_slot_name(socket());

@@ -335,13 +335,18 @@ TEST_F(BridgeServer, RefusesAnotherBusAWrongTokenAndAnotherVersion) {
   co.token = "correct horse";
   { Client ok(co); }
   co.token = "wrong";
+  co.start = StartKind::sequence;
+  co.start_seq = 7;
   try {
     Client c(co);
     ADD_FAILURE();
   } catch (const ClientError& e) {
     ASSERT_TRUE(e.code);
     EXPECT_EQ(*e.code, ErrorCode::bad_token);
+    EXPECT_EQ(e.next_seq, 7u) << "a refused hello's next_seq is where it asked to start";
   }
+  co.start = StartKind::earliest;
+  co.start_seq = 0;
   co.token = "correct horse";
   co.bus = "another-bus";
   try {

@@ -231,18 +231,22 @@ int main(int argc, char** argv) {
                 "Connections not yet subscribed from one address (an IPv6 /64); over it that address's "
                 "oldest is closed")
       ->check(CLI::Range(1u, 100000u))->capture_default_str();
-  s->add_option("--max-frame", sa.max_frame, "Largest batch frame body sent, bytes")
+  s->add_option("--max-frame", sa.max_frame,
+                "Largest batch frame body sent, bytes (raised to fit one message of the bus's largest payload)")
       ->check(CLI::Range(4096u, 1u << 28))->capture_default_str();
   s->add_option("--max-handshake", sa.max_handshake, "Largest hello accepted, bytes")
       ->check(CLI::Range(kHelloFixed + 1, kMaxHelloBody))->capture_default_str();
   s->add_option("--handshake-timeout", sa.handshake_timeout,
                 "Deadline for the whole hello (and TLS handshake) from the connect")
       ->check(duration_validator())->capture_default_str();
-  s->add_option("--idle-timeout", sa.idle_timeout, "Close a subscriber silent this long")
+  s->add_option("--idle-timeout", sa.idle_timeout,
+                "Close a subscriber silent this long (its heartbeats keep it open)")
       ->check(duration_validator())->capture_default_str();
   s->add_option("--heartbeat", sa.heartbeat, "Heartbeat interval when idle")
       ->check(duration_validator())->capture_default_str();
-  s->add_option("--buffer", sa.buffer, "Per-subscriber buffer, bytes")
+  s->add_option("--buffer", sa.buffer,
+                "Per-subscriber buffer of encoded frames, bytes; a closing connection stays while its peer takes "
+                "at least 64 KiB/s of what is left")
       ->check(CLI::Range(std::size_t{4096}, std::size_t{1} << 32))->capture_default_str();
   s->add_option("--stats-interval", sa.stats_interval, "Stats line period on stderr (0: off)")
       ->check(duration_validator())->capture_default_str();

@@ -496,6 +496,7 @@ struct Session : std::enable_shared_from_this<Session> {
     if (auto refusal = local_peer_refusal()) {
       return fail(ErrorCode::forbidden, *refusal, &srv.counters.closed_handshake);
     }
+    // Relaxed: only the io thread (this one) changes the gauge, so the load is exact.
     if (srv.counters.subscribers.load(std::memory_order_relaxed) >= srv.opt.max_subscribers) {
       return fail(ErrorCode::too_many, fmt::format("subscriber limit {} reached", srv.opt.max_subscribers),
                   &srv.counters.closed_refused);

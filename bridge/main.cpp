@@ -59,6 +59,8 @@ struct ServeArgs {
   std::string token_file;
   SlowPolicy slow = SlowPolicy::disconnect;
   std::uint32_t max_subscribers = 64;
+  std::uint32_t max_handshakes = 64;
+  std::uint32_t max_handshakes_per_address = 8;
   std::uint32_t max_frame = 1u << 20;
   std::uint32_t max_handshake = kMaxHelloBody;
   std::string handshake_timeout = "5s";
@@ -174,6 +176,8 @@ int serve(const ServeArgs& a) {
   if (!a.token_file.empty()) o.token = read_token_file(a.token_file);  // exit 1 if unreadable
   o.slow = a.slow;
   o.max_subscribers = a.max_subscribers;
+  o.max_handshakes = a.max_handshakes;
+  o.max_handshakes_per_address = a.max_handshakes_per_address;
   o.max_frame = a.max_frame;
   o.max_handshake = a.max_handshake;
   o.buffer_bytes = a.buffer;
@@ -209,23 +213,40 @@ int main(int argc, char** argv) {
   ServeArgs sa;
   auto* s = app.add_subcommand("serve", "Serve a local bus to TCP subscribers");
   s->add_option("BUS", sa.bus, "Bus to serve")->required();
-  s->add_option("--listen", sa.listen, "HOST:PORT to listen on (non-loopback needs --token-file)")
+  s->add_option("--listen", sa.listen,
+                "HOST:PORT to listen on (non-loopback needs --token-file). A subscriber on this host "
+                "(loopback or a local address) is served only if its user may read the bus's segment")
       ->capture_default_str();
-  s->add_option("--token-file", sa.token_file, "File holding the token subscribers must present");
+  s->add_option("--token-file", sa.token_file,
+                "File whose first line (without its line end) is the token subscribers must present; "
+                "after a wrong one, that address's handshakes wait 100ms, doubling to 5s");
   add_choice(*s, "--slow", sa.slow, slow_names, "A subscriber whose buffer is full: disconnect|skip|block");
-  s->add_option("--max-subscribers", sa.max_subscribers, "Connections at once")
+  s->add_option("--max-subscribers", sa.max_subscribers,
+                "Subscribers at once (checked when a hello is accepted; handshakes do not count)")
       ->check(CLI::Range(1u, 100000u))->capture_default_str();
-  s->add_option("--max-frame", sa.max_frame, "Largest batch frame body sent, bytes")
+  s->add_option("--max-handshakes", sa.max_handshakes,
+                "Connections not yet subscribed, in all; over it the oldest is closed")
+      ->check(CLI::Range(1u, 100000u))->capture_default_str();
+  s->add_option("--max-handshakes-per-address", sa.max_handshakes_per_address,
+                "Connections not yet subscribed from one address (an IPv6 /64); over it that address's "
+                "oldest is closed")
+      ->check(CLI::Range(1u, 100000u))->capture_default_str();
+  s->add_option("--max-frame", sa.max_frame,
+                "Largest batch frame body sent, bytes (raised to fit one message of the bus's largest payload)")
       ->check(CLI::Range(4096u, 1u << 28))->capture_default_str();
   s->add_option("--max-handshake", sa.max_handshake, "Largest hello accepted, bytes")
       ->check(CLI::Range(kHelloFixed + 1, kMaxHelloBody))->capture_default_str();
-  s->add_option("--handshake-timeout", sa.handshake_timeout, "Time allowed for the hello")
+  s->add_option("--handshake-timeout", sa.handshake_timeout,
+                "Deadline for the whole hello (and TLS handshake) from the connect")
       ->check(duration_validator())->capture_default_str();
-  s->add_option("--idle-timeout", sa.idle_timeout, "Close a subscriber silent this long")
+  s->add_option("--idle-timeout", sa.idle_timeout,
+                "Close a subscriber silent this long (its heartbeats keep it open)")
       ->check(duration_validator())->capture_default_str();
   s->add_option("--heartbeat", sa.heartbeat, "Heartbeat interval when idle")
       ->check(duration_validator())->capture_default_str();
-  s->add_option("--buffer", sa.buffer, "Per-subscriber buffer, bytes")
+  s->add_option("--buffer", sa.buffer,
+                "Per-subscriber buffer of encoded frames, bytes; a closing connection stays while its peer takes "
+                "at least 64 KiB/s of what is left")
       ->check(CLI::Range(std::size_t{4096}, std::size_t{1} << 32))->capture_default_str();
   s->add_option("--stats-interval", sa.stats_interval, "Stats line period on stderr (0: off)")
       ->check(duration_validator())->capture_default_str();

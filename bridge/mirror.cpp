@@ -21,7 +21,9 @@ constexpr std::chrono::milliseconds kStep{100};  // longest wait before looking 
 
 // Failures that reconnecting cannot cure.
 bool fatal(const ClientError& e) {
-  if (e.code == ErrorCode::bad_token || e.code == ErrorCode::bad_version) return true;
+  if (e.code == ErrorCode::bad_token || e.code == ErrorCode::bad_version || e.code == ErrorCode::forbidden) {
+    return true;
+  }
   const std::string_view w = e.what();
   return w.find("not trusted") != std::string_view::npos || w.find("--tls-ca") != std::string_view::npos;
 }

@@ -61,6 +61,7 @@ const char* to_string(ErrorCode c) noexcept {
     case ErrorCode::shutdown: return "shutdown";
     case ErrorCode::internal: return "internal";
     case ErrorCode::idle: return "idle";
+    case ErrorCode::forbidden: return "forbidden";
   }
   return "unknown-error";
 }
@@ -158,7 +159,7 @@ DecodeStatus decode_error(std::span<const std::byte> body, ErrorFrame& out) noex
   const std::uint16_t code = get16(p);
   if (get16(p + 2) != 0 || get32(p + 4) != 0) return DecodeStatus::bad_reserved;
   if (code < static_cast<std::uint16_t>(ErrorCode::bad_version) ||
-      code > static_cast<std::uint16_t>(ErrorCode::idle)) {
+      code > static_cast<std::uint16_t>(ErrorCode::forbidden)) {
     return DecodeStatus::bad_field;
   }
   out.code = static_cast<ErrorCode>(code);

@@ -32,7 +32,7 @@ inline constexpr std::size_t kFrameHeaderSize = 8;
 enum class FrameType : std::uint8_t {
   hello = 1,      // client -> server, first frame: version, bus, start, token
   welcome = 2,    // server -> client: geometry and the first sequence it will send
-  error = 3,      // either way, last frame: a code, a resume point and one line of text
+  error = 3,      // server -> client, last frame: a code, a resume point and one line of text
   batch = 4,      // server -> client: consecutive messages
   loss = 5,       // server -> client: messages that will never come
   end = 6,        // server -> client: the bus's producer closed; nothing follows
@@ -51,6 +51,7 @@ enum class ErrorCode : std::uint16_t {
   shutdown = 9,       // the server is stopping
   internal = 10,      // anything else on the server (the text says what)
   idle = 11,          // nothing received from the peer within the idle timeout
+  forbidden = 12,     // the peer is a local user who may not read the bus's segment
 };
 const char* to_string(ErrorCode c) noexcept;
 

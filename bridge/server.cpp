@@ -7,14 +7,22 @@
 #include <fmt/format.h>
 #include <shmbus/consumer.hpp>
 
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <linux/sockios.h>
+
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <list>
+#include <unordered_map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "bridge/local_peer.hpp"
 #include "bridge/log.hpp"
 #include "bridge/protocol.hpp"
 
@@ -42,6 +50,61 @@ void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
 
 struct Session;
 
+// Wrong tokens per address (io thread only): the back-off of
+// ServeOptions::token_backoff_*. Bounded: the least recently failed address
+// is forgotten first.
+class TokenBackoff {
+ public:
+  explicit TokenBackoff(const ServeOptions& o) : opt_(o) {}
+
+  // When `key`'s next handshake may be answered (a past time if now).
+  Clock::time_point answer_after(const std::string& key, Clock::time_point now) {
+    const auto it = entries_.find(key);
+    if (it == entries_.end()) return {};
+    if (now - it->second.last >= opt_.token_backoff_forget) {
+      order_.erase(it->second.where);
+      entries_.erase(it);
+      return {};
+    }
+    return it->second.until;
+  }
+
+  // A wrong token from `key` now; returns the delay its next handshake waits.
+  std::chrono::milliseconds failed(const std::string& key, Clock::time_point now) {
+    auto [it, fresh] = entries_.try_emplace(key);
+    Entry& e = it->second;
+    if (!fresh) {
+      order_.erase(e.where);
+      if (now - e.last >= opt_.token_backoff_forget) e.failures = 0;
+    }
+    order_.push_back(key);
+    e.where = std::prev(order_.end());
+    if (fresh && entries_.size() > std::max<std::uint32_t>(opt_.token_backoff_addresses, 1)) {
+      entries_.erase(order_.front());
+      order_.pop_front();
+    }
+    e.failures = std::min<std::uint32_t>(e.failures + 1, 32);
+    e.last = now;
+    auto delay = opt_.token_backoff_min;
+    for (std::uint32_t i = 1; i < e.failures && delay < opt_.token_backoff_max; ++i) delay *= 2;
+    delay = std::min(delay, opt_.token_backoff_max);
+    e.until = now + delay;
+    return delay;
+  }
+
+  std::size_t size() const noexcept { return entries_.size(); }
+
+ private:
+  struct Entry {
+    std::uint32_t failures = 0;
+    Clock::time_point last{}, until{};
+    std::list<std::string>::iterator where;  // in order_
+  };
+  const ServeOptions& opt_;
+  std::unordered_map<std::string, Entry> entries_;
+  std::list<std::string> order_;  // least recently failed first
+};
+
 struct Server::Impl {
   ServeOptions opt;
   asio::io_context io;
@@ -56,8 +119,17 @@ struct Server::Impl {
   Clock::time_point next_stats{};
   Counters counters;
   bool stopping = false;
+  // Connections that are not subscribers yet, oldest first, and how many
+  // from each address (io thread only).
+  std::list<Session*> handshaking;
+  std::unordered_map<std::string, std::uint32_t> handshakes_from;
+  TokenBackoff backoff{opt};
+  // Connections closed for the handshake budget: logged at most once a second.
+  Clock::time_point budget_logged{};
+  std::uint64_t budget_unlogged = 0;
 
   void accept();
+  void enforce_handshake_budget(const std::string& key);
   void on_tick();
   void shutdown();
   void remove(const std::shared_ptr<Session>& s);
@@ -85,6 +157,18 @@ std::string peer_slot_name(tcp::socket& sock) {
   return ec ? std::string("tcp:?") : shmbus::bridge::slot_name(ep.address().to_string(), ep.port());
 }
 
+// The address a peer is counted under for the handshake budget and the
+// token back-off: an IPv4 address (v4-mapped ones too), or an IPv6 /64,
+// the block one host is usually given.
+std::string address_key(const asio::ip::address& a) {
+  if (a.is_v4()) return a.to_string();
+  const auto v6 = a.to_v6();
+  if (v6.is_v4_mapped()) return asio::ip::make_address_v4(asio::ip::v4_mapped, v6).to_string();
+  auto bytes = v6.to_bytes();
+  std::fill(bytes.begin() + 8, bytes.end(), 0);
+  return asio::ip::address_v6(bytes).to_string() + "/64";
+}
+
 }  // namespace
 
 // One TCP subscriber.
@@ -95,9 +179,15 @@ struct Session : std::enable_shared_from_this<Session> {
   tcp::socket sock;  // plain TCP; moved into `tls` when serving TLS
   std::optional<asio::ssl::stream<tcp::socket>> tls;
   bool tls_ready = false;  // the TLS handshake finished: frames may be written
-  std::optional<std::string> refuse;  // over --max-subscribers: said once the channel is up
   std::string peer;  // "tcp:IP:PORT"
-  asio::steady_timer timer;  // handshake deadline, then idle deadline, then close deadline
+  std::string addr_key;  // address_key() of the peer
+  // In srv.handshaking until it becomes a subscriber or is closed.
+  bool in_handshake_budget = false;
+  std::list<Session*>::iterator budget_at;
+  // Handshake deadline, then idle deadline, then the closing watch.
+  asio::steady_timer timer;
+  asio::steady_timer hold;  // a complete hello waiting out its address's token back-off
+  bool held = false;
   State state = State::handshake;
   std::array<std::byte, kFrameHeaderSize> in_header{};
   std::vector<std::byte> in_body;
@@ -120,14 +210,42 @@ struct Session : std::enable_shared_from_this<Session> {
   std::atomic<bool> reader_done{false};
   std::thread reader_thread;         // joined by the server once reader_done
 
-  std::vector<std::byte> sending;    // io thread only: the buffer being written
+  // io thread only: the buffer being written and how much of it is.
+  std::vector<std::byte> sending;
+  std::size_t sending_off = 0;
+  std::uint64_t written = 0;  // bytes handed to the socket so far
+  // io thread only, while closing: everything queued is in the socket and a
+  // FIN follows it; the current window of the progress watch (its start,
+  // bytes the peer had taken, bytes left then).
+  bool fin_sent = false;
+  Clock::time_point window_start{};
+  std::uint64_t window_taken = 0;
+  std::uint64_t window_left = 0;
 
   Session(Server::Impl& s, tcp::socket socket)
-      : srv(s), sock(std::move(socket)), timer(s.io) {
+      : srv(s), sock(std::move(socket)), timer(s.io), hold(s.io) {
     boost::system::error_code ec;
     const auto ep = sock.remote_endpoint(ec);
     peer = ec ? std::string("tcp:?") : fmt::format("tcp:{}:{}", ep.address().to_string(), ep.port());
+    addr_key = ec ? std::string("?") : address_key(ep.address());
     if (srv.tls) tls.emplace(std::move(sock), *srv.tls);
+  }
+
+  // Counts against the handshake budget from now on.
+  void enter_handshake_budget() {
+    srv.handshaking.push_back(this);
+    budget_at = std::prev(srv.handshaking.end());
+    in_handshake_budget = true;
+    ++srv.handshakes_from[addr_key];
+  }
+
+  // A subscriber now, or closed: no longer in the handshake budget.
+  void leave_handshake_budget() {
+    if (!in_handshake_budget) return;
+    in_handshake_budget = false;
+    srv.handshaking.erase(budget_at);
+    const auto it = srv.handshakes_from.find(addr_key);
+    if (it != srv.handshakes_from.end() && --it->second == 0) srv.handshakes_from.erase(it);
   }
 
   tcp::socket& socket() { return tls ? tls->next_layer() : sock; }
@@ -142,9 +260,7 @@ struct Session : std::enable_shared_from_this<Session> {
     }
   }
 
-  // `refusal`: over the subscriber limit; told so once the channel is up.
-  void start(std::optional<std::string> refusal = std::nullopt) {
-    refuse = std::move(refusal);
+  void start() {
     boost::system::error_code ignored;
     socket().set_option(tcp::no_delay(true), ignored);
     arm_timer(srv.opt.handshake_timeout, "handshake not finished in time", ErrorCode::timeout,
@@ -159,11 +275,24 @@ struct Session : std::enable_shared_from_this<Session> {
                          });
   }
 
-  void channel_up() {
-    if (refuse) {
-      return fail(ErrorCode::too_many, *refuse, &srv.counters.closed_refused);
+  void channel_up() { read_header(); }
+
+  // Over the handshake budget: closed at once, with a best-effort error
+  // frame on a plain connection (one non-blocking send; never waited for).
+  void evict(const std::string& reason) {
+    if (state == State::closed) return;
+    if (!tls && state == State::handshake) {
+      std::vector<std::byte> f;
+      append_error(f, ErrorCode::too_many, resume_seq_unlocked(), reason);
+      (void)::send(sock.native_handle(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     }
-    read_header();
+    bump(srv.counters.closed_refused);
+    close_now();
+  }
+
+  std::uint64_t resume_seq_unlocked() {
+    std::lock_guard lk(m);
+    return resume_seq;
   }
 
   // Nothing can be said to a peer whose TLS handshake failed: log and close.
@@ -219,6 +348,11 @@ struct Session : std::enable_shared_from_this<Session> {
       st.async_read_some(asio::buffer(in_header),
                          [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
                            if (self->state == State::closed) return;
+                           if (ec == asio::error::eof) {
+                             // The peer closed its side. It may still be reading:
+                             // the closing watch says when it has everything.
+                             return self->close_if_taken();
+                           }
                            if (ec) return self->close_now();
                            self->drain();
                          });
@@ -273,13 +407,62 @@ struct Session : std::enable_shared_from_this<Session> {
     if (ec) return peer_gone(ec);
     if (state == State::closing) return drain();
     last_received = Clock::now();
-    if (state == State::handshake) return on_hello();
+    if (state == State::handshake) {
+      // The hello is whole: the handshake deadline has done its job. An
+      // address that sent a wrong token recently waits out its back-off
+      // before anything is answered (a right token too: an answer that came
+      // sooner would tell which guess was right).
+      timer.cancel();
+      return answer_hello();
+    }
     std::uint64_t seq = 0;
     if (const DecodeStatus s = decode_seq(in_body, seq); s != DecodeStatus::ok) {
       return fail(ErrorCode::bad_request, fmt::format("heartbeat: {}", to_string(s)),
                   &srv.counters.closed_protocol);
     }
     read_header();
+  }
+
+  void answer_hello() {
+    if (state != State::handshake) return;
+    const auto now = Clock::now();
+    const auto after = srv.backoff.answer_after(addr_key, now);
+    if (after <= now) return on_hello();
+    if (!held) {
+      held = true;
+      watch_held_peer();
+    }
+    hold.expires_at(after);
+    hold.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) self->answer_hello();  // looks again: another wrong token may have moved it
+    });
+  }
+
+  // A held hello whose peer gives up (closes) is dropped unanswered: it
+  // neither waits its turn nor counts as another wrong token.
+  void watch_held_peer() {
+    socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->state != State::handshake) return;
+      char c;
+      const ssize_t n = ::recv(self->socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0) return self->peer_gone(asio::error::eof);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return self->peer_gone(asio::error::connection_reset);
+      // Bytes after the hello: the peer is there; they are read after welcome.
+    });
+  }
+
+  // The local peer's user may read the bus's segment, or the peer is on
+  // another host. Returns the refusal's text otherwise.
+  std::optional<std::string> local_peer_refusal() {
+    const PeerOwner who = peer_owner(socket().native_handle());
+    if (who.where == PeerOwner::Where::remote) return std::nullopt;
+    if (who.where == PeerOwner::Where::refused) return fmt::format("local peer refused: {}", who.why);
+    const std::string path = segment_path(srv.opt.bus);
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) return std::nullopt;  // no bus: opening it says so
+    if (may_read(who.uid, st)) return std::nullopt;
+    return fmt::format("local peer {} may not read bus '{}' (owner {}, mode {:04o})", describe_uid(who.uid),
+                       srv.opt.bus, describe_uid(st.st_uid), st.st_mode & 07777);
   }
 
   void on_hello() {
@@ -295,17 +478,28 @@ struct Session : std::enable_shared_from_this<Session> {
       return fail(ErrorCode::bad_request, fmt::format("hello: {}", to_string(s)),
                   &srv.counters.closed_protocol);
     }
+    {
+      std::lock_guard lk(m);
+      resume_seq = h.start_seq;  // every refusal of a decoded hello says where it asked to start
+    }
     if (srv.opt.token && !constant_time_equal(h.token, *srv.opt.token)) {
-      return fail(ErrorCode::bad_token, h.token.empty() ? "a token is required" : "wrong token",
+      const auto delay = srv.backoff.failed(addr_key, Clock::now());
+      return fail(ErrorCode::bad_token,
+                  fmt::format("{}; the next handshake from {} is answered after {} ms",
+                              h.token.empty() ? "a token is required" : "wrong token", addr_key, delay.count()),
                   &srv.counters.closed_handshake);
     }
     if (h.bus != srv.opt.bus) {
       return fail(ErrorCode::unknown_bus, fmt::format("bus '{}' is not served here", h.bus),
                   &srv.counters.closed_handshake);
     }
-    {
-      std::lock_guard lk(m);
-      resume_seq = h.start_seq;
+    if (auto refusal = local_peer_refusal()) {
+      return fail(ErrorCode::forbidden, *refusal, &srv.counters.closed_handshake);
+    }
+    // Relaxed: only the io thread (this one) changes the gauge, so the load is exact.
+    if (srv.counters.subscribers.load(std::memory_order_relaxed) >= srv.opt.max_subscribers) {
+      return fail(ErrorCode::too_many, fmt::format("subscriber limit {} reached", srv.opt.max_subscribers),
+                  &srv.counters.closed_refused);
     }
     ConsumerOptions co;
     co.name = peer_slot_name(socket());
@@ -351,6 +545,7 @@ struct Session : std::enable_shared_from_this<Session> {
       resume_seq = w.first_seq;
     }
     state = State::streaming;
+    leave_handshake_budget();
     bump(srv.counters.subscribers);
     log_line(fmt::format("{}: subscribed to '{}' from seq {}", peer, srv.opt.bus, w.first_seq));
     kick();
@@ -498,7 +693,7 @@ struct Session : std::enable_shared_from_this<Session> {
         finish_after_flush = false;
       }
     }
-    if (flushed) return close_now();  // everything up to the final frame is written
+    if (flushed) return all_queued_written();  // everything up to the final frame
     {
       std::lock_guard lk(m);
       if (writing || pending.empty()) return;
@@ -506,18 +701,29 @@ struct Session : std::enable_shared_from_this<Session> {
       pending.clear();
       writing = true;
     }
+    sending_off = 0;
     space.notify_all();
+    write_some();
+  }
+
+  // Writes `sending` piece by piece, so that the closing watch sees every
+  // byte the peer takes, not only whole buffers.
+  void write_some() {
     with_stream([&](auto& st) {
-      asio::async_write(st, asio::buffer(sending),
-                        [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
-                          self->on_written(ec, n);
-                        });
+      st.async_write_some(asio::buffer(sending.data() + sending_off, sending.size() - sending_off),
+                          [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+                            self->on_written(ec, n);
+                          });
     });
   }
 
   void on_written(boost::system::error_code ec, std::size_t n) {
     bump(srv.counters.bytes, n);
+    written += n;
+    sending_off += n;
+    if (!ec && state != State::closed && sending_off < sending.size()) return write_some();
     sending.clear();
+    sending_off = 0;
     {
       std::lock_guard lk(m);
       writing = false;
@@ -526,6 +732,101 @@ struct Session : std::enable_shared_from_this<Session> {
     if (state == State::closed) return;
     if (ec) return peer_gone(ec);
     kick();
+  }
+
+  // io thread: the last frame (end, or an error) is in the socket.
+  void all_queued_written() {
+    if (state == State::streaming) {
+      End why;
+      {
+        std::lock_guard lk(m);
+        why = end_kind;
+      }
+      if (why == End::slow) {
+        slow_close();  // the reader's slow error went out before slow_close() ran
+      } else {
+        bump(srv.counters.closed_end);
+        srv.counters.subscribers.fetch_sub(1, std::memory_order_relaxed);
+        log_line(fmt::format("{}: closed: end of stream forwarded", peer));
+        state = State::closing;  // the read in flight drains from now on
+        watch_closing();
+      }
+    }
+    if (state != State::closing) return;
+    // A FIN follows the data; the socket is closed once the peer has taken
+    // (acknowledged) everything, or closes itself, or stops making progress.
+    boost::system::error_code ignored;
+    socket().shutdown(tcp::socket::shutdown_send, ignored);
+    fin_sent = true;
+    close_if_taken();
+    if (state == State::closing) arm_watch();  // looks again soon, not only at the window's end
+  }
+
+  // Bytes written to the socket that the peer has not acknowledged yet.
+  std::uint64_t unacked() {
+    int n = 0;
+    if (::ioctl(socket().native_handle(), SIOCOUTQ, &n) != 0 || n < 0) return 0;
+    return static_cast<std::uint64_t>(n);
+  }
+
+  // Bytes queued for the peer and not taken yet.
+  std::uint64_t left_to_take() {
+    std::size_t queued;
+    {
+      std::lock_guard lk(m);
+      queued = pending.size();
+    }
+    return queued + (sending.size() - sending_off) + unacked();
+  }
+
+  void close_if_taken() {
+    if (state == State::closing && fin_sent && unacked() == 0) close_now();
+  }
+
+  // While closing: a peer that takes at least closing_min_rate bytes a
+  // second (or everything that was left) keeps its connection until the last
+  // frame is through; one that takes less in a whole second is cut off.
+  void watch_closing() {
+    window_start = Clock::now();
+    window_left = left_to_take();
+    window_taken = written - std::min<std::uint64_t>(written, unacked());
+    arm_watch();
+  }
+
+  void arm_watch() {
+    // Once the FIN is queued, look often: the socket closes as soon as the
+    // peer has everything. Before that, once per window.
+    const auto window_end = window_start + std::chrono::seconds(1);
+    const auto now = Clock::now();
+    auto next = window_end;
+    if (fin_sent) next = std::min(window_end, now + std::chrono::milliseconds(20));
+    timer.expires_at(std::max(next, now));
+    timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->state != State::closing) return;
+      self->on_watch();
+    });
+  }
+
+  void on_watch() {
+    close_if_taken();
+    if (state == State::closed) return;
+    const auto now = Clock::now();
+    if (now - window_start < std::chrono::seconds(1)) return arm_watch();
+    const std::uint64_t out = unacked();
+    const std::uint64_t taken = written - std::min<std::uint64_t>(written, out);
+    const std::uint64_t progress = taken - std::min(taken, window_taken);
+    const std::uint64_t need = std::min<std::uint64_t>(srv.opt.closing_min_rate, window_left);
+    if (need == 0) return close_now();  // nothing was left a second ago: nothing to wait for
+    if (progress < need) {
+      log_line(fmt::format("{}: cut off: took {} bytes in the last second while closing ({} left; at least {} "
+                           "a second are needed)",
+                           peer, progress, window_left - std::min(window_left, progress), need));
+      return close_now();
+    }
+    window_start = now;
+    window_taken = taken;
+    window_left = left_to_take();
+    arm_watch();
   }
 
   // io thread: the reader queued an ErrorCode::slow frame and stopped.
@@ -562,11 +863,7 @@ struct Session : std::enable_shared_from_this<Session> {
       stop_reader = true;
     }
     space.notify_all();
-    // A peer that does not read gets one second to take the error, then is cut off.
-    timer.expires_after(std::chrono::seconds(1));
-    timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-      if (!ec) self->close_now();
-    });
+    watch_closing();
     kick();
   }
 
@@ -602,6 +899,7 @@ struct Session : std::enable_shared_from_this<Session> {
       }
     }
     state = State::closed;
+    leave_handshake_budget();
     {
       std::lock_guard lk(m);
       stop_reader = true;
@@ -609,6 +907,7 @@ struct Session : std::enable_shared_from_this<Session> {
     space.notify_all();
     boost::system::error_code ignored;
     timer.cancel();
+    hold.cancel();
     socket().close(ignored);
     srv.remove(shared_from_this());
   }
@@ -664,15 +963,52 @@ void Server::Impl::accept() {
     }
     bump(counters.accepted);
     auto s = std::make_shared<Session>(*this, std::move(sock));
-    const bool over = sessions.size() >= opt.max_subscribers;
+    enforce_handshake_budget(s->addr_key);
     sessions.push_back(s);
-    if (over) {
-      s->start(fmt::format("subscriber limit {} reached", opt.max_subscribers));
-    } else {
-      s->start();
-    }
+    s->enter_handshake_budget();
+    s->start();
     accept();
   });
+}
+
+// Makes room for one more connection from `key` in the handshake budget:
+// the oldest connection in handshake from that address goes, or, when the
+// total is reached, the oldest of all. The oldest rather than the newest:
+// a client that means to subscribe sends its hello at once, so the
+// connection that has waited longest is the likeliest to be one that never
+// will (a dribbler), and a client behind the same address still gets in by
+// connecting; refusing the newest would let a few held-open connections
+// keep everyone out for good.
+void Server::Impl::enforce_handshake_budget(const std::string& key) {
+  Session* victim = nullptr;
+  std::string why;
+  if (const auto it = handshakes_from.find(key);
+      it != handshakes_from.end() && it->second >= std::max<std::uint32_t>(opt.max_handshakes_per_address, 1)) {
+    for (Session* h : handshaking) {
+      if (h->addr_key == key) {
+        victim = h;
+        break;
+      }
+    }
+    why = fmt::format("{} connections from {} in handshake (--max-handshakes-per-address): the oldest is closed",
+                      it->second, key);
+  } else if (!handshaking.empty() && handshaking.size() >= std::max<std::uint32_t>(opt.max_handshakes, 1)) {
+    victim = handshaking.front();
+    why = fmt::format("{} connections in handshake (--max-handshakes): the oldest is closed", handshaking.size());
+  }
+  if (!victim) return;
+  const auto now = Clock::now();
+  if (now - budget_logged >= std::chrono::seconds(1)) {
+    log_line(fmt::format("{}: closed: too-many-subscribers: {}{}", victim->peer, why,
+                         budget_unlogged ? fmt::format(" ({} more closed so in the last second)", budget_unlogged)
+                                         : std::string()));
+    budget_logged = now;
+    budget_unlogged = 0;
+  } else {
+    ++budget_unlogged;
+  }
+  const auto keep = victim->shared_from_this();  // close_now() removes it from `sessions`
+  victim->evict(why);
 }
 
 void Server::Impl::on_tick() {

@@ -38,13 +38,35 @@ struct ServeOptions {
   std::uint16_t port = 0;  // 0: any free port (see Server::port())
   std::optional<std::string> token;  // required from clients when set
   SlowPolicy slow = SlowPolicy::disconnect;
-  std::uint32_t max_subscribers = 64;       // connections at once, handshaking ones included
+  // Subscribers at once: checked when a hello is accepted (a refusal is an
+  // error frame after the hello); connections still in their handshake
+  // never count here.
+  std::uint32_t max_subscribers = 64;
+  // Connections that have not become subscribers yet (handshake, TLS
+  // handshake, or closing before welcome): at most this many in all and from
+  // one address (an IPv6 /64 counts as one). Over either, the oldest such
+  // connection (from that address, or in all) is closed at once.
+  std::uint32_t max_handshakes = 64;
+  std::uint32_t max_handshakes_per_address = 8;
+  // After a wrong token, that address's handshakes are answered no sooner
+  // than token_backoff_min after it, doubling per wrong token up to
+  // token_backoff_max; an address without a wrong token for
+  // token_backoff_forget is forgotten, and at most token_backoff_addresses
+  // are remembered (the one with the oldest wrong token goes first).
+  std::chrono::milliseconds token_backoff_min{100};
+  std::chrono::milliseconds token_backoff_max{5000};
+  std::chrono::milliseconds token_backoff_forget{30000};
+  std::uint32_t token_backoff_addresses = 4096;
   std::uint32_t max_frame = 1u << 20;       // largest batch body sent
   std::uint32_t max_handshake = 16 + 200 + 1024;  // largest hello body accepted
   std::chrono::milliseconds handshake_timeout{5000};
   std::chrono::milliseconds idle_timeout{15000};  // nothing received from a subscriber
   std::chrono::milliseconds heartbeat{1000};      // sent when nothing else was
   std::size_t buffer_bytes = 4u << 20;            // per subscriber, encoded frames waiting
+  // A connection being closed behind queued frames (an error frame, end)
+  // stays while its peer takes at least this many bytes per second (or all
+  // that is left), so that a slow reader still gets the last frame.
+  std::size_t closing_min_rate = 64u << 10;
   std::uint32_t batch_messages = 256;             // messages read from the bus at once
   Trust trust{};
   // TLS: PEM certificate chain and private key; both empty for plain TCP.

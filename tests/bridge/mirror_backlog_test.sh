@@ -4,7 +4,8 @@
 # bus holding all of it, in one connection: every message arrives on the
 # local bus under its own sequence number, byte for byte (checked by
 # shmbus-consumer --verify on the local bus), and the mirror neither fails
-# nor reconnects.
+# nor reconnects: not even when a local reader stops for longer than
+# serve's --idle-timeout while the mirror waits for room on the local bus.
 #   BRIDGE=... PRODUCER=... CONSUMER=... INSPECT=... [MIRROR_MESSAGES=N] mirror_backlog_test.sh
 set -euo pipefail
 : "${BRIDGE:?}" "${PRODUCER:?}" "${CONSUMER:?}" "${INSPECT:?}"
@@ -62,4 +63,46 @@ mirror=
 grep -q "connects=1 failures=0 messages=$count gaps=0 lost=0" "$tmp/mirror.err" ||
   fail "the mirror reconnected, failed or lost: $(grep stats: "$tmp/mirror.err" | tail -n 1)"
 ! grep -q "reconnecting" "$tmp/mirror.err" || fail "the mirror reconnected"
+echo "round 1: $count messages mirrored in one connection, verified"
+
+# Round 2: the local reader is stopped for 3 s in the middle; the mirror
+# waits for room on the local bus, and keeps its subscription alive meanwhile
+# (serve --idle-timeout 1s stands in for the default 15 s).
+kill "$serve" 2>/dev/null; wait "$serve" 2>/dev/null || true
+"$INSPECT" rm "$local_bus" >/dev/null 2>&1 || true
+"$BRIDGE" serve "$remote" --listen 127.0.0.1:0 --idle-timeout 1s --heartbeat 250ms 2>"$tmp/serve2.err" &
+serve=$!
+port=
+for _ in $(seq 200); do
+  port=$(sed -n "s/.*serving bus '$remote' on 127\.0\.0\.1:\([0-9]*\).*/\1/p" "$tmp/serve2.err")
+  [[ -n "$port" ]] && break
+  sleep 0.05
+done
+[[ -n "$port" ]] || fail "round 2: serve did not start"
+"$PRODUCER" "$local_bus" --create --capacity 65536 --record-size 64 --keep-open </dev/null 2>/dev/null
+"$CONSUMER" "$local_bus" --from earliest --verify --count "$count" --format none 2>"$tmp/consumer2.err" &
+consumer=$!
+for _ in $(seq 200); do
+  "$INSPECT" show "$local_bus" 2>/dev/null | grep -q "shmbus-consumer" && break
+  sleep 0.05
+done
+kill -STOP "$consumer"
+"$BRIDGE" mirror --connect "127.0.0.1:$port" --remote-bus "$remote" --bus "$local_bus" 2>"$tmp/mirror2.err" &
+mirror=$!
+sleep 3
+kill -CONT "$consumer"
+rc=0
+wait "$consumer" || rc=$?
+c=$consumer
+consumer=
+[[ $rc -eq 0 ]] || fail "round 2: consumer exit $rc"
+grep -q "$count messages, 0 lost" "$tmp/consumer2.err" || fail "round 2: consumer did not get $count messages"
+grep -q "verified OK (no gaps" "$tmp/consumer2.err" || fail "round 2: not verified"
+rc=0
+wait "$mirror" || rc=$?
+mirror=
+[[ $rc -eq 0 ]] || fail "round 2: mirror exit $rc"
+grep -q "connects=1 failures=0 messages=$count gaps=0 lost=0" "$tmp/mirror2.err" ||
+  fail "round 2: the mirror reconnected, failed or lost: $(grep stats: "$tmp/mirror2.err" | tail -n 1)"
+echo "round 2: $count messages mirrored in one connection past a stopped local reader, verified"
 echo "mirror backlog: $count messages mirrored in one connection, verified"

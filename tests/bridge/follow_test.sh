@@ -25,17 +25,27 @@ fail() { echo "FAIL: $*"; for f in "$tmp"/*.err; do echo "--- $f"; tail -n 20 "$
 serve() {
   local bus=$1 want=$2 log=$3
   shift 3
+  touch "$log"  # before serve's shell opens it: the loop below reads it at once
   "$BRIDGE" serve "$bus" --listen "127.0.0.1:$want" --stats-interval 0 "$@" 2>>"$log" &
   serve=$!
   pids+=("$serve")
   port=
   for _ in $(seq 400); do
-    port=$(sed -n "s/.*serving bus '$bus' on 127\.0\.0\.1:\([0-9]*\).*/\1/p" "$log" | tail -n 1)
+    port=$(sed -n "s/.*serving bus '$bus' on 127\.0\.0\.1:\([0-9]*\).*/\1/p" "$log" | tail -n 1 || true)
     [[ -n "$port" && ( "$want" == 0 || "$port" == "$want" ) ]] && return 0
     kill -0 "$serve" 2>/dev/null || break
     sleep 0.05
   done
   fail "serve did not start on port $want"
+}
+
+# wait_for PATTERN FILE: up to 20 s for a line matching PATTERN.
+wait_for() {
+  for _ in $(seq 400); do
+    grep -q -- "$1" "$2" && return 0
+    sleep 0.05
+  done
+  return 1
 }
 
 # The consumer's printed sequences (--format hex: "SEQ HEX") must be
@@ -62,7 +72,8 @@ sleep 1
 kill -KILL "$serve"; wait "$serve" 2>/dev/null || true
 sleep 0.7
 serve "$bus" "$port" "$tmp/serve1.err"
-sleep 1
+wait_for "reconnected" "$tmp/c1.err" || fail "round 1: no reconnect within 20 s of the restart"
+sleep 0.5
 kill -TERM "$serve"; wait "$serve" 2>/dev/null || true
 sleep 0.5
 serve "$bus" "$port" "$tmp/serve1.err"
@@ -99,11 +110,7 @@ sleep 1
 kill -KILL "$serve"; wait "$serve" 2>/dev/null || true
 sleep 1.5
 serve "$bus" "$port" "$tmp/serve2.err" --buffer 4096
-for _ in $(seq 200); do
-  grep -q "reconnected" "$tmp/c2.err" && break
-  sleep 0.05
-done
-grep -q "reconnected" "$tmp/c2.err" || fail "round 2: no reconnect within 10 s of the restart"
+wait_for "reconnected" "$tmp/c2.err" || fail "round 2: no reconnect within 20 s of the restart"
 kill -STOP "$consumer"
 sleep 2
 kill -CONT "$consumer"
@@ -133,7 +140,7 @@ serve "$bus" 0 "$tmp/serve3.err" --token-file "$tmp/token"
   2>"$tmp/c3.err" &
 consumer=$!
 pids+=("$consumer")
-sleep 0.5
+wait_for "subscribed" "$tmp/serve3.err" || fail "round 3: the consumer did not subscribe"
 kill -TERM "$serve"; wait "$serve" 2>/dev/null || true
 serve "$bus" "$port" "$tmp/serve3.err" --token-file "$tmp/other"
 rc=0

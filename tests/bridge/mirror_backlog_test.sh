@@ -29,7 +29,7 @@ fail() { echo "FAIL: $*"; for f in "$tmp"/*.err; do echo "--- $f"; tail -n 20 "$
 serve=$!
 port=
 for _ in $(seq 200); do
-  port=$(sed -n "s/.*serving bus '$remote' on 127\.0\.0\.1:\([0-9]*\).*/\1/p" "$tmp/serve.err")
+  port=$(sed -n "s/.*serving bus '$remote' on 127\.0\.0\.1:\([0-9]*\).*/\1/p" "$tmp/serve.err" 2>/dev/null || true)  # serve may not have opened it yet
   [[ -n "$port" ]] && break
   sleep 0.05
 done
@@ -74,7 +74,7 @@ kill "$serve" 2>/dev/null; wait "$serve" 2>/dev/null || true
 serve=$!
 port=
 for _ in $(seq 200); do
-  port=$(sed -n "s/.*serving bus '$remote' on 127\.0\.0\.1:\([0-9]*\).*/\1/p" "$tmp/serve2.err")
+  port=$(sed -n "s/.*serving bus '$remote' on 127\.0\.0\.1:\([0-9]*\).*/\1/p" "$tmp/serve2.err" 2>/dev/null || true)  # serve may not have opened it yet
   [[ -n "$port" ]] && break
   sleep 0.05
 done

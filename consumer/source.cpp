@@ -124,13 +124,15 @@ bool TcpSource::reconnect(Clock::time_point deadline, PollResult& r) {
     }
     if (e.code == bridge::ErrorCode::not_retained) {
       if (e.next_seq > co.start_seq) {
-        // Gone from the server's ring: go on at its oldest at once; the
-        // sequences in between are counted as lost when it welcomes us.
+        // Gone from the server's ring: go on at its oldest, at once the
+        // first few times (a fast producer moves it on), then with backoff;
+        // the sequences in between are counted as lost when it welcomes us.
         resume_at_ = e.next_seq;
-        retry_at_ = Clock::now();
-        return false;
-      }
-      if (!told_not_there_) {  // the server's bus is behind what was delivered (recreated?)
+        if (++chases_ <= 3) {
+          retry_at_ = Clock::now();
+          return false;
+        }
+      } else if (!told_not_there_) {  // the server's bus is behind what was delivered (recreated?)
         told_not_there_ = true;
         tools::print_error(program_name,
                            fmt::format("{}: seq {} is not on the server's bus (its next is {}); waiting for it",
@@ -168,6 +170,7 @@ bool TcpSource::reconnect(Clock::time_point deadline, PollResult& r) {
     next_ = first;
   }
   resume_at_ = 0;
+  chases_ = 0;
   return true;
 }
 

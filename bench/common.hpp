@@ -166,7 +166,9 @@ const char* name_of(Transport t) noexcept;
 const char* label_of(Transport t) noexcept;  // for the table
 bool has_broadcast(Transport t) noexcept;
 
-enum class Mode : std::uint32_t { full, rate, pingpong, idle };
+// catchup: a backlog already on the transport (a bus holding every message,
+// or the bytes ready to write) read from start to end (bridge and tcp only).
+enum class Mode : std::uint32_t { full, rate, pingpong, idle, catchup };
 const char* name_of(Mode m) noexcept;
 
 enum class Role : std::uint32_t { producer, consumer };
@@ -259,7 +261,9 @@ struct ShmbusCounters {
 
 // Copies a message-style error into a result (truncating).
 inline void set_error(RoleResult& r, const char* what) noexcept {
-  std::snprintf(r.error, sizeof r.error, "%s", what);
+  const std::size_t n = std::min(std::strlen(what), sizeof r.error - 1);
+  std::memcpy(r.error, what, n);
+  r.error[n] = '\0';
 }
 
 }  // namespace bench

@@ -81,7 +81,7 @@ std::optional<double> ratio(const Row& first, const Row& other, double Metrics::
     const Metrics& a = first.runs[i];
     const Metrics& b = other.runs[i];
     if (!a.ok || !b.ok) continue;
-    if (other.cf.mode == Mode::full) {
+    if (other.cf.mode == Mode::full || other.cf.mode == Mode::catchup) {
       if (b.per_consumer_mps > 0) v.push_back(a.per_consumer_mps / b.per_consumer_mps);
     } else if (other.cf.mode == Mode::idle) {
       continue;
@@ -128,6 +128,7 @@ std::string mode_label(const Options& o, Mode m) {
     case Mode::rate: return "rate " + fmt_rate(static_cast<double>(o.rate)) + "/s";
     case Mode::pingpong: return "ping-pong";
     case Mode::idle: return "idle " + fmt("%g s", o.idle_seconds);
+    case Mode::catchup: return "catch-up " + fmt_rate(static_cast<double>(o.catchup_count)) + " backlog";
   }
   return "?";
 }
@@ -144,7 +145,7 @@ std::string ring_cell(const Row& r) {
   if (r.cf.mode == Mode::idle) return "–";
   if (r.cf.transport == Transport::ring) return r.med.ok ? "1" : "–";
   if (!r.vs_ring) return "–";
-  if (r.cf.mode == Mode::full) return fmt_ratio(*r.vs_ring);
+  if (r.cf.mode == Mode::full || r.cf.mode == Mode::catchup) return fmt_ratio(*r.vs_ring);
   return (r.vs_ring_p50 ? fmt_ratio(*r.vs_ring_p50) : "–") + " / " + fmt_ratio(*r.vs_ring);
 }
 
@@ -165,7 +166,7 @@ void compare_group(std::vector<Row>& rows, std::size_t first) {
     if (shm && r.cf.transport != Transport::shmbus) r.vs_shmbus = ratio(*shm, r);
     if (ring && r.cf.transport != Transport::ring) {
       r.vs_ring = ratio(r, *ring);
-      if (r.cf.mode != Mode::full) r.vs_ring_p50 = ratio(r, *ring, &Metrics::p50);
+      if (r.cf.mode != Mode::full && r.cf.mode != Mode::catchup) r.vs_ring_p50 = ratio(r, *ring, &Metrics::p50);
     }
     if (tcp && r.cf.transport == Transport::bridge) r.vs_tcp = ratio(r, *tcp);
   }
@@ -184,7 +185,7 @@ json describe_run(const Options& o, bool tsc, int argc, char** argv) {
   }
   doc["command"] = cmdline;
   doc["options"] = {{"count", o.count}, {"rate", o.rate}, {"rate_count", o.rate_count},
-                    {"pp_count", o.pp_count}, {"pp_warmup", o.pp_warmup}, {"idle_seconds", o.idle_seconds},
+                    {"pp_count", o.pp_count}, {"catchup_count", o.catchup_count}, {"pp_warmup", o.pp_warmup}, {"idle_seconds", o.idle_seconds},
                     {"runs", o.runs}, {"policy", o.policy}, {"wait", o.wait}, {"capacity", o.capacity},
                     {"queue_depth", o.queue_depth}, {"lib_timestamps", o.lib_timestamps}, {"stamp_every", o.stamp_every},
                     {"shmbus_read", o.shmbus_read}, {"cpus", o.cpus}};
@@ -228,6 +229,9 @@ void print_run_start(std::size_t done, std::size_t total, const Config& cf, int 
 void print_run_end(const Config& cf, const Metrics& m) {
   if (!m.ok) std::fprintf(stderr, "FAILED: %s\n", m.error.c_str());
   else if (cf.mode == Mode::idle) std::fprintf(stderr, "consumer CPU %.3f %%\n", m.consumer_cpu);
+  else if (cf.mode == Mode::catchup)
+    std::fprintf(stderr, "%s msgs/s, %.1f MB/s (%.3f s)\n", fmt_rate(m.per_consumer_mps).c_str(),
+                 m.per_consumer_mps * cf.size / 1e6, m.seconds);
   else std::fprintf(stderr, "%s msgs/s per consumer, p50 %s, p99 %s%s\n", fmt_rate(m.per_consumer_mps).c_str(),
                     fmt_ns(m.p50).c_str(), fmt_ns(m.p99).c_str(),
                     m.bus.valid ? (", bus: " + std::to_string(m.bus.wakeups) + " futex wakes, " +
@@ -257,12 +261,13 @@ void print_table(const Options& o, const std::vector<Row>& rows) {
     if (r.cf.transport == Transport::shmbus && !idle) ratio_s = "1";
     else if (r.vs_shmbus) ratio_s = *r.vs_shmbus >= 1 ? fmt(*r.vs_shmbus >= 10 ? "%.0f" : "%.1f", *r.vs_shmbus)
                                                       : fmt_ratio(*r.vs_shmbus);
-    const bool lat = have && !idle;
+    const bool rate = have && !idle;
+    const bool lat = rate && r.cf.mode != Mode::catchup;  // a backlog's age is not a latency
     std::printf("| %s | %s | %u | %u | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                 name_of(r.cf.transport), mode_label(o, r.cf.mode).c_str(), r.cf.consumers, r.cf.size,
-                fanout(r.cf).c_str(), lat ? fmt_rate(m.per_consumer_mps).c_str() : dash.c_str(),
-                lat ? fmt("%.1f", m.per_consumer_mps * r.cf.size / 1e6).c_str() : dash.c_str(),
-                lat ? fmt_rate(m.total_mps).c_str() : dash.c_str(),
+                fanout(r.cf).c_str(), rate ? fmt_rate(m.per_consumer_mps).c_str() : dash.c_str(),
+                rate ? fmt("%.1f", m.per_consumer_mps * r.cf.size / 1e6).c_str() : dash.c_str(),
+                rate ? fmt_rate(m.total_mps).c_str() : dash.c_str(),
                 lat ? fmt_ns(m.p50).c_str() : dash.c_str(), lat ? fmt_ns(m.p90).c_str() : dash.c_str(),
                 lat ? fmt_ns(m.p99).c_str() : dash.c_str(), lat ? fmt_ns(m.p999).c_str() : dash.c_str(),
                 lat ? fmt_ns(m.max).c_str() : dash.c_str(),
@@ -273,8 +278,22 @@ void print_table(const Options& o, const std::vector<Row>& rows) {
 }
 
 void print_vs_tcp(const Options& o, const std::vector<Row>& rows) {
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    if (!r.vs_tcp || r.cf.mode != Mode::catchup) continue;
+    const Row* tcp = nullptr;
+    for (const Row& t : rows)
+      if (t.cf.transport == Transport::tcp && t.cf.mode == r.cf.mode && t.cf.size == r.cf.size) tcp = &t;
+    if (!tcp) continue;
+    auto mb = [](const Row& x) { return x.med.per_consumer_mps * x.cf.size / 1e6; };
+    std::printf(
+        "\n`bridge ÷ tcp`, %s of %u B messages: %s (bridge %s msgs/s, %.1f MB/s; plain socket %s msgs/s, %.1f "
+        "MB/s; MB of payload; median of per-round ratios of msgs/s)\n",
+        mode_label(o, r.cf.mode).c_str(), r.cf.size, fmt_ratio(*r.vs_tcp).c_str(),
+        fmt_rate(r.med.per_consumer_mps).c_str(), mb(r), fmt_rate(tcp->med.per_consumer_mps).c_str(), mb(*tcp));
+  }
   for (const Row& r : rows)
-    if (r.vs_tcp)
+    if (r.vs_tcp && r.cf.mode != Mode::catchup)
       std::printf(
           "\n`bridge ÷ tcp`, %s, %u consumer(s), %u B: %s (%s; median of per-round ratios)\n",
           mode_label(o, r.cf.mode).c_str(), r.cf.consumers, r.cf.size,
@@ -295,17 +314,18 @@ json results_json(const std::vector<Row>& rows) {
     jr["fanout"] = fanout(r.cf);
     jr["broadcast"] = has_broadcast(r.cf.transport);
     jr["median"] = to_json(r.med);
+    jr["median"]["per_consumer_mb_per_s"] = r.med.per_consumer_mps * r.cf.size / 1e6;  // payload bytes
     jr["failed_runs"] = r.failed;
     jr["status"] = r.failed ? "FAILED" : "ok";
     if (!r.first_error.empty()) jr["first_error"] = r.first_error;
     if (r.vs_shmbus) jr["shmbus_times_better"] = *r.vs_shmbus;
     if (r.vs_tcp)
       jr["vs_tcp"] =
-          r.cf.mode == Mode::full ? json{{"msgs_per_s", *r.vs_tcp}} : json{{"p99", *r.vs_tcp}};
+          r.cf.mode == Mode::full || r.cf.mode == Mode::catchup ? json{{"msgs_per_s", *r.vs_tcp}} : json{{"p99", *r.vs_tcp}};
     if (r.cf.transport == Transport::ring && r.med.ok && r.cf.mode != Mode::idle) {
       jr["vs_ring"] = r.cf.mode == Mode::full ? json{{"msgs_per_s", 1.0}} : json{{"p50", 1.0}, {"p99", 1.0}};
     } else if (r.vs_ring) {
-      jr["vs_ring"] = r.cf.mode == Mode::full ? json{{"msgs_per_s", *r.vs_ring}}
+      jr["vs_ring"] = r.cf.mode == Mode::full || r.cf.mode == Mode::catchup ? json{{"msgs_per_s", *r.vs_ring}}
                                                : json{{"p50", r.vs_ring_p50 ? json(*r.vs_ring_p50) : json(nullptr)},
                                                       {"p99", *r.vs_ring}};
     }

@@ -257,7 +257,7 @@ void consumer_loop(Control& c, int id, Receiver& r) {
   res.last_ns = last;
   res.received = received;
   res.bad = bad;
-  char msg[160];
+  char msg[320];  // room for a receiver's whole error; set_error() keeps what fits
   if (failure) {
     std::snprintf(msg, sizeof msg, "after %llu of %llu messages: %s",
                   static_cast<unsigned long long>(received), static_cast<unsigned long long>(n),

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -67,6 +68,7 @@ const char* name_of(Mode m) noexcept {
     case Mode::rate: return "rate";
     case Mode::pingpong: return "pingpong";
     case Mode::idle: return "idle";
+    case Mode::catchup: return "catchup";
   }
   return "?";
 }
@@ -87,6 +89,7 @@ std::vector<std::vector<Config>> plan(Options& o) {
     o.rate_count = std::min<std::uint64_t>(o.rate_count, 2'000);
     o.pp_count = std::min<std::uint64_t>(o.pp_count, 2'000);
     o.pp_warmup = std::min<std::uint64_t>(o.pp_warmup, 200);
+    o.catchup_count = std::min<std::uint64_t>(o.catchup_count, 20'000);
     o.idle_seconds = std::min(o.idle_seconds, 1.0);
   }
   if (o.runs < 1) throw Usage("--runs must be >= 1");
@@ -121,6 +124,8 @@ std::vector<std::vector<Config>> plan(Options& o) {
   check_sizes(o.sizes);
   check_sizes(o.rate_sizes);
   check_sizes(o.pp_sizes);
+  check_sizes(o.catchup_sizes);
+  if (o.catchup_count < 1) throw Usage("--catchup-count must be >= 1");
   for (auto n : o.consumers)
     if (n < 1 || n > static_cast<std::uint32_t>(kMaxConsumers)) throw Usage("consumers must be 1..16");
   for (auto n : o.rate_consumers)
@@ -145,6 +150,17 @@ std::vector<std::vector<Config>> plan(Options& o) {
       for (auto size : o.pp_sizes) {
         groups.emplace_back();
         for (auto t : ts) groups.back().push_back({t, Mode::pingpong, 1, size});
+      }
+    } else if (ms == "catchup") {
+      // A backlog is something only the bridge and the plain socket it is
+      // judged by are measured on; the other transports are left out.
+      std::vector<Transport> cts;
+      for (auto t : ts)
+        if (t == Transport::bridge || t == Transport::tcp) cts.push_back(t);
+      if (cts.empty()) throw Usage("mode catchup: needs --transports bridge and/or tcp");
+      for (auto size : o.catchup_sizes) {
+        groups.emplace_back();
+        for (auto t : cts) groups.back().push_back({t, Mode::catchup, 1, size});
       }
     } else if (ms == "idle") {
       groups.emplace_back();
@@ -211,6 +227,7 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
   cfg.size = cf.size;
   cfg.count = cf.mode == Mode::rate       ? o.rate_count
               : cf.mode == Mode::pingpong ? o.pp_count
+              : cf.mode == Mode::catchup  ? o.catchup_count
                                           : o.count;
   cfg.warmup = cf.mode == Mode::pingpong ? o.pp_warmup : 0;
   cfg.rate = o.rate;
@@ -221,6 +238,10 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
   cfg.spin_ns = o.spin_us < 0 ? -1 : static_cast<std::int64_t>(o.spin_us * 1000);
   cfg.yield_ns = o.yield_us < 0 ? -1 : static_cast<std::int64_t>(o.yield_us * 1000);
   cfg.capacity = o.capacity;
+  if (cf.mode == Mode::catchup) {  // the bus holds the whole backlog
+    const std::uint64_t need = std::bit_ceil(cfg.count);
+    cfg.capacity = std::max<std::uint64_t>(cfg.capacity ? cfg.capacity : 65536, need);
+  }
   cfg.lib_timestamps = o.lib_timestamps == "off" ? 0 : o.lib_timestamps == "precise" ? 2 : 1;
   cfg.queue_depth = o.queue_depth;
   cfg.recv_batch = o.shmbus_read == "batch" ? kBatchMax : 1;

@@ -39,12 +39,14 @@ struct Options {
   std::vector<std::uint32_t> rate_consumers{1};
   std::vector<std::uint32_t> rate_sizes{128};
   std::vector<std::uint32_t> pp_sizes{128};
+  std::vector<std::uint32_t> catchup_sizes{128};
   std::vector<std::string> idle_transports{"shmbus"};
   std::uint64_t count = 1'000'000;
   std::uint64_t rate = 100'000;
   std::uint64_t rate_count = 200'000;
   std::uint64_t pp_count = 100'000;
   std::uint64_t pp_warmup = 10'000;
+  std::uint64_t catchup_count = 1'000'000;  // messages in the backlog
   double idle_seconds = 5;
   int runs = 1;
   std::string policy = "block";

@@ -40,7 +40,11 @@ int main(int argc, char** argv) {
          "socket)")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--modes", o.modes, "full, rate, pingpong, idle")->delimiter(',')->capture_default_str();
+  app.add_option("--modes", o.modes,
+                 "full, rate, pingpong, idle; also catchup (bridge and tcp only: a backlog of --catchup-count "
+                 "messages already on the bus, or already encoded for the socket, read from start to end)")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--consumers", o.consumers, "consumer counts (full speed)")->delimiter(',')->capture_default_str();
   app.add_option("--sizes", o.sizes, "message sizes in bytes (full speed), >= 16")->delimiter(',')->capture_default_str();
   app.add_option("--count", o.count, "messages per full-speed run")->capture_default_str();
@@ -53,6 +57,11 @@ int main(int argc, char** argv) {
   app.add_option("--pp-count", o.pp_count, "round trips per ping-pong run")->capture_default_str();
   app.add_option("--pp-warmup", o.pp_warmup, "unrecorded round trips first")->capture_default_str();
   app.add_option("--pp-sizes", o.pp_sizes, "message sizes in ping-pong mode")->delimiter(',')->capture_default_str();
+  app.add_option("--catchup-count", o.catchup_count, "messages in the backlog of a catchup run")
+      ->capture_default_str();
+  app.add_option("--catchup-sizes", o.catchup_sizes, "message sizes in catchup mode")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--idle-seconds", o.idle_seconds, "how long the idle consumer waits")->capture_default_str();
   app.add_option("--idle-transports", o.idle_transports, "transports for the idle check")->delimiter(',')->capture_default_str();
   app.add_option("--runs", o.runs, "repeat each configuration; medians are reported")->capture_default_str();
@@ -88,7 +97,8 @@ int main(int argc, char** argv) {
   app.add_option("--bridge-path", o.bridge_path,
                  "the shmbus-bridge program the bridge transport runs")
       ->capture_default_str();
-  app.add_flag("--quick", o.quick, "tiny counts (a smoke test): 20000 msgs, 2000 round trips, 1 s idle");
+  app.add_flag("--quick", o.quick,
+               "tiny counts (a smoke test): 20000 msgs (and backlog), 2000 round trips, 1 s idle");
   // Set by the orchestrator when it execs a role; hidden from --help.
   app.add_option("--role", role)->group("");
   app.add_option("--id", id)->group("");

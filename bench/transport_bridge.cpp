@@ -18,6 +18,17 @@
 // and splits the records. The bridge's 16 bytes per frame (header + count) are
 // left out: at most a few per 64 KiB.
 //
+// catchup (both): the backlog is there before the subscriber starts. bridge:
+// the producer publishes every message into a bus that holds them all (its
+// capacity is raised to fit), closes it, and only then lets the subscriber
+// connect to `serve`, run with its default options as users run it; the
+// clock starts when the subscriber is let go, so the connection and the
+// handshake are part of the catch-up. tcp: the producer encodes every record
+// (the same 24-byte header and payload) into memory first, then, once the
+// consumer is waiting, writes it out 64 KiB at a time. The consumer reads as
+// in full mode. Messages carry no send time (a backlog's age is not a
+// latency): only msgs/s and MB/s are reported.
+//
 // Descriptors (tcp): fds[2i] producer's end, fds[2i+1] consumer i's end.
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -39,6 +50,7 @@
 #include "bridge/client.hpp"
 #include "fd_io.hpp"
 #include "roles.hpp"
+#include "shmbus/shmbus.hpp"
 
 namespace bench {
 
@@ -213,8 +225,11 @@ BridgeServer bridge_start(const RunConfig& cfg, const std::string& program) {
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
     ::dup2(err[1], 2);
-    const char* argv[] = {program.c_str(), "serve", cfg.name,           "--listen", "127.0.0.1:0",
-                          "--slow",        "block", "--stats-interval", "0",        nullptr};
+    // A catch-up is measured with serve's defaults (--slow disconnect: the
+    // ring is the subscriber's buffer); the streaming modes with --slow block.
+    const char* argv[] = {program.c_str(), "serve", cfg.name, "--listen", "127.0.0.1:0", "--stats-interval", "0",
+                          "--slow", "block", nullptr};
+    if (cfg.mode == Mode::catchup) argv[7] = nullptr;
     execv(program.c_str(), const_cast<char* const*>(argv));
     std::fprintf(stderr, "exec %s: %s\n", program.c_str(), std::strerror(errno));
     _exit(127);
@@ -316,9 +331,122 @@ bool refuse_mode(Control& c, Role role, int id, const char* transport) {
   return true;
 }
 
+namespace {
+
+// Lets the consumers go: the backlog is complete, and the clock starts.
+void release_consumers(Control& c, std::uint64_t now) {
+  c.producer.start_ns = now;
+  c.go_ns.store(now, std::memory_order_release);
+}
+
+// Waits until the producer has released the consumers, or the run is aborted.
+bool wait_released(Control& c) {
+  const std::uint64_t deadline = mono_ns() + c.cfg.timeout_ns;
+  while (c.go_ns.load(std::memory_order_acquire) == 0) {
+    if (c.abort.load(std::memory_order_relaxed) || mono_ns() > deadline) return false;
+    sleep_ms(1);
+  }
+  return true;
+}
+
+// catchup, bridge: every message into the bus (which holds them all), the
+// end of the stream marked, then the subscribers are let go.
+void bridge_catchup_producer(Control& c) {
+  const RunConfig& cfg = c.cfg;
+  RoleResult& res = c.producer;
+  Clock clk;
+  clk.use(c.clock);
+  try {
+    shmbus::Producer p(shmbus::Bus::open(cfg.name));
+    auto buf = make_payload(cfg.size);
+    for (std::uint64_t i = 0; i < cfg.count; ++i) {
+      put_header(buf.data(), i, 0);
+      const auto r = p.publish(std::span<const std::byte>(buf.data(), buf.size()));
+      if (!r) throw std::runtime_error(std::string("publish: ") + shmbus::to_string(r.status));
+    }
+    p.close();
+    res.received = cfg.count;
+  } catch (const std::exception& e) {
+    set_error(res, e.what());
+    finish_result(res, false);
+    c.abort.store(1);
+    return;
+  }
+  const std::uint64_t now = clk.now();
+  release_consumers(c, now);
+  res.last_ns = now;
+  finish_result(res, true);
+}
+
+// catchup, tcp: every record encoded in memory first; once the consumers
+// wait, written out as fast as the socket takes it.
+void tcp_catchup_producer(Control& c, const std::vector<int>& outs) {
+  const RunConfig& cfg = c.cfg;
+  RoleResult& res = c.producer;
+  Clock clk;
+  clk.use(c.clock);
+  const std::size_t rec = kRecordHeader + cfg.size;
+  std::vector<std::byte> all(rec * cfg.count);
+  auto payload = make_payload(cfg.size);
+  for (std::uint64_t i = 0; i < cfg.count; ++i) {
+    std::byte* at = all.data() + i * rec;
+    std::memset(at, 0, kRecordHeader);
+    std::memcpy(at, &i, 8);  // little-endian hosts only, as the bench is x86
+    const auto len = static_cast<std::uint32_t>(cfg.size);
+    std::memcpy(at + 16, &len, 4);
+    put_header(payload.data(), i, 0);
+    std::memcpy(at + kRecordHeader, payload.data(), cfg.size);
+  }
+  if (!wait_ready(c, cfg.consumers, clk, clk.now() + cfg.timeout_ns)) {
+    set_error(res, "consumers never became ready");
+    finish_result(res, false);
+    return;
+  }
+  const auto cpu0 = cpu_times();
+  const std::uint64_t start = clk.now();
+  release_consumers(c, start);
+  int err = 0;
+  bool ok = true;
+  constexpr std::size_t kWrite = 64 * 1024;
+  for (std::size_t off = 0; ok && off < all.size(); off += kWrite) {
+    const std::size_t n = std::min(kWrite, all.size() - off);
+    for (int fd : outs) ok = ok && write_all(fd, all.data() + off, n, err);
+  }
+  res.last_ns = clk.now();
+  const auto cpu1 = cpu_times();
+  res.cpu_user_ns = cpu1.user_ns - cpu0.user_ns;
+  res.cpu_sys_ns = cpu1.sys_ns - cpu0.sys_ns;
+  res.wall_ns = res.last_ns - start;
+  res.received = ok ? cfg.count : 0;
+  if (!ok) set_error(res, err ? std::strerror(err) : "write failed");
+  finish_result(res, ok);
+}
+
+}  // namespace
+
 void run_bridge(Control& c, Role role, int id) {
   const RunConfig& cfg = c.cfg;
   if (refuse_mode(c, role, id, "bridge")) return;
+  if (cfg.mode == Mode::catchup) {
+    if (role == Role::producer) {
+      bridge_catchup_producer(c);
+      return;
+    }
+    // Subscribe only once the backlog is complete.
+    if (!wait_released(c)) {
+      set_error(c.consumer[id], "the backlog never became ready");
+      finish_result(c.consumer[id], false);
+      return;
+    }
+    try {
+      BridgeReceiver r(cfg);
+      consumer_loop(c, id, r);
+    } catch (const std::exception& e) {
+      set_error(c.consumer[id], e.what());
+      finish_result(c.consumer[id], false);
+    }
+    return;
+  }
   if (role == Role::producer) {
     run_shmbus(c, role, id);  // a producer on the bus, waiting for the bridge's reader slots
     return;
@@ -343,8 +471,12 @@ void run_tcp(Control& c, Role role, int id) {
     for (std::uint32_t i = 0; i < cfg.consumers; ++i) outs.push_back(cfg.fds[2 * i]);
     for (std::uint32_t i = 0; i < cfg.nfds; ++i)
       if (i % 2 == 1) ::close(cfg.fds[i]);
-    TcpSender s(outs);
-    producer_loop(c, s);
+    if (cfg.mode == Mode::catchup) {
+      tcp_catchup_producer(c, outs);
+    } else {
+      TcpSender s(outs);
+      producer_loop(c, s);
+    }
     for (int fd : outs) ::close(fd);
   } else {
     const int in = cfg.fds[2 * id + 1];

@@ -74,6 +74,12 @@ class Client {
   // within `wait` (a frame that has begun is read to its end).
   Event next(std::chrono::milliseconds wait);
 
+  // Sends a heartbeat if one is due. For a caller busy elsewhere between
+  // calls to next() (a mirror waiting for room on its local bus): the server
+  // closes a subscriber it hears nothing from for its --idle-timeout, however
+  // much it still has to send it. Throws ClientError like next().
+  void keep_alive() { heartbeat_if_due(); }
+
  private:
   struct Tls;
   void tls_handshake(const ClientOptions& o);

@@ -199,6 +199,7 @@ class Mirror {
       for (BatchMessage m : ev.batch) payloads.push_back(m.payload);
       std::size_t done = 0;
       while (done < payloads.size()) {
+        c.keep_alive();  // a long wait for local readers must not look like a dead subscriber
         const std::size_t k = producer_->publish_batch(std::span(payloads).subspan(done), kStep);
         done += k;
         if (k == 0) {  // full for a whole step (a slow local reader), or worse: ask why

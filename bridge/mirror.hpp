@@ -8,6 +8,9 @@
 // A gap it cannot fill (the source no longer retains it, or the server sent a
 // loss frame) is skipped with Producer::skip_to(), which local consumers see
 // as a loss of the exact count, and is reported on stderr and in the stats.
+// While it waits for room on the local bus (a local reader holding a `block`
+// bus back) it keeps sending heartbeats, so that the server does not take it
+// for an idle subscriber and close a subscription that is merely waiting.
 #pragma once
 
 #include <shmbus/bus.hpp>

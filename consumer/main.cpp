@@ -95,7 +95,14 @@ int main(int argc, char** argv) {
   app.add_flag("--follow", o.follow,
                "Keep reading across producer close, crash and takeover (like tail -F), and after "
                "the reader slot was taken from it (the loss is reported), until SIGINT, --count or "
-               "--idle-timeout");
+               "--idle-timeout. With tcp://: a subscription lost after it was made (connection "
+               "dropped or silent; server error slow, shutdown, idle, not-retained, "
+               "too-many-subscribers, handshake-timeout or internal) is made again, backing off "
+               "from 100 ms doubling to 5 s, at the first sequence not yet printed (never twice; "
+               "what the server no longer has is reported lost); after the server's end of stream "
+               "it asks again at least every second for a later producer's messages. Still fatal: "
+               "the first connection, bad-token, bad-version, bad-request, unknown-bus, an untrusted "
+               "certificate");
   app.add_option("--count", o.count, "Stop after N messages");
   app.add_option("--idle-timeout", o.idle_timeout,
                  "Stop after this long with nothing new: 250us, 500ms, 2s, 1.5m, 1h or forever (a bare "

@@ -99,7 +99,6 @@ std::unique_ptr<Source> open_tcp(const Options& o) {
   };
   if (o.named) throw bad("--name");
   if (o.best_effort) throw bad("--best-effort");
-  if (o.follow) throw bad("--follow");
   if (o.wait_for_bus) throw bad("--wait-for-bus");
   if (!o.trust.owners.empty() || !o.trust.groups.empty()) throw bad("--trust-owner/--trust-group");
   if (o.from.kind == From::Kind::resume) throw bad("--from resume");
@@ -119,8 +118,10 @@ std::unique_ptr<Source> open_tcp(const Options& o) {
              : o.from.kind == From::Kind::sequence ? bridge::StartKind::sequence
                                                    : bridge::StartKind::earliest;
   co.start_seq = o.from.seq;
+  TcpFollow follow;
+  follow.enabled = o.follow;
   // Each poll waits at most kStopCheck, so signals are noticed without an interrupt hook.
-  return std::make_unique<TcpSource>(co);
+  return std::make_unique<TcpSource>(co, follow);
 }
 
 std::string latency_text(const LatencyHistogram& h) {
@@ -346,6 +347,7 @@ void Reading::print_json(bool verify_ok, double seconds) const {
     j["reader"] = {{"name", o_.name}, {"resumed", local_->consumer().resumed()}, {"resume_gap", resume_gap()}};
   }
   if (o_.follow) j["streams_followed"] = streams_ended_;
+  if (o_.follow && !local_) j["reconnects"] = source_.reconnects();
   if (evictions_ > 0) j["evictions"] = evictions_;
   if (let_go_) j["let_go"] = true;
   if (!verify_ok) {
@@ -386,6 +388,9 @@ void Reading::print_text(bool verify_ok, double seconds) const {
   }
   if (o_.follow && streams_ended_ > 0) {
     line += fmt::format("; followed across {} end{} of stream", streams_ended_, streams_ended_ == 1 ? "" : "s");
+  }
+  if (const std::uint64_t n = source_.reconnects(); n > 0) {
+    line += fmt::format("; reconnected {} time{}", n, n == 1 ? "" : "s");
   }
   if (corrupt_ > 0) line += fmt::format("; {} skipped", plural(corrupt_, "corrupt record"));
   if (o_.verify) {

@@ -22,7 +22,7 @@ trap cleanup EXIT
 serve=$!
 port=
 for _ in $(seq 200); do
-  port=$(sed -n "s/.*serving bus '$bus' on 127\.0\.0\.1:\([0-9]*\).*/\1/p" "$tmp/serve.err")
+  port=$(sed -n "s/.*serving bus '$bus' on 127\.0\.0\.1:\([0-9]*\).*/\1/p" "$tmp/serve.err" 2>/dev/null || true)  # serve may not have opened it yet
   [[ -n "$port" ]] && break
   sleep 0.05
 done

@@ -270,8 +270,17 @@ struct PyConsumer {
         case shmbus::ReadStatus::corrupt: ++corrupt; continue;
         case shmbus::ReadStatus::let_go:
           // The producer's hold limit let us go: we read on as a best-effort
-          // reader; .let_go says so. A view handed out before was revoked above.
+          // reader; .let_go says so. The message returned before may have
+          // been overwritten while the caller used it: it must hear of that.
           let_go = true;
+          if (r.stale_view &&
+              PyErr_WarnEx(PyExc_RuntimeWarning,
+                           ("bus '" + bus.name() +
+                            "': the producer's hold limit let this reader go, and the message returned "
+                            "before was overwritten while it was held")
+                               .c_str(),
+                           1) != 0)
+            throw py::error_already_set();
           continue;
         case shmbus::ReadStatus::evicted:
           // The consumer took its slot back and reads on; what it lost is

@@ -50,6 +50,8 @@ static_assert(SHMBUS_LIVENESS_UNKNOWN == static_cast<int>(shmbus::Liveness::unkn
 static_assert(offsetof(shmbus_consumer_options, best_effort) == 28 &&
               offsetof(shmbus_consumer_options, wait) == 32 && sizeof(shmbus_consumer_options) == 56);
 static_assert(SHMBUS_START_SEQUENCE == static_cast<int>(shmbus::Start::sequence));
+// stale_view sits in what would be the struct's tail padding.
+static_assert(offsetof(shmbus_message, stale_view) == 44 && sizeof(shmbus_message) == 48);
 static_assert(SHMBUS_WAIT_ADAPTIVE == static_cast<int>(shmbus::WaitStrategy::adaptive));
 
 namespace {
@@ -193,6 +195,7 @@ void fill_message(const shmbus::Message& m, shmbus_message& out) noexcept {
   out.size = m.payload.size();
   out.lost = 0;
   out.end_reason = SHMBUS_END_NONE;
+  out.stale_view = 0;
 }
 
 }  // namespace
@@ -489,6 +492,7 @@ shmbus_read_status shmbus_consumer_next(shmbus_consumer* consumer, int64_t timeo
   }
   out->lost = r.lost;
   out->end_reason = static_cast<std::uint32_t>(r.end_reason);
+  out->stale_view = r.stale_view ? 1 : 0;
   return read_status(r.status);
 }
 

@@ -378,9 +378,9 @@ struct Consumer::Impl : detail::Attachment {
   // with checked copies; a lap is reported as ReadStatus::lost by the reads
   // that follow. False if that is not what happened to the slot.
   bool take_let_go(bool& stale_view) noexcept {
-    // Acquire pairs with the producer's compare-and-swap (acq_rel), which
-    // follows its count in best_effort_readers.
-    if (!holds || !role || slot->state.load(std::memory_order_acquire) != layout::kSlotBestEffort ||
+    // Relaxed: the state is all we need from the producer's exchange; the
+    // records it rewrites afterwards are read with checked copies from here.
+    if (!holds || !role || slot->state.load(std::memory_order_relaxed) != layout::kSlotBestEffort ||
         slot->owner.load(std::memory_order_relaxed) != ticket)
       return false;
     stale_view = view_overwritten();
@@ -558,6 +558,9 @@ void Consumer::Impl::attach() {
   }
 
   owner_pid = ::getpid();
+  // Before the ticket: a stamp from a producer that let the slot's last
+  // attachment go must never be taken for ours.
+  slot->let_go_ns.store(0, std::memory_order_relaxed);
   // Only the holder of the slot's lock writes its first line.
   ticket = slot->generation.fetch_add(1, std::memory_order_relaxed) + 1;
   slot->owner.store(ticket, std::memory_order_relaxed);
@@ -571,7 +574,6 @@ void Consumer::Impl::attach() {
   slot->lost.store(0, std::memory_order_relaxed);
   slot->sleeping.store(0, std::memory_order_relaxed);
   slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
-  slot->let_go_ns.store(0, std::memory_order_relaxed);
 
   auto not_retained = [&](std::uint64_t seq, std::uint64_t lo, std::uint64_t hi) {
     detach();
@@ -689,18 +691,18 @@ ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
     c.slot_taken(r);
     return r;
   }
-  c.view_from = c.cursor;
   c.release_if_due();
   // The common case inline: the record at the cursor is committed.
   const Step s = c.try_read(r.message, c.copy.get());
   if (s == Step::message) [[likely]] {
     r.status = ReadStatus::message;
+    c.view_from = r.message.seq;  // only this record is in hand (not a gap crossed on the way)
     return r;
   }
   switch (s == Step::empty ? c.read_one(r.message, c.copy.get(), timeout) : s) {
     case Step::message:
       r.status = ReadStatus::message;
-      c.view_from = r.message.seq;  // past a gap crossed on the way: only this record is in hand
+      c.view_from = r.message.seq;
       return r;
     case Step::lost:
       r.status = ReadStatus::lost;

@@ -71,7 +71,10 @@ ReaderView reader_view(const detail::Segment& seg, std::uint32_t i) {
   v.last_active_ns = r.last_active_ns.load(std::memory_order_relaxed);
   v.sleeping = r.sleeping.load(std::memory_order_relaxed) != 0;
   v.best_effort = r.state.load(std::memory_order_relaxed) == layout::kSlotBestEffort;
-  v.let_go_ns = r.let_go_ns.load(std::memory_order_relaxed);
+  // A stamp left by an earlier attachment of the slot (or half-written by a
+  // producer that raced with a new one) is not this reader's.
+  const std::uint64_t let_go = r.let_go_ns.load(std::memory_order_relaxed);
+  v.let_go_ns = v.best_effort && let_go >= v.attach_time_ns ? let_go : 0;
   return v;
 }
 

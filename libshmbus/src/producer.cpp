@@ -46,6 +46,7 @@
 #include <cstring>
 #include <string>
 #include <optional>
+#include <vector>
 
 #include "attachment.hpp"
 #include "reader_table.hpp"
@@ -82,7 +83,16 @@ struct Producer::Impl : detail::Attachment {
   std::uint64_t claim_seq = 0;
   std::size_t claim_size = 0;
   std::uint64_t next_liveness = 0;     // when to check the readers holding us back
-  std::uint64_t waiting_since = 0;     // monotonic start of the waits for space since room was last found
+  // With a hold limit: per reader slot, how long we have waited for the
+  // attachment holding it without its cursor moving (our own memory; sized
+  // once, at construction).
+  struct Held {
+    std::uint64_t owner = 0;    // the attachment's ticket when last seen holding us
+    std::uint64_t cursor = 0;   // its cursor then
+    std::uint64_t waited_ns = 0;
+    bool seen = false;          // seen holding us at the last look
+  };
+  std::vector<Held> held;
   std::optional<detail::PublishClock> clock;  // Timestamps::precise only (calibrating takes 2 ms)
   [[no_unique_address]] detail::OneThread calls;  // debug builds: one thread at a time
 
@@ -92,6 +102,7 @@ struct Producer::Impl : detail::Attachment {
         chunk(std::max<std::uint64_t>(1, cap / 16)),
         prefetch_ahead(std::clamp<std::uint64_t>(kPrefetchBytes / ring.record_size(), 1, cap / 2)) {
     if (opt.timestamps == Timestamps::precise) clock.emplace();
+    if (hold_limit_ns() != 0) held.resize(seg.max_readers());
   }
 
   void acquire_role();
@@ -115,7 +126,8 @@ struct Producer::Impl : detail::Attachment {
   // Why room_for() failed.
   PublishStatus no_room() const noexcept { return closed ? PublishStatus::closed : PublishStatus::timeout; }
   void reclaim_dead_holders(std::uint64_t needed_floor) noexcept;
-  void let_go_holders(std::uint64_t needed_floor) noexcept;
+  bool account_holds(std::uint64_t needed_floor, std::uint64_t waited_ns) noexcept;
+  bool let_go(std::uint32_t i, std::uint64_t owner) noexcept;
   // ProducerOptions::max_hold in nanoseconds; 0 = none (also in `overwrite`).
   std::uint64_t hold_limit_ns() const noexcept {
     if (overwrite || opt.max_hold == forever) return 0;
@@ -326,27 +338,76 @@ void Producer::Impl::reclaim_dead_holders(std::uint64_t needed_floor) noexcept {
   }
 }
 
-// The hold limit ran out: every reader still holding sequence `needed_floor`
-// back stops holding the producer. Counted as a best-effort reader first, so
-// that from the moment the reader may see its new state every record is
-// written as it reads it (word by word, see shared_writes()).
-void Producer::Impl::let_go_holders(std::uint64_t needed_floor) noexcept {
-  const std::uint64_t now = detail::realtime_ns();
+// With a hold limit, once per look while we wait for space: every reader
+// holding sequence `needed_floor` back whose cursor has not moved since the
+// last look is charged the `waited_ns` since then; one charged the whole
+// limit is let go. A reader seen for the first time (or moved, or a new
+// attachment in the slot) starts from zero. Only time we spend waiting
+// counts. Returns true if it let one go.
+bool Producer::Impl::account_holds(std::uint64_t needed_floor, std::uint64_t waited_ns) noexcept {
+  const std::uint64_t limit_ns = hold_limit_ns();
+  bool any = false;
   for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
     layout::ReaderSlot* r = seg.reader(i);
-    if (r->state.load(std::memory_order_acquire) != layout::kSlotActive) continue;
-    if (r->cursor.load(std::memory_order_acquire) >= needed_floor) continue;
-    h->best_effort_readers.fetch_add(1, std::memory_order_seq_cst);
-    std::uint32_t want = layout::kSlotActive;
-    // acq_rel: pairs with the reader's acquire load of its state; a reader
-    // detaching (or a reclaimer) at the same moment makes this fail.
-    if (!r->state.compare_exchange_strong(want, layout::kSlotBestEffort, std::memory_order_acq_rel)) {
-      detail::forget_best_effort_reader(seg);
+    Held& e = held[i];
+    // Acquire: pairs with the attaching reader's release store of its state,
+    // after its owner ticket.
+    const std::uint64_t owner = r->owner.load(std::memory_order_acquire);
+    if (r->state.load(std::memory_order_acquire) != layout::kSlotActive ||
+        r->cursor.load(std::memory_order_acquire) >= needed_floor) {
+      e.seen = false;
       continue;
     }
-    r->let_go_ns.store(now, std::memory_order_relaxed);
-    h->readers_let_go.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t c = r->cursor.load(std::memory_order_relaxed);
+    if (!e.seen || e.owner != owner || e.cursor != c) {
+      e = Held{owner, c, 0, true};
+      continue;
+    }
+    e.waited_ns += waited_ns;
+    if (e.waited_ns >= limit_ns && let_go(i, owner)) {
+      e.seen = false;
+      any = true;
+    }
   }
+  if (any) {
+    // Pairs with a reader's acquire load of a tag we store next (even a
+    // relaxed BUSY one): a reader that reads in place and finds its record
+    // rewritten also sees that it was let go (consumer.cpp, lapped()).
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  return any;
+}
+
+// Lets reader slot `i` (attachment `owner`) go: from now on it does not hold
+// us. Counted as a best-effort reader first, so that from the moment it may
+// see its new state every record is written as it reads it (word by word,
+// see shared_writes()). A holder that died is reclaimed instead.
+bool Producer::Impl::let_go(std::uint32_t i, std::uint64_t owner) noexcept {
+  if (detail::reclaim_if_dead(seg, i)) return false;
+  layout::ReaderSlot* r = seg.reader(i);
+  // Relaxed: only we read the count (shared_writes()); every writer of it
+  // uses a read-modify-write.
+  h->best_effort_readers.fetch_add(1, std::memory_order_relaxed);
+  std::uint32_t want = layout::kSlotActive;
+  // Acquire: a state stored by a new attachment (release, after its owner
+  // ticket) makes its ticket visible to the check below. A reader detaching
+  // (or a reclaimer) at the same moment makes this fail.
+  if (!r->state.compare_exchange_strong(want, layout::kSlotBestEffort, std::memory_order_acq_rel)) {
+    detail::forget_best_effort_reader(seg);
+    return false;
+  }
+  if (r->owner.load(std::memory_order_relaxed) != owner) {
+    // The slot changed hands between our look and the exchange: that reader
+    // never held us. Give its state back, unless it detached meanwhile (it
+    // then took its count down itself).
+    want = layout::kSlotBestEffort;
+    if (r->state.compare_exchange_strong(want, layout::kSlotActive, std::memory_order_acq_rel))
+      detail::forget_best_effort_reader(seg);
+    return false;
+  }
+  r->let_go_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+  h->readers_let_go.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 // Waits until sequence `last_seq` may be written. Spin, then yield, then
@@ -354,23 +415,20 @@ void Producer::Impl::let_go_holders(std::uint64_t needed_floor) noexcept {
 // once per liveness period, so a dead one is reclaimed within that bound.
 bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanoseconds timeout) noexcept {
   recompute_limit(last_seq);
-  if (last_seq < limit) {
-    waiting_since = 0;
-    return true;
-  }
+  if (last_seq < limit) return true;
 
   // A reader that stops between what we need and the chunk we asked for
   // never crosses the mark: look again after this at the latest.
   constexpr std::uint64_t kChunkSleepNs = 10'000'000;
   const std::uint64_t needed_floor = last_seq + 1 - cap;  // every cursor must reach this
   detail::Waiter w(opt.wait, timeout, next_liveness);
-  // With a hold limit, the readers we wait for are let go once we have
-  // waited that long, counting waits that timed out one after another (a
-  // caller retrying short publishes waits just as long).
+  // With a hold limit, we look at who holds us every eighth of it (within
+  // bounds) and charge them the time (account_holds()).
   const std::uint64_t hold = hold_limit_ns();
-  if (waiting_since == 0) waiting_since = w.start();
-  auto hold_ends = [&](std::uint64_t from) { return hold == 0 ? UINT64_MAX : from + std::min(hold, UINT64_MAX - from); };
-  std::uint64_t let_go_at = hold_ends(waiting_since);
+  const std::uint64_t hold_period =
+      hold == 0 ? UINT64_MAX : std::clamp<std::uint64_t>(hold / 8, 100'000, detail::kLivenessPeriodNs);
+  std::uint64_t last_hold_look = w.start();
+  std::uint64_t next_hold_look = hold == 0 ? UINT64_MAX : w.start() + hold_period;
   h->producer_waits.fetch_add(1, std::memory_order_relaxed);
   h->wait_start_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
   bool ok = false;
@@ -394,9 +452,10 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
       reclaim_dead_holders(needed_floor);
       continue;
     }
-    if (w.now() >= let_go_at) {
-      let_go_holders(needed_floor);
-      let_go_at = hold_ends(w.now());  // a reader that joins behind us meanwhile gets a whole limit too
+    if (w.now() >= next_hold_look) {
+      account_holds(needed_floor, w.now() - last_hold_look);
+      last_hold_look = w.now();
+      next_hold_look = w.now() + hold_period;
       continue;
     }
     if (w.expired()) break;
@@ -426,7 +485,7 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
           break;
         }
         detail::futex_wait(&h->space_futex, seen,
-                           w.sleep_slice(barrier_ok, std::min(kChunkSleepNs, let_go_at - w.now())));
+                           w.sleep_slice(barrier_ok, std::min(kChunkSleepNs, next_hold_look - w.now())));
         h->producer_sleeping.store(0, std::memory_order_relaxed);
         break;
       }
@@ -436,7 +495,6 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
   h->blocked_on_slot.store(0, std::memory_order_relaxed);
   h->wait_start_ns.store(0, std::memory_order_relaxed);
   h->producer_wait_ns.fetch_add(detail::monotonic_ns() - w.start(), std::memory_order_relaxed);
-  if (ok) waiting_since = 0;
   return ok;
 }
 

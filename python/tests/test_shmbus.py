@@ -125,6 +125,19 @@ def test_a_hold_limit_lets_a_stuck_reader_go_and_it_counts_its_loss(name):
     assert got == list(range(84, 100)) and stuck.lost == 84
 
 
+def test_a_reader_let_go_while_it_held_a_message_is_warned(name):
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    stuck = shmbus.Consumer(bus, name="stuck")
+    producer = shmbus.Producer(bus, max_hold=0.01)
+    producer.publish(struct.pack("<Q", 0))
+    assert stuck.next(1.0)[0] == 0  # held while the producer laps it
+    for i in range(1, 40):
+        producer.publish(struct.pack("<Q", i), timeout=5.0)
+    with pytest.warns(RuntimeWarning, match="overwritten while it was held"):
+        seq, _, _ = stuck.next(1.0)
+    assert stuck.let_go and seq == 24 and stuck.lost == 23
+
+
 def test_durable_reader_resumes_where_it_stopped(name):
     bus = shmbus.Bus.create(name, capacity=64, record_size=64)
     producer = shmbus.Producer(bus)

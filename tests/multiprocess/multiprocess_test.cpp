@@ -474,6 +474,33 @@ TEST(HoldLimit, AStoppedReaderThatHoldsTheProducerIsLetGoAfterTheLimitNamedAndTo
   EXPECT_EQ(ins.snapshot().counters.readers_reclaimed, 0u);
 }
 
+TEST(HoldLimit, AHolderThatDiedIsReclaimedNotLetGo) {
+  // A reader that held the producer, killed just before the hold limit ran
+  // out: the producer reclaims its slot rather than letting a dead reader go
+  // (a let-go slot holds nothing, so nothing would ever reclaim it, and the
+  // producer would write word by word for good).
+  constexpr std::uint64_t kCap = 16;
+  ScopedName name("hold-dead");
+  Bus bus = Bus::create(name, options(Policy::block, kCap));
+  Peer stuck({"consumer", name.str(), "--name", "stuck", "--pause-after", "0"});
+  ASSERT_TRUE(stuck.wait_line("paused", 10s)) << dump(stuck);
+  ProducerOptions po;
+  po.max_hold = 30ms;
+  Producer producer(bus, po);
+  const std::byte one[1]{};
+  std::uint64_t sent = 0;
+  while (producer.publish(one, 0ns)) ++sent;
+  ASSERT_EQ(sent, kCap);
+  EXPECT_FALSE(producer.publish(one, 5ms)) << "waited 5 ms of its 30 ms for a live reader";
+  stuck.kill(SIGKILL);
+  stuck.reap();
+  ASSERT_TRUE(producer.publish(one, 10s)) << "never got past its dead reader";
+  const Snapshot s = Inspector::open(name).snapshot();
+  EXPECT_EQ(s.counters.readers_let_go, 0u) << "a dead reader was let go";
+  EXPECT_GE(s.counters.readers_reclaimed, 1u);
+  EXPECT_TRUE(s.readers.empty());
+}
+
 TEST(KilledProducer, ConsumersDrainEveryCommittedMessageThenEndOfStreamThenANewProducerContinues) {
   ScopedName name("killed-producer");
   Bus bus = Bus::create(name, options(Policy::block, 1024));

@@ -3,6 +3,7 @@
 // reader, is told so once (ReadStatus::let_go), learns its exact loss, and
 // the inspector names it.
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -149,6 +150,54 @@ TEST(HoldLimit, AReaderLetGoLosesOnlyWhatTheProducerOverwrote) {
     EXPECT_EQ(r.message.seq, seq);
   }
   EXPECT_EQ(slow.lost(), 1u);
+}
+
+TEST(HoldLimit, OnlyTimeSpentWaitingForTheReaderCounts) {
+  constexpr std::uint64_t kCap = 16;
+  ScopedName name("hold-only-waiting");
+  Bus bus = Bus::create(name, small_block(kCap));
+  Consumer stuck(bus);
+  Producer p(bus, holding_at_most(150ms));
+  ASSERT_EQ(publish_until(p, kCap, 0ns), kCap);
+  // Two waits of 40 ms with a long pause between them: 80 ms of waiting, not
+  // the 400 ms that passed.
+  EXPECT_FALSE(p.publish(bytes("x"), 40ms));
+  std::this_thread::sleep_for(320ms);
+  EXPECT_FALSE(p.publish(bytes("x"), 40ms));
+  EXPECT_EQ(Inspector::open(name).snapshot().counters.readers_let_go, 0u);
+  // The waits go on adding up while it does not move.
+  EXPECT_TRUE(p.publish(bytes("x"), 5s));
+  EXPECT_EQ(Inspector::open(name).snapshot().counters.readers_let_go, 1u);
+  EXPECT_EQ(stuck.next(0ns).status, ReadStatus::let_go);
+}
+
+TEST(HoldLimit, AReaderThatMovedIsChargedAfreshAndOneThatKeepsReadingIsNeverLetGo) {
+  constexpr std::uint64_t kCap = 16, kTotal = 16 * kCap;
+  ScopedName name("hold-slow-reader");
+  Bus bus = Bus::create(name, small_block(kCap));
+  Consumer slow(bus);
+  std::uint64_t read = 0;
+  std::thread reader([&] {
+    // One message every 4 ms: far slower than the producer, which waits for
+    // it all the time (about a second in all), but always moving; the limit
+    // leaves room for a loaded machine's scheduling.
+    while (read < kTotal) {
+      const ReadResult r = slow.next(1s);
+      if (r.status != ReadStatus::message) break;
+      EXPECT_EQ(r.message.seq, read);
+      ++read;
+      std::this_thread::sleep_for(4ms);
+    }
+  });
+  {
+    Producer p(bus, holding_at_most(300ms));
+    for (std::uint64_t i = 0; i < kTotal; ++i) ASSERT_TRUE(p.publish(bytes("m"), 10s)) << i;
+    reader.join();
+  }
+  EXPECT_EQ(read, kTotal);
+  const Snapshot s = Inspector::open(name).snapshot();
+  EXPECT_EQ(s.counters.readers_let_go, 0u) << "a reader that kept reading was let go";
+  EXPECT_GT(s.counters.producer_wait_ns, 300'000'000u) << "the producer waited longer than its limit in all";
 }
 
 TEST(HoldLimit, IsIgnoredOnAnOverwriteBus) {

@@ -47,11 +47,16 @@ struct ProducerOptions {
   // reader stops holding the producer from then on: it reads on as a
   // best-effort reader (ConsumerOptions::hold_producer = false) does, is
   // told so once (ReadStatus::let_go), and is lapped like one if it stays
-  // behind. The inspector names it, with the time it was let go. A reader
-  // that keeps reading, however slowly, ends every wait before the limit and
-  // is never let go: that is back-pressure, what `block` is for; one that
-  // stops (a stuck or SIGSTOPped process) costs the stream this long a
-  // stall, once. `forever` (the default): never let go. Ignored in
+  // behind. The inspector names it, with the time it was let go. What
+  // counts is, per reader, the time this producer spends waiting for space
+  // while that reader holds it and its cursor does not move: a reader that
+  // keeps reading, however slowly, is never let go (that is back-pressure,
+  // what `block` is for), and one that stops (a stuck or SIGSTOPped
+  // process) costs the stream one stall this long. A reader makes its
+  // position visible every capacity/16 messages (at most 32) and whenever it
+  // waits, so choose a limit longer than 32 of its slowest messages. A
+  // holder found dead meanwhile is reclaimed instead. `forever` (the
+  // default): never let go; zero: at the first look. Ignored in
   // `overwrite`, where no reader holds the producer.
   std::chrono::nanoseconds max_hold = forever;
 };
@@ -120,7 +125,8 @@ class Producer {
   // "claim() in an overwrite bus"; the figures are in docs/bench.md,
   // "Figures behind the defaults"). In a `block` bus whose readers all hold
   // the producer, no reader is on a record the producer may write: claim()
-  // is race-free and zero-copy.
+  // is race-free and zero-copy. A reader let go by the hold limit (max_hold)
+  // is best-effort from then on, with the same race while it is attached.
   [[nodiscard]] Claim claim(std::size_t size, std::chrono::nanoseconds timeout = forever) noexcept;
   // Publishes the open claim with its first `size` bytes (<= the claimed size).
   void commit(std::size_t size) noexcept;

@@ -316,8 +316,10 @@ typedef struct shmbus_message {
   uint64_t timestamp_ns;  /* CLOCK_REALTIME at publish, or 0 */
   const void* data;
   size_t size;
-  uint64_t lost;          /* with SHMBUS_READ_LOST */
+  uint64_t lost;          /* with SHMBUS_READ_LOST and SHMBUS_READ_EVICTED */
   uint32_t end_reason;    /* shmbus_end_reason, with SHMBUS_READ_END_OF_STREAM */
+  uint32_t stale_view;    /* with SHMBUS_READ_EVICTED and SHMBUS_READ_LET_GO: 1 if the message
+                             the previous call returned was overwritten while it was held */
 } shmbus_message;
 
 /* The next message, waiting up to `timeout_ns`. */

@@ -168,7 +168,7 @@ int serve(const ServeArgs& a) {
   o.heartbeat = parse_duration_ms(a.heartbeat);
   o.trust = resolve_trust(a.trust);
   if (o.heartbeat.count() <= 0 || o.heartbeat >= o.idle_timeout) {
-    throw usage("--heartbeat must be positive and shorter than --idle-timeout");
+    throw usage("--heartbeat must be at least 1ms (it is counted in whole milliseconds) and shorter than --idle-timeout");
   }
   if (!is_loopback(o.host) && a.token_file.empty()) {
     throw usage(fmt::format("--listen {}: not a loopback address; --token-file is required", o.host));

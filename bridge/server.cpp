@@ -370,11 +370,12 @@ struct Session : std::enable_shared_from_this<Session> {
     if (const auto type = static_cast<unsigned>(in_header[4]);
         type >= static_cast<unsigned>(FrameType::hello) && type <= static_cast<unsigned>(FrameType::heartbeat) &&
         type != static_cast<unsigned>(want)) {
-      static constexpr const char* kNames[] = {"", "hello", "welcome", "error", "batch", "loss", "end", "heartbeat"};
+      static constexpr const char* kNames[] = {"",         "a hello", "a welcome", "an error",
+                                               "a batch",  "a loss",  "an end",    "a heartbeat"};
       return fail(ErrorCode::bad_request,
                   state == State::handshake
-                      ? fmt::format("a {} frame before hello: a client sends hello first", kNames[type])
-                      : fmt::format("a {} frame after welcome: a client may send only heartbeat", kNames[type]),
+                      ? fmt::format("{} frame before hello: a client sends hello first", kNames[type])
+                      : fmt::format("{} frame after welcome: a client may send only heartbeat", kNames[type]),
                   &srv.counters.closed_protocol);
     }
     FrameHeader h;
@@ -856,7 +857,8 @@ struct Session : std::enable_shared_from_this<Session> {
     state = State::closing;
     {
       std::lock_guard lk(m);
-      if (queue_error) {
+      // `end` already queued is the stream's last frame: nothing follows it.
+      if (queue_error && end_kind != End::eos) {
         append_error(pending, code, resume_seq, reason);
         finish_after_flush = true;
       }

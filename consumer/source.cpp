@@ -107,8 +107,10 @@ bool TcpSource::reconnect(Clock::time_point deadline, PollResult& r) {
   }
   ++attempts_;
   bridge::ClientOptions co = options_;
-  co.start = bridge::StartKind::sequence;
-  co.start_seq = std::max(next_, resume_at_);
+  // What the server no longer holds is asked for from its oldest (a
+  // sequence it names would be gone again on a busy bus by the time we ask).
+  co.start = from_earliest_ ? bridge::StartKind::earliest : bridge::StartKind::sequence;
+  co.start_seq = from_earliest_ ? 0 : std::max(next_, resume_at_);
   try {
     client_ = std::make_unique<bridge::Client>(co);
   } catch (const bridge::ClientError& e) {
@@ -123,11 +125,11 @@ bool TcpSource::reconnect(Clock::time_point deadline, PollResult& r) {
                                                    last_error_, co.start_seq));
     }
     if (e.code == bridge::ErrorCode::not_retained) {
-      if (e.next_seq > co.start_seq) {
+      if (co.start == bridge::StartKind::sequence && e.next_seq > co.start_seq) {
         // Gone from the server's ring: go on at its oldest, at once the
-        // first few times (a fast producer moves it on), then with backoff;
-        // the sequences in between are counted as lost when it welcomes us.
-        resume_at_ = e.next_seq;
+        // first few times, then with backoff; the sequences in between are
+        // counted as lost when it welcomes us.
+        from_earliest_ = true;
         if (++chases_ <= 3) {
           retry_at_ = Clock::now();
           return false;
@@ -171,6 +173,7 @@ bool TcpSource::reconnect(Clock::time_point deadline, PollResult& r) {
   }
   resume_at_ = 0;
   chases_ = 0;
+  from_earliest_ = false;
   return true;
 }
 

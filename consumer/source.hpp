@@ -121,6 +121,7 @@ class TcpSource final : public Source {
   std::uint64_t attempts_ = 0;               // since the connection was lost
   std::uint64_t resume_at_ = 0;              // > next_: where the server said the stream goes on
   int chases_ = 0;                           // immediate retries after not-retained
+  bool from_earliest_ = false;               // the next attempt asks for the server's oldest (what we wanted is gone)
   std::chrono::milliseconds backoff_{0};
   Clock::time_point retry_at_{};
   Clock::time_point down_since_{};

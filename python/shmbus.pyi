@@ -29,7 +29,7 @@ class Error(OSError):
 class EndOfStream(Exception):
     """Consumer.next(): the producer closed the bus or died, and everything
     it committed has been read."""
-    reason: Literal["closed", "producer died", "removed"]
+    reason: Literal["closed", "producer_died", "removed"]
 
 class Bus:
     @staticmethod
@@ -39,7 +39,10 @@ class Bus:
         a 24-byte header and is a multiple of 8; capacity is a power of two."""
     @staticmethod
     def open_or_create(name: str, *, capacity: int = 65536, record_size: int = 256,
-                       policy: Policy = "block", max_readers: int = 16, mode: int = 0o600) -> Bus: ...
+                       policy: Policy = "block", max_readers: int = 16, mode: int = 0o600) -> Bus:
+        """Creates the bus, or opens it if it exists with exactly these
+        options (ValueError naming both if it exists otherwise; Bus.open
+        takes a bus as it is)."""
     @staticmethod
     def open(name: str, ready_timeout: float = 2.0) -> Bus:
         """Opens an existing bus. Never waits: a bus appears under its name
@@ -74,9 +77,13 @@ class Producer:
     def __init__(self, bus: Bus, *, timestamps: Literal["off", "coarse", "precise"] = "off",
                  wait_for_readers: int = 0, wait_for_readers_timeout: Optional[float] = None,
                  max_hold: Optional[float] = None) -> None:
-        """max_hold: on a block bus, the longest (seconds) the producer waits
-        for space before it lets go of the readers it waits for; they read on
-        without holding it (Consumer.let_go). None: never."""
+        """wait_for_readers: wait until this many live consumers are attached
+        (Ctrl-C interrupts; TimeoutError after wait_for_readers_timeout).
+        max_hold: on a block bus, how long (seconds) the producer may wait
+        for a reader that does not move before it lets that reader go; it
+        reads on without holding the producer (Consumer.let_go). None: never.
+        A Producer or Consumer made before os.fork() (multiprocessing's
+        "fork" start method) raises RuntimeError when used in the child."""
     def publish(self, data: Buffer, timeout: Optional[float] = None) -> int:
         """Copies `data` (any contiguous buffer) into the next record; returns
         its sequence number. ValueError if too large, TimeoutError if a block
@@ -86,7 +93,8 @@ class Producer:
         until commit(), which releases it."""
     def commit(self, size: Optional[int] = None) -> int:
         """Publishes the claimed record (its first `size` bytes, default all);
-        returns its sequence number."""
+        returns its sequence number. ValueError (the claim stays open) if
+        `size` is more than was claimed."""
     def close(self) -> None:
         """Marks end-of-stream and gives up the producer role."""
     def detach(self) -> None:
@@ -120,7 +128,9 @@ class Consumer:
     def __iter__(self) -> Iterator[Message]: ...
     def __next__(self) -> Message: ...
     def close(self) -> None:
-        """Releases the reader slot."""
+        """Releases the reader slot. Called from another thread while that
+        one waits in next(), it returns once that next() has given up (within
+        0.1 s), which raises RuntimeError."""
     @property
     def cursor(self) -> int: ...
     @property
@@ -143,7 +153,7 @@ class Consumer:
         """start="resume": messages after the bookmark already gone (also in .lost)."""
     @property
     def end_reason(self) -> str:
-        """Why the stream last ended: "none", "closed", "producer died" or "removed"."""
+        """Why the stream last ended: "none", "closed", "producer_died" or "removed"."""
     @property
     def bus(self) -> Bus: ...
     def __enter__(self) -> Consumer: ...

@@ -15,12 +15,17 @@
 //    between which pending signals are handled: Ctrl-C interrupts a blocked
 //    next(), publish() or claim() with KeyboardInterrupt. A call that finds
 //    data or space at once never releases the GIL.
+#include <pthread.h>
+#include <unistd.h>
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "shmbus/shmbus.hpp"
 
@@ -30,6 +35,23 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr std::chrono::nanoseconds kSlice = 100ms;
+
+// Forks seen by this process's copy of the module: a Producer or Consumer
+// made before a fork belongs to the parent. The child's copy holds no role
+// (the library closes the role descriptors in the child) and must not be
+// used there: it would write over the parent's records, or share its
+// reader's cursor. Bumped by an atfork handler; compared, never a system
+// call, on every use.
+unsigned g_forks = 0;
+
+void after_fork_in_child() { ++g_forks; }
+
+// Refuses an object made before a fork, in the child.
+void check_same_process(unsigned born, const char* what, const std::string& bus) {
+  if (born != g_forks) [[unlikely]]
+    throw std::runtime_error("bus '" + bus + "': this " + what +
+                             " was made in the parent process before a fork; make a new one in the child");
+}
 
 // Python seconds (None: forever) to a C++ timeout.
 std::chrono::nanoseconds to_timeout(std::optional<double> seconds) {
@@ -145,15 +167,37 @@ auto bus_factory(F f) {
 }
 constexpr const char* bus_doc = "capacity: records (power of two); record_size: bytes incl. 24-byte header";
 
+// Bus.open_or_create: a bus that exists with other options than asked is an
+// error naming both (a caller that wants whatever is there uses Bus.open).
+shmbus::Bus open_or_create_same(const std::string& name, const shmbus::BusOptions& o) {
+  shmbus::Bus bus = shmbus::Bus::open_or_create(name, o);
+  const shmbus::BusInfo& i = bus.info();
+  if (i.policy != o.policy || i.capacity != o.capacity || i.record_size != o.record_size ||
+      i.max_readers != o.max_readers) {
+    const auto shape = [](shmbus::Policy p, std::uint64_t cap, std::uint32_t rec, std::uint32_t readers) {
+      return std::string(shmbus::to_string(p)) + " " + std::to_string(cap) + " x " + std::to_string(rec) + " B, " +
+             std::to_string(readers) + " reader slots";
+    };
+    throw py::value_error("bus '" + name + "' exists as " +
+                          shape(i.policy, i.capacity, i.record_size, i.max_readers) + ", not " +
+                          shape(o.policy, o.capacity, o.record_size, o.max_readers) +
+                          " as asked (Bus.open takes it as it is)");
+  }
+  return bus;
+}
+
 struct PyProducer {
   explicit PyProducer(const shmbus::Bus& b) : bus(b) {}
   std::optional<shmbus::Producer> producer;
   shmbus::Bus bus;
   ViewSlot claim_view;
   bool claimed = false;
+  std::size_t claim_size = 0;
   bool busy = false;
+  unsigned born = g_forks;
 
   shmbus::Producer& get() {
+    check_same_process(born, "Producer", bus.name());
     if (!producer) throw std::runtime_error("bus '" + bus.name() + "': producer is closed");
     return *producer;
   }
@@ -198,12 +242,16 @@ struct PyProducer {
         [](const shmbus::Claim& x) { return x.status == shmbus::PublishStatus::timeout; });
     check(c.status, bus, n);
     claimed = true;
+    claim_size = c.data.size();
     return claim_view.make(bus, c.data.data(), c.data.size(), true);
   }
 
   std::uint64_t commit(std::optional<std::size_t> size) {
     if (!claimed) throw std::runtime_error("nothing is claimed");
     shmbus::Producer& p = get();
+    if (size && *size > claim_size)
+      throw py::value_error("bus '" + bus.name() + "': commit(" + std::to_string(*size) + ") after claim(" +
+                            std::to_string(claim_size) + "): at most the claimed size (the claim stays open)");
     const std::uint64_t seq = p.next_seq();
     claim_view.revoke();
     claimed = false;
@@ -237,11 +285,15 @@ struct PyConsumer {
   ViewSlot view;
   bool overwrite = false;
   bool busy = false;
+  bool closing = false;  // close() was called while next() waits: next() closes and raises
+  std::thread::id waiter;  // the thread inside next()
   shmbus::EndReason end_reason = shmbus::EndReason::none;
   std::uint64_t corrupt = 0;
   bool let_go = false;
+  unsigned born = g_forks;
 
   shmbus::Consumer& get() {
+    check_same_process(born, "Consumer", bus.name());
     if (!consumer) throw std::runtime_error("bus '" + bus.name() + "': consumer is closed");
     return *consumer;
   }
@@ -250,12 +302,20 @@ struct PyConsumer {
   py::object next(std::optional<double> timeout) {
     Busy b(busy, "Consumer");
     shmbus::Consumer& c = get();
+    waiter = std::this_thread::get_id();
     view.revoke();  // the previous message's record may be reused from here on
     const auto t = to_timeout(timeout);
     for (;;) {
+      // `closing` is read with the GIL held, between slices.
       const auto r = wait_interruptibly<shmbus::ReadResult>(
           t, [&](std::chrono::nanoseconds w) { return c.next(w); },
-          [](const shmbus::ReadResult& x) { return x.status == shmbus::ReadStatus::timeout; });
+          [this](const shmbus::ReadResult& x) { return x.status == shmbus::ReadStatus::timeout && !closing; });
+      if (closing) {
+        // close() came from another thread (or a signal handler) while we
+        // waited: the consumer goes now, from the one thread that uses it.
+        release();
+        throw std::runtime_error("bus '" + bus.name() + "': consumer closed while next() waited");
+      }
       switch (r.status) {
         case shmbus::ReadStatus::message: {
           const auto& m = r.message;
@@ -293,9 +353,26 @@ struct PyConsumer {
     }
   }
 
+  // close() while another thread waits in next() (the usual shutdown of a
+  // reader thread): that next() ends within one wait slice, closes the
+  // consumer and raises; close() returns once it has. From a signal handler
+  // run inside that next() (same thread) it only asks.
   void close() {
+    if (busy) {
+      closing = true;
+      if (waiter == std::this_thread::get_id()) return;
+      while (busy) {
+        py::gil_scoped_release unlocked;
+        std::this_thread::sleep_for(1ms);
+      }
+    }
+    release();
+  }
+
+  void release() {
     view.revoke();
     consumer.reset();
+    closing = false;
   }
 };
 
@@ -375,6 +452,7 @@ PYBIND11_MODULE(shmbus, m) {
   m.doc() = "shmbus: a shared-memory message bus (one producer, many consumers, each reading "
             "every message). See shmbus.pyi for the API.";
   m.attr("__version__") = SHMBUS_VERSION;
+  ::pthread_atfork(nullptr, nullptr, after_fork_in_child);
 
   static py::exception<shmbus::Error> error(m, "Error", PyExc_OSError);
   static py::exception<EndOfStreamTag> end_of_stream(m, "EndOfStream", PyExc_Exception);
@@ -399,7 +477,7 @@ PYBIND11_MODULE(shmbus, m) {
       .def_static("create", bus_factory(&shmbus::Bus::create), bus_doc, py::arg("name"), py::kw_only(),
                   py::arg("capacity") = 65536, py::arg("record_size") = 256, py::arg("policy") = "block",
                   py::arg("max_readers") = 16, py::arg("mode") = 0600)
-      .def_static("open_or_create", bus_factory(&shmbus::Bus::open_or_create), bus_doc, py::arg("name"),
+      .def_static("open_or_create", bus_factory(&open_or_create_same), bus_doc, py::arg("name"),
                   py::kw_only(), py::arg("capacity") = 65536, py::arg("record_size") = 256,
                   py::arg("policy") = "block", py::arg("max_readers") = 16, py::arg("mode") = 0600)
       .def_static("open",
@@ -434,13 +512,32 @@ PYBIND11_MODULE(shmbus, m) {
              else if (timestamps == "precise") o.timestamps = shmbus::Timestamps::precise;
              else throw py::value_error("timestamps must be 'off', 'coarse' or 'precise'");
              o.wait_for_readers = wait_for_readers;
-             o.wait_for_readers_timeout = to_timeout(wait_for_readers_timeout);
              if (max_hold && !(*max_hold >= 0)) throw py::value_error("max_hold must be a number of seconds >= 0");
              o.max_hold = to_timeout(max_hold);
              auto p = std::make_unique<PyProducer>(bus);
-             py::gil_scoped_release unlocked;
-             p->producer.emplace(bus, o);
-             return p;
+             // Waiting for readers happens in slices, with signals handled
+             // between them (Ctrl-C raises KeyboardInterrupt); running out
+             // of time raises TimeoutError, as publish() does.
+             const auto total = to_timeout(wait_for_readers_timeout);
+             const auto deadline = std::chrono::steady_clock::now() + (total == shmbus::forever ? 0ns : total);
+             for (;;) {
+               auto slice = kSlice;
+               if (total != shmbus::forever)
+                 slice = std::clamp<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now(), 0ns, kSlice);
+               o.wait_for_readers_timeout = slice;
+               try {
+                 py::gil_scoped_release unlocked;
+                 p->producer.emplace(bus, o);
+                 return p;
+               } catch (const shmbus::Error& e) {
+                 if (e.errc() != shmbus::Errc::timeout) throw;
+                 if (total != shmbus::forever && std::chrono::steady_clock::now() >= deadline) {
+                   PyErr_SetString(PyExc_TimeoutError, e.what());
+                   throw py::error_already_set();
+                 }
+               }
+               if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+             }
            }),
            py::arg("bus"), py::kw_only(), py::arg("timestamps") = "off", py::arg("wait_for_readers") = 0,
            py::arg("wait_for_readers_timeout") = py::none(), py::arg("max_hold") = py::none())

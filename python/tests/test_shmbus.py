@@ -304,3 +304,125 @@ def test_readme_example_runs(name):
     out = subprocess.run([sys.executable, example, name], check=True, capture_output=True, text=True,
                          env=os.environ)
     assert out.stdout == "#0 hello\n#1 from\n#2 Python\n#3 in place\n4 delivered\n"
+
+
+def test_close_from_another_thread_while_next_waits(name):
+    """The usual shutdown of a reader thread: no crash, the waiting next() raises."""
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    consumer = shmbus.Consumer(bus)
+    raised = []
+
+    def read():
+        try:
+            consumer.next()
+        except RuntimeError as e:
+            raised.append(str(e))
+
+    t = threading.Thread(target=read)
+    t.start()
+    time.sleep(0.2)  # inside next(), waiting
+    consumer.close()
+    t.join(5)
+    assert not t.is_alive()
+    assert raised and "closed while next() waited" in raised[0]
+    with pytest.raises(RuntimeError, match="consumer is closed"):
+        consumer.next(0)
+    # The slot was given back: another consumer can have it.
+    assert shmbus.Inspector(name).snapshot()["readers"] == []
+
+
+def test_ctrl_c_interrupts_waiting_for_readers(name, tmp_path):
+    shmbus.Bus.create(name, capacity=16, record_size=64)
+    script = tmp_path / "waiting.py"
+    script.write_text(
+        "import shmbus, sys\n"
+        "print('waiting', flush=True)\n"
+        "try:\n"
+        f"    shmbus.Producer(shmbus.Bus.open({name!r}), wait_for_readers=1)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+        "    sys.exit(0)\n"
+        "sys.exit(3)\n")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=os.environ)
+    assert p.stdout.readline().strip() == "waiting"
+    time.sleep(0.3)
+    start = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=5) == 0
+    assert p.stdout.read().strip() == "interrupted"
+    assert time.monotonic() - start < 2
+    with pytest.raises(TimeoutError, match="timed out waiting for 1 reader"):
+        shmbus.Producer(shmbus.Bus.open(name), wait_for_readers=1, wait_for_readers_timeout=0.15)
+
+
+def test_end_of_stream_reason_is_the_documented_string(name):
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    consumer = shmbus.Consumer(bus)
+    shmbus.Producer(bus).close()
+    with pytest.raises(shmbus.EndOfStream) as e:
+        consumer.next(1.0)
+    assert e.value.reason == "closed" and consumer.end_reason == "closed"
+    died = shmbus.Bus.create(name + "-died", capacity=16, record_size=64)
+    try:
+        c = shmbus.Consumer(died)
+        pid = os.fork()
+        if pid == 0:
+            p = shmbus.Producer(shmbus.Bus.open(name + "-died"))
+            p.publish(b"x")
+            os._exit(0)  # dies holding the role: no close
+        os.waitpid(pid, 0)
+        assert bytes(c.next(5.0)[2]) == b"x"
+        with pytest.raises(shmbus.EndOfStream) as e:
+            c.next(5.0)
+        assert e.value.reason == "producer_died" and c.end_reason == "producer_died"
+    finally:
+        shmbus.Bus.remove(name + "-died")
+    # The stub's Literal names exactly the strings seen at run time.
+    import re
+    stub = open(os.path.join(os.path.dirname(shmbus.__file__), "shmbus.pyi")).read()
+    literal = re.search(r"reason: Literal\[([^]]*)\]", stub).group(1)
+    assert {x.strip().strip('"') for x in literal.split(",")} == {"closed", "producer_died", "removed"}
+
+
+def test_objects_made_before_a_fork_refuse_to_work_in_the_child(name):
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    producer = shmbus.Producer(bus)
+    consumer = shmbus.Consumer(bus)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        results = []
+        for call in (lambda: producer.publish(b"child"), lambda: consumer.next(0)):
+            try:
+                call()
+                results.append("worked")
+            except RuntimeError as e:
+                results.append("refused" if "before a fork" in str(e) else str(e))
+        os.write(w, ",".join(results).encode())
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    assert os.read(r, 1000).decode() == "refused,refused"
+    # The parent's stream is untouched: its seq 0 is its own message.
+    assert producer.publish(b"parent") == 0
+    assert bytes(consumer.next(1.0)[2]) == b"parent"
+
+
+def test_commit_of_more_than_was_claimed_is_refused(name):
+    bus = shmbus.Bus.create(name, capacity=16, record_size=128)
+    producer = shmbus.Producer(bus)
+    consumer = shmbus.Consumer(bus)
+    view = producer.claim(8)
+    view[:] = b"12345678"
+    with pytest.raises(ValueError, match=r"commit\(100\) after claim\(8\)"):
+        producer.commit(100)
+    assert producer.commit(8) == 0  # the claim stayed open
+    assert bytes(consumer.next(1.0)[2]) == b"12345678"
+
+
+def test_open_or_create_refuses_a_bus_with_other_options(name):
+    shmbus.Bus.create(name, capacity=1024, record_size=64)
+    with pytest.raises(ValueError, match="exists as block 1024 x 64 B.*not overwrite 64 x 4096 B"):
+        shmbus.Bus.open_or_create(name, capacity=64, record_size=4096, policy="overwrite")
+    same = shmbus.Bus.open_or_create(name, capacity=1024, record_size=64)
+    assert (same.capacity, same.record_size) == (1024, 64)

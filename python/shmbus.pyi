@@ -15,7 +15,7 @@ Waiting: next(), publish() and claim() wait with the GIL released and handle
 signals at least every 100 ms, so Ctrl-C raises KeyboardInterrupt. Timeouts
 are seconds (float); None waits as long as it takes.
 """
-from typing import Any, Iterator, Literal, Optional, Tuple, Union
+from typing import Any, Iterator, List, Literal, Optional, Sequence, Tuple, Union
 
 __version__: str
 
@@ -88,6 +88,10 @@ class Producer:
         """Copies `data` (any contiguous buffer) into the next record; returns
         its sequence number. ValueError if too large, TimeoutError if a block
         bus stays full for `timeout` seconds."""
+    def publish_batch(self, items: Sequence[Buffer], timeout: Optional[float] = None) -> int:
+        """Publishes the buffers in order, with one head update and wake-up
+        check per run that fits; returns how many went out: all, or fewer if
+        `timeout` ran out. ValueError (nothing published) if one is too large."""
     def claim(self, size: int, timeout: Optional[float] = None) -> memoryview:
         """The next record's payload, writable in place, `size` bytes. Valid
         until commit(), which releases it."""
@@ -125,6 +129,10 @@ class Consumer:
     def next(self, timeout: Optional[float] = None) -> Optional[Message]:
         """The next message, or None after `timeout` seconds with nothing new.
         Raises EndOfStream. Releases the previous message's view."""
+    def read_batch(self, max: int = 256, timeout: Optional[float] = None) -> List[Message]:
+        """Up to `max` messages available now, waiting up to `timeout` for the
+        first (an empty list after it). Their views are valid until the next
+        call. Raises EndOfStream once everything was read."""
     def __iter__(self) -> Iterator[Message]: ...
     def __next__(self) -> Message: ...
     def close(self) -> None:

@@ -26,6 +26,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "shmbus/shmbus.hpp"
 
@@ -96,32 +98,30 @@ struct View {
   bool valid = true;
 };
 
-// Hands out memoryviews over Views and revokes the current one.
+// Hands out memoryviews over Views (one per message of a call) and revokes
+// them all at the next call.
 class ViewSlot {
  public:
   py::memoryview make(const shmbus::Bus& bus, const std::byte* data, std::size_t size, bool writable) {
-    revoke();
     py::object view = py::cast(View{bus, const_cast<std::byte*>(data), size, writable, true});
     py::memoryview mv = py::reinterpret_steal<py::memoryview>(PyMemoryView_FromObject(view.ptr()));
     if (!mv) throw py::error_already_set();
-    view_ = view;
-    mv_ = mv;
+    handed_.push_back({view, mv});
     return mv;
   }
 
   void revoke() {
-    if (!view_) return;
-    view_.cast<View&>().valid = false;  // a new memoryview of it is empty
-    PyObject* r = PyObject_CallMethod(mv_.ptr(), "release", nullptr);
-    if (r == nullptr) PyErr_Clear();  // exported further (BufferError): see the header note
-    Py_XDECREF(r);
-    view_ = py::object();
-    mv_ = py::object();
+    for (auto& [view, mv] : handed_) {
+      view.cast<View&>().valid = false;  // a new memoryview of it is empty
+      PyObject* r = PyObject_CallMethod(mv.ptr(), "release", nullptr);
+      if (r == nullptr) PyErr_Clear();  // exported further (BufferError): see the header note
+      Py_XDECREF(r);
+    }
+    handed_.clear();  // keeps its capacity: a batch of the same size allocates nothing here
   }
 
  private:
-  py::object view_;
-  py::object mv_;
+  std::vector<std::pair<py::object, py::object>> handed_;
 };
 
 // Refuses a second thread entering a handle while the first waits without the GIL.
@@ -195,6 +195,7 @@ struct PyProducer {
   std::size_t claim_size = 0;
   bool busy = false;
   unsigned born = g_forks;
+  std::vector<std::span<const std::byte>> spans;  // publish_batch(), reused
 
   shmbus::Producer& get() {
     check_same_process(born, "Producer", bus.name());
@@ -233,6 +234,42 @@ struct PyProducer {
     return r.seq;
   }
 
+  // Publishes the buffers in order (one head update and wake-up check per
+  // run that fits); returns how many went out: all of them, or fewer if
+  // `timeout` ran out (or the bus was removed by force). One too large is
+  // refused before any is published.
+  std::size_t publish_batch(const py::sequence& items, std::optional<double> timeout) {
+    Busy b(busy, "Producer");
+    if (claimed) throw std::runtime_error("commit() the open claim first");
+    shmbus::Producer& p = get();
+    const auto t = to_timeout(timeout);
+    const std::size_t n = py::len(items);
+    std::vector<py::buffer_info> held;  // the buffers stay exported (and alive) while we copy them
+    held.reserve(n);
+    spans.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      held.push_back(py::reinterpret_borrow<py::buffer>(items[i]).request());
+      const py::buffer_info& info = held.back();
+      if (!PyBuffer_IsContiguous(info.view(), 'C'))
+        throw py::value_error("payload " + std::to_string(i) + " is not contiguous");
+      const std::size_t size = static_cast<std::size_t>(info.size * info.itemsize);
+      if (size > bus.info().max_payload)
+        throw py::value_error("bus '" + bus.name() + "': payload " + std::to_string(i) + " is " +
+                              std::to_string(size) + " bytes, max " + std::to_string(bus.info().max_payload) +
+                              "; nothing was published");
+      spans.emplace_back(static_cast<const std::byte*>(info.ptr), size);
+    }
+    std::size_t done = 0;
+    wait_interruptibly<std::size_t>(
+        t,
+        [&](std::chrono::nanoseconds w) {
+          done += p.publish_batch(std::span(spans).subspan(done), w);
+          return done;
+        },
+        [&](std::size_t) { return done < n; });
+    return done;
+  }
+
   py::memoryview claim(std::size_t n, std::optional<double> timeout) {
     Busy b(busy, "Producer");
     if (claimed) throw std::runtime_error("commit() the open claim first");
@@ -243,6 +280,7 @@ struct PyProducer {
     check(c.status, bus, n);
     claimed = true;
     claim_size = c.data.size();
+    claim_view.revoke();
     return claim_view.make(bus, c.data.data(), c.data.size(), true);
   }
 
@@ -290,6 +328,8 @@ struct PyConsumer {
   shmbus::EndReason end_reason = shmbus::EndReason::none;
   std::uint64_t corrupt = 0;
   bool let_go = false;
+  bool eos_pending = false;  // read_batch() returned messages and the stream had ended
+  std::vector<shmbus::Message> scratch;  // read_batch(), reused
   unsigned born = g_forks;
 
   shmbus::Consumer& get() {
@@ -298,24 +338,103 @@ struct PyConsumer {
     return *consumer;
   }
 
+  // The producer's hold limit let us go: we read on as a best-effort
+  // reader; .let_go says so. A message returned before may have been
+  // overwritten while the caller used it: it must hear of that.
+  void on_let_go(bool stale_view) {
+    let_go = true;
+    if (stale_view &&
+        PyErr_WarnEx(PyExc_RuntimeWarning,
+                     ("bus '" + bus.name() +
+                      "': the producer's hold limit let this reader go, and the message returned "
+                      "before was overwritten while it was held")
+                         .c_str(),
+                     1) != 0)
+      throw py::error_already_set();
+  }
+
+  // The consumer took its slot back and reads on; what it lost is counted
+  // in .lost, and the caller must hear of it.
+  [[noreturn]] void on_evicted(std::uint64_t lost_now) {
+    throw std::runtime_error("bus '" + bus.name() +
+                             "': this consumer's reader slot was taken from it (a stray write into the "
+                             "segment, or freed by force); " + std::to_string(lost_now) +
+                             " messages lost, reading on at seq " + std::to_string(get().cursor()));
+  }
+
+  // close() came from another thread (or a signal handler) while we waited:
+  // the consumer goes now, from the one thread that uses it.
+  void closed_while_waiting(const char* call) {
+    if (!closing) return;
+    release();
+    throw std::runtime_error("bus '" + bus.name() + "': consumer closed while " + call + " waited");
+  }
+
+  // End of stream seen with a batch that had messages: said at the next call.
+  void end_if_pending() {
+    if (!eos_pending) return;
+    eos_pending = false;
+    throw py::stop_iteration("end of stream");  // translated to EndOfStream by the caller
+  }
+
+  // Up to `max` messages available now, waiting up to `timeout` for the
+  // first: a list of (seq, timestamp_ns, memoryview), empty on a timeout.
+  py::list read_batch(std::size_t max, std::optional<double> timeout) {
+    Busy b(busy, "Consumer");
+    shmbus::Consumer& c = get();
+    waiter = std::this_thread::get_id();
+    view.revoke();
+    end_if_pending();
+    if (max == 0) throw py::value_error("max must be at least 1");
+    if (scratch.size() < max) scratch.resize(max);
+    const auto t = to_timeout(timeout);
+    for (;;) {
+      shmbus::PollResult pr;
+      std::span<const shmbus::Message> got;
+      wait_interruptibly<bool>(
+          t,
+          [&](std::chrono::nanoseconds w) {
+            got = c.read_batch(std::span<shmbus::Message>(scratch.data(), max), pr, w);
+            return true;
+          },
+          [&](bool) {
+            return got.empty() && !pr.end_of_stream && !pr.evicted && !pr.let_go && pr.lost == 0 &&
+                   pr.corrupt == 0 && !closing;
+          });
+      closed_while_waiting("read_batch()");
+      corrupt += pr.corrupt;
+      if (pr.evicted) on_evicted(pr.lost);
+      if (pr.let_go) on_let_go(pr.stale_view);
+      py::list out(got.size());
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const shmbus::Message& m = got[i];
+        out[i] = py::make_tuple(m.seq, m.timestamp_ns, view.make(bus, m.payload.data(), m.payload.size(), false));
+      }
+      if (pr.end_of_stream) {
+        end_reason = pr.end_reason;
+        if (got.empty()) throw py::stop_iteration("end of stream");
+        eos_pending = true;
+      }
+      // Only losses, a let-go or corrupt records: read on for messages.
+      if (got.empty() && !pr.end_of_stream && (pr.lost > 0 || pr.let_go || pr.corrupt > 0)) continue;
+      return out;
+    }
+  }
+
   // The next message, None on timeout; raises EndOfStream.
   py::object next(std::optional<double> timeout) {
     Busy b(busy, "Consumer");
     shmbus::Consumer& c = get();
     waiter = std::this_thread::get_id();
     view.revoke();  // the previous message's record may be reused from here on
+    end_if_pending();
     const auto t = to_timeout(timeout);
     for (;;) {
       // `closing` is read with the GIL held, between slices.
       const auto r = wait_interruptibly<shmbus::ReadResult>(
           t, [&](std::chrono::nanoseconds w) { return c.next(w); },
           [this](const shmbus::ReadResult& x) { return x.status == shmbus::ReadStatus::timeout && !closing; });
-      if (closing) {
-        // close() came from another thread (or a signal handler) while we
-        // waited: the consumer goes now, from the one thread that uses it.
-        release();
-        throw std::runtime_error("bus '" + bus.name() + "': consumer closed while next() waited");
-      }
+      closed_while_waiting("next()");
       switch (r.status) {
         case shmbus::ReadStatus::message: {
           const auto& m = r.message;
@@ -328,27 +447,8 @@ struct PyConsumer {
           throw py::stop_iteration("end of stream");  // translated to EndOfStream by the caller
         case shmbus::ReadStatus::lost: continue;      // counted in .lost; read on from the oldest
         case shmbus::ReadStatus::corrupt: ++corrupt; continue;
-        case shmbus::ReadStatus::let_go:
-          // The producer's hold limit let us go: we read on as a best-effort
-          // reader; .let_go says so. The message returned before may have
-          // been overwritten while the caller used it: it must hear of that.
-          let_go = true;
-          if (r.stale_view &&
-              PyErr_WarnEx(PyExc_RuntimeWarning,
-                           ("bus '" + bus.name() +
-                            "': the producer's hold limit let this reader go, and the message returned "
-                            "before was overwritten while it was held")
-                               .c_str(),
-                           1) != 0)
-            throw py::error_already_set();
-          continue;
-        case shmbus::ReadStatus::evicted:
-          // The consumer took its slot back and reads on; what it lost is
-          // counted in .lost, and the caller must hear of it.
-          throw std::runtime_error("bus '" + bus.name() +
-                                   "': this consumer's reader slot was taken from it (a stray write into the "
-                                   "segment, or freed by force); " + std::to_string(r.lost) +
-                                   " messages lost, reading on at seq " + std::to_string(r.message.seq));
+        case shmbus::ReadStatus::let_go: on_let_go(r.stale_view); continue;
+        case shmbus::ReadStatus::evicted: on_evicted(r.lost);
       }
     }
   }
@@ -377,6 +477,16 @@ struct PyConsumer {
 };
 
 struct EndOfStreamTag {};
+
+// EndOfStream (the exception type `type`) with its reason, from next() and read_batch().
+[[noreturn]] void raise_end_of_stream(const PyConsumer& c, PyObject* type) {
+  const char* reason = shmbus::to_string(c.end_reason);
+  py::object exc =
+      py::reinterpret_borrow<py::object>(type)(py::str("bus '" + c.bus.name() + "': end of stream (" + reason + ")"));
+  exc.attr("reason") = reason;
+  PyErr_SetObject(type, exc.ptr());
+  throw py::error_already_set();
+}
 
 py::dict reader_dict(const shmbus::ReaderView& r, std::uint64_t head) {
   py::dict d;
@@ -542,6 +652,7 @@ PYBIND11_MODULE(shmbus, m) {
            py::arg("bus"), py::kw_only(), py::arg("timestamps") = "off", py::arg("wait_for_readers") = 0,
            py::arg("wait_for_readers_timeout") = py::none(), py::arg("max_hold") = py::none())
       .def("publish", &PyProducer::publish, py::arg("data"), py::arg("timeout") = py::none())
+      .def("publish_batch", &PyProducer::publish_batch, py::arg("items"), py::arg("timeout") = py::none())
       .def("claim", &PyProducer::claim, py::arg("size"), py::arg("timeout") = py::none())
       .def("commit", &PyProducer::commit, py::arg("size") = py::none())
       .def("close", &PyProducer::close)
@@ -576,15 +687,19 @@ PYBIND11_MODULE(shmbus, m) {
              try {
                return c.next(timeout);
              } catch (const py::stop_iteration&) {
-               const char* reason = shmbus::to_string(c.end_reason);
-               py::object exc = py::reinterpret_borrow<py::object>(end_of_stream.ptr())(
-                   py::str("bus '" + c.bus.name() + "': end of stream (" + reason + ")"));
-               exc.attr("reason") = reason;
-               PyErr_SetObject(end_of_stream.ptr(), exc.ptr());
-               throw py::error_already_set();
+               raise_end_of_stream(c, end_of_stream.ptr());
              }
            },
            py::arg("timeout") = py::none())
+      .def("read_batch",
+           [](PyConsumer& c, std::size_t max, std::optional<double> timeout) -> py::list {
+             try {
+               return c.read_batch(max, timeout);
+             } catch (const py::stop_iteration&) {
+               raise_end_of_stream(c, end_of_stream.ptr());
+             }
+           },
+           py::arg("max") = 256, py::arg("timeout") = py::none())
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__",
            [](PyConsumer& c) -> py::object {

@@ -426,3 +426,40 @@ def test_open_or_create_refuses_a_bus_with_other_options(name):
         shmbus.Bus.open_or_create(name, capacity=64, record_size=4096, policy="overwrite")
     same = shmbus.Bus.open_or_create(name, capacity=1024, record_size=64)
     assert (same.capacity, same.record_size) == (1024, 64)
+
+
+def test_batches_publish_and_read_many_messages_per_call(name):
+    bus = shmbus.Bus.create(name, capacity=64, record_size=64)
+    producer = shmbus.Producer(bus)
+    consumer = shmbus.Consumer(bus)
+    with pytest.raises(ValueError, match="payload 1 is 100 bytes, max 40; nothing was published"):
+        producer.publish_batch([b"ok", b"x" * 100])
+    assert producer.next_seq == 0
+    assert producer.publish_batch([struct.pack("<Q", i) for i in range(50)]) == 50
+    first = consumer.read_batch(32)
+    assert [s for s, _, _ in first] == list(range(32))
+    assert [struct.unpack("<Q", m)[0] for _, _, m in first] == list(range(32))
+    kept = first[0][2]
+    rest = consumer.read_batch(100, timeout=0)
+    assert [s for s, _, _ in rest] == list(range(32, 50))
+    with pytest.raises(ValueError):
+        bytes(kept)  # released by the next call
+    assert consumer.read_batch(8, timeout=0.05) == []
+    # A full block ring: the batch goes out as far as the timeout allows.
+    assert producer.publish_batch([b"y"] * 100, timeout=0.05) == 64
+    assert len(consumer.read_batch(1000)) == 64
+    producer.close()
+    with pytest.raises(shmbus.EndOfStream):
+        consumer.read_batch(8, timeout=1.0)
+
+
+def test_a_batch_that_ends_the_stream_is_returned_and_end_comes_next(name):
+    bus = shmbus.Bus.create(name, capacity=64, record_size=64)
+    consumer = shmbus.Consumer(bus)
+    with shmbus.Producer(bus) as producer:
+        producer.publish_batch([b"a", b"b", b"c"])
+    got = consumer.read_batch(10, timeout=1.0)
+    assert [bytes(m) for _, _, m in got] == [b"a", b"b", b"c"]
+    with pytest.raises(shmbus.EndOfStream) as e:
+        consumer.read_batch(10)  # at once, not after waiting for a new producer
+    assert e.value.reason == "closed"

@@ -15,16 +15,28 @@ Waiting: next(), publish() and claim() wait with the GIL released and handle
 signals at least every 100 ms, so Ctrl-C raises KeyboardInterrupt. Timeouts
 are seconds (float); None waits as long as it takes.
 """
-from typing import Any, Iterator, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Literal, Optional, Sequence, Tuple, TypedDict, overload
+
+from _typeshed import ReadableBuffer
 
 __version__: str
 
-Buffer = Union[bytes, bytearray, memoryview]
+# Anything that exports a contiguous buffer: bytes, bytearray, memoryview,
+# array.array, numpy.ndarray... (the same names exist at run time).
+Buffer = ReadableBuffer
 Policy = Literal["block", "overwrite"]
-
 class Error(OSError):
     """A setup error (create, open, attach). str() names the bus and the problem."""
     errc: int  # shmbus::Errc / the C API's SHMBUS_* value, e.g. 4 not found, 14 not retained
+
+class BusNotFound(Error, FileNotFoundError):
+    """No bus of that name (errno ENOENT)."""
+
+class BusExists(Error, FileExistsError):
+    """A bus of that name exists (errno EEXIST)."""
+
+class BusPermissionError(Error, PermissionError):
+    """The bus exists but may not be opened: mode, or an owner not trusted (errno EACCES)."""
 
 class EndOfStream(Exception):
     """Consumer.next(): the producer closed the bus or died, and everything
@@ -126,6 +138,10 @@ class Consumer:
         best_effort: never hold a block bus's producer back; when lapped, the
         messages it missed are skipped and counted in .lost (as on an
         overwrite bus)."""
+    @overload
+    def next(self, timeout: None = None) -> Message: ...
+    @overload
+    def next(self, timeout: float) -> Optional[Message]: ...
     def next(self, timeout: Optional[float] = None) -> Optional[Message]:
         """The next message, or None after `timeout` seconds with nothing new.
         Raises EndOfStream. Releases the previous message's view."""
@@ -167,10 +183,69 @@ class Consumer:
     def __enter__(self) -> Consumer: ...
     def __exit__(self, *args: Any) -> None: ...
 
+class Counters(TypedDict):
+    published: int
+    producer_waits: int
+    producer_wait_ns: int
+    wakeups: int
+    readers_reclaimed: int
+    readers_let_go: int
+    data_sleepers: int
+
+class ProducerInfo(TypedDict):
+    attached: bool
+    pid: int
+    liveness: Literal["alive", "dead", "unknown"]
+    closed: bool
+    waiting_for_space: bool
+    blocked_on_slot: Optional[int]
+    takeovers: int
+
+class ReaderInfo(TypedDict):
+    slot: int
+    pid: int
+    liveness: Literal["alive", "dead", "unknown"]
+    name: str
+    cursor: int
+    lag: int
+    delivered: int
+    lost: int
+    attach_time_ns: int
+    last_active_ns: int
+    sleeping: bool
+    best_effort: bool
+    let_go_ns: int
+
+class BookmarkInfo(TypedDict):
+    name: str
+    cursor: int
+    updated_ns: int
+    held: bool
+    holder_pid: int
+
+class Snapshot(TypedDict):
+    name: str
+    policy: Policy
+    capacity: int
+    record_size: int
+    max_payload: int
+    max_readers: int
+    segment_size: int
+    creation_time_ns: int
+    layout_version: int
+    head: int
+    oldest: int
+    last_publish_ns: int
+    counters: Counters
+    producer: ProducerInfo
+    readers: List[ReaderInfo]
+    bookmarks: List[BookmarkInfo]
+    removed: bool
+
 class Inspector:
     """Reads a bus's header, counters and reader table without attaching."""
     def __init__(self, name: str) -> None: ...
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> Snapshot:
         """{name, policy, capacity, record_size, max_payload, max_readers,
         segment_size, creation_time_ns, layout_version, head, oldest,
         last_publish_ns, counters: {published, producer_waits,

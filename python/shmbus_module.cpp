@@ -22,7 +22,9 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
@@ -33,6 +35,7 @@
 
 namespace py = pybind11;
 using namespace std::chrono_literals;
+using namespace pybind11::literals;
 
 namespace {
 
@@ -145,23 +148,32 @@ shmbus::Policy parse_policy(const std::string& p) {
   throw py::value_error("policy must be 'block' or 'overwrite', not '" + p + "'");
 }
 
-shmbus::BusOptions bus_options(std::uint64_t capacity, std::uint32_t record_size,
-                               const std::string& policy, std::uint32_t max_readers,
-                               std::uint32_t mode) {
+// A Python int for an option, range-checked here (pybind11 itself answers
+// a negative number with a long "incompatible arguments" TypeError).
+template <class T>
+T option_value(const char* what, std::int64_t v, std::uint64_t max = std::numeric_limits<T>::max()) {
+  if (v < 0 || static_cast<std::uint64_t>(v) > max)
+    throw py::value_error(std::string(what) + " must be between 0 and " + std::to_string(max) + ", not " +
+                          std::to_string(v));
+  return static_cast<T>(v);
+}
+
+shmbus::BusOptions bus_options(std::int64_t capacity, std::int64_t record_size, const std::string& policy,
+                               std::int64_t max_readers, std::int64_t mode) {
   shmbus::BusOptions o;
-  o.capacity = capacity;
-  o.record_size = record_size;
+  o.capacity = option_value<std::uint64_t>("capacity", capacity);
+  o.record_size = option_value<std::uint32_t>("record_size", record_size);
   o.policy = parse_policy(policy);
-  o.max_readers = max_readers;
-  o.mode = static_cast<mode_t>(mode);
+  o.max_readers = option_value<std::uint32_t>("max_readers", max_readers);
+  o.mode = option_value<mode_t>("mode", mode, 07777);
   return o;
 }
 
 // Bus.create / Bus.open_or_create from keyword options.
 template <class F>
 auto bus_factory(F f) {
-  return [f](const std::string& name, std::uint64_t capacity, std::uint32_t record_size,
-             const std::string& policy, std::uint32_t max_readers, std::uint32_t mode) {
+  return [f](const std::string& name, std::int64_t capacity, std::int64_t record_size, const std::string& policy,
+             std::int64_t max_readers, std::int64_t mode) {
     return f(name, bus_options(capacity, record_size, policy, max_readers, mode));
   };
 }
@@ -566,13 +578,51 @@ PYBIND11_MODULE(shmbus, m) {
 
   static py::exception<shmbus::Error> error(m, "Error", PyExc_OSError);
   static py::exception<EndOfStreamTag> end_of_stream(m, "EndOfStream", PyExc_Exception);
+  // Errors that are also the built-in OSError a Python program catches:
+  // `except FileNotFoundError` sees a missing bus. errno is set to match.
+  const py::object type = py::module_::import("builtins").attr("type");
+  static py::object not_found = type("BusNotFound", py::make_tuple(error, py::handle(PyExc_FileNotFoundError)),
+                                     py::dict("__module__"_a = "shmbus", "__doc__"_a = "No bus of that name."));
+  static py::object exists = type("BusExists", py::make_tuple(error, py::handle(PyExc_FileExistsError)),
+                                  py::dict("__module__"_a = "shmbus", "__doc__"_a = "A bus of that name exists."));
+  static py::object denied =
+      type("BusPermissionError", py::make_tuple(error, py::handle(PyExc_PermissionError)),
+           py::dict("__module__"_a = "shmbus", "__doc__"_a = "The bus exists but may not be opened."));
+  m.attr("BusNotFound") = not_found;
+  m.attr("BusExists") = exists;
+  m.attr("BusPermissionError") = denied;
+
+  // The stub's type names exist at run time too (`from shmbus import Message`).
+  {
+    const py::module_ typing = py::module_::import("typing");
+    const py::module_ builtins = py::module_::import("builtins");
+    m.attr("Message") = typing.attr("Tuple")[py::make_tuple(builtins.attr("int"), builtins.attr("int"),
+                                                             builtins.attr("memoryview"))];
+    m.attr("Policy") = typing.attr("Literal")[py::make_tuple("block", "overwrite")];
+    const py::module_ abc = py::module_::import("collections.abc");
+    m.attr("Buffer") = py::hasattr(abc, "Buffer")
+                           ? py::object(abc.attr("Buffer"))  // Python 3.12+
+                           : py::object(typing.attr("Union")[py::make_tuple(
+                                 builtins.attr("bytes"), builtins.attr("bytearray"), builtins.attr("memoryview"))]);
+  }
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const shmbus::Error& e) {
-      py::object exc = py::reinterpret_borrow<py::object>(error.ptr())(py::str(e.what()));
+      py::object cls = py::reinterpret_borrow<py::object>(error.ptr());
+      int err = 0;
+      switch (e.errc()) {
+        case shmbus::Errc::not_found: cls = not_found; err = ENOENT; break;
+        case shmbus::Errc::already_exists: cls = exists; err = EEXIST; break;
+        case shmbus::Errc::permission_denied:
+        case shmbus::Errc::foreign_owner: cls = denied; err = EACCES; break;
+        default: break;
+      }
+      // OSError(errno, strerror) fills .errno and .strerror; str() is our one line.
+      py::object exc = err != 0 ? cls(err, py::str(e.what())) : cls(py::str(e.what()));
       exc.attr("errc") = static_cast<int>(e.errc());
-      PyErr_SetObject(error.ptr(), exc.ptr());
+      if (err != 0) exc.attr("args") = py::make_tuple(err, py::str(e.what()));
+      PyErr_SetObject(cls.ptr(), exc.ptr());
     }
   });
 
@@ -583,7 +633,7 @@ PYBIND11_MODULE(shmbus, m) {
                                {static_cast<py::ssize_t>(v.valid ? v.size : 0)}, {1}, !v.writable);
       });
 
-  py::class_<shmbus::Bus>(m, "Bus")
+  py::class_<shmbus::Bus>(m, "Bus", "A named bus (/dev/shm/shmbus.NAME): create, open or remove it; pickles by name.")
       .def_static("create", bus_factory(&shmbus::Bus::create), bus_doc, py::arg("name"), py::kw_only(),
                   py::arg("capacity") = 65536, py::arg("record_size") = 256, py::arg("policy") = "block",
                   py::arg("max_readers") = 16, py::arg("mode") = 0600)
@@ -598,8 +648,9 @@ PYBIND11_MODULE(shmbus, m) {
                     return shmbus::Bus::open(name, o);
                   },
                   py::arg("name"), py::arg("ready_timeout") = 2.0)
-      .def_static("remove", &shmbus::Bus::remove, py::arg("name"))
-      .def_static("exists", &shmbus::Bus::exists, py::arg("name"))
+      .def_static("remove", &shmbus::Bus::remove, "Removes the bus's name; True if it existed. Mapped users carry on.",
+                  py::arg("name"))
+      .def_static("exists", &shmbus::Bus::exists, "True if a bus of that name exists.", py::arg("name"))
       .def_property_readonly("name", &shmbus::Bus::name)
       .def_property_readonly("policy", [](const shmbus::Bus& b) { return shmbus::to_string(b.info().policy); })
       .def_property_readonly("capacity", [](const shmbus::Bus& b) { return b.info().capacity; })
@@ -608,12 +659,21 @@ PYBIND11_MODULE(shmbus, m) {
       .def_property_readonly("max_readers", [](const shmbus::Bus& b) { return b.info().max_readers; })
       .def_property_readonly("head", &shmbus::Bus::head)
       .def_property_readonly("oldest", &shmbus::Bus::oldest)
+      // A Bus travels to another process (multiprocessing's spawn) by name,
+      // and is opened again there.
+      .def(py::pickle([](const shmbus::Bus& b) { return py::make_tuple(b.name()); },
+                      [](const py::tuple& t) {
+                        if (t.size() != 1) throw py::value_error("not a pickled shmbus.Bus");
+                        return shmbus::Bus::open(t[0].cast<std::string>());
+                      }))
       .def("__repr__", [](const shmbus::Bus& b) {
         return "<shmbus.Bus '" + b.name() + "' " + shmbus::to_string(b.info().policy) + " " +
                std::to_string(b.info().capacity) + " x " + std::to_string(b.info().record_size) + " B>";
       });
 
-  py::class_<PyProducer>(m, "Producer")
+  py::class_<PyProducer>(m, "Producer",
+                          "The bus's one producer: publish(), publish_batch(), claim()/commit(); a context "
+                          "manager (leaving it closes the stream).")
       .def(py::init([](const shmbus::Bus& bus, const std::string& timestamps, std::uint32_t wait_for_readers,
                        std::optional<double> wait_for_readers_timeout, std::optional<double> max_hold) {
              shmbus::ProducerOptions o;
@@ -651,18 +711,40 @@ PYBIND11_MODULE(shmbus, m) {
            }),
            py::arg("bus"), py::kw_only(), py::arg("timestamps") = "off", py::arg("wait_for_readers") = 0,
            py::arg("wait_for_readers_timeout") = py::none(), py::arg("max_hold") = py::none())
-      .def("publish", &PyProducer::publish, py::arg("data"), py::arg("timeout") = py::none())
-      .def("publish_batch", &PyProducer::publish_batch, py::arg("items"), py::arg("timeout") = py::none())
-      .def("claim", &PyProducer::claim, py::arg("size"), py::arg("timeout") = py::none())
-      .def("commit", &PyProducer::commit, py::arg("size") = py::none())
-      .def("close", &PyProducer::close)
-      .def("detach", &PyProducer::detach)
+      .def("publish", &PyProducer::publish,
+           "Copies `data` (any contiguous buffer) into the next record; returns its sequence number. "
+           "ValueError if too large, TimeoutError if a block bus stays full for `timeout` seconds.",
+           py::arg("data"), py::arg("timeout") = py::none())
+      .def("publish_batch", &PyProducer::publish_batch,
+           "Publishes the buffers in order; returns how many went out (fewer if `timeout` ran out). "
+           "ValueError, with nothing published, if one is too large.",
+           py::arg("items"), py::arg("timeout") = py::none())
+      .def("claim", &PyProducer::claim, "The next record's payload, writable in place, `size` bytes; valid until commit().",
+           py::arg("size"), py::arg("timeout") = py::none())
+      .def("commit", &PyProducer::commit,
+           "Publishes the claimed record (its first `size` bytes, default all); returns its sequence number.",
+           py::arg("size") = py::none())
+      .def("close", &PyProducer::close, "Marks end-of-stream and gives up the producer role.")
+      .def("detach", &PyProducer::detach, "Gives up the role without end-of-stream (consumers wait for a new producer).")
       .def_property_readonly("next_seq", [](PyProducer& p) { return p.get().next_seq(); })
       .def_property_readonly("bus", [](const PyProducer& p) { return p.bus; })
+      .def("__repr__",
+           [](const PyProducer& p) {
+             return "<shmbus.Producer of '" + p.bus.name() + "'" +
+                    (p.producer ? ", next seq " + std::to_string(p.producer->next_seq()) : std::string(", closed")) +
+                    ">";
+           })
+      .def("__reduce__",
+           [](const PyProducer& p) -> py::object {
+             throw py::type_error("bus '" + p.bus.name() +
+                                  "': a Producer holds the bus's producer role in this process and cannot be "
+                                  "pickled; pass the Bus (or its name) and make the Producer there");
+           })
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyProducer& p, py::args) { p.close(); });
 
-  py::class_<PyConsumer>(m, "Consumer")
+  py::class_<PyConsumer>(m, "Consumer",
+                          "A reader slot: next(), read_batch(), iteration until end of stream; a context manager.")
       .def(py::init([](const shmbus::Bus& bus, const std::string& name, const std::string& start,
                        std::uint64_t start_seq, bool durable, bool best_effort) {
              shmbus::ConsumerOptions o;
@@ -690,6 +772,8 @@ PYBIND11_MODULE(shmbus, m) {
                raise_end_of_stream(c, end_of_stream.ptr());
              }
            },
+           "The next message (seq, timestamp_ns, memoryview), or None after `timeout` seconds with nothing new. "
+           "Raises EndOfStream. Releases the previous message's view.",
            py::arg("timeout") = py::none())
       .def("read_batch",
            [](PyConsumer& c, std::size_t max, std::optional<double> timeout) -> py::list {
@@ -699,13 +783,17 @@ PYBIND11_MODULE(shmbus, m) {
                raise_end_of_stream(c, end_of_stream.ptr());
              }
            },
+           "Up to `max` messages available now, waiting up to `timeout` for the first (an empty list after it); "
+           "their views are valid until the next call. Raises EndOfStream.",
            py::arg("max") = 256, py::arg("timeout") = py::none())
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__",
            [](PyConsumer& c) -> py::object {
              return c.next(std::nullopt);  // StopIteration at end of stream
            })
-      .def("close", &PyConsumer::close)
+      .def("close", &PyConsumer::close,
+           "Releases the reader slot; from another thread while one waits in next(), that next() raises "
+           "RuntimeError and close() returns once it has.")
       .def_property_readonly("cursor", [](PyConsumer& c) { return c.get().cursor(); })
       .def_property_readonly("delivered", [](PyConsumer& c) { return c.get().delivered(); })
       .def_property_readonly("lost", [](PyConsumer& c) { return c.get().lost(); })
@@ -717,10 +805,26 @@ PYBIND11_MODULE(shmbus, m) {
       .def_property_readonly("end_reason",
                              [](const PyConsumer& c) { return shmbus::to_string(c.end_reason); })
       .def_property_readonly("bus", [](const PyConsumer& c) { return c.bus; })
+      .def("__repr__",
+           [](const PyConsumer& c) {
+             return "<shmbus.Consumer of '" + c.bus.name() + "'" +
+                    (c.consumer ? ", slot " + std::to_string(c.consumer->slot()) + ", cursor " +
+                                      std::to_string(c.consumer->cursor())
+                                : std::string(", closed")) +
+                    ">";
+           })
+      .def("__reduce__",
+           [](const PyConsumer& c) -> py::object {
+             throw py::type_error("bus '" + c.bus.name() +
+                                  "': a Consumer holds a reader slot in this process and cannot be pickled; "
+                                  "pass the Bus (or its name) and make the Consumer there");
+           })
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyConsumer& c, py::args) { c.close(); });
 
-  py::class_<shmbus::Inspector>(m, "Inspector")
+  py::class_<shmbus::Inspector>(m, "Inspector", "Reads a bus's header, counters and reader table without attaching.")
       .def(py::init([](const std::string& name) { return shmbus::Inspector::open(name); }), py::arg("name"))
-      .def("snapshot", [](const shmbus::Inspector& i) { return snapshot_dict(i.snapshot()); });
+      .def(
+          "snapshot", [](const shmbus::Inspector& i) { return snapshot_dict(i.snapshot()); },
+          "The bus as a dict: geometry, head, oldest, counters, producer, readers, bookmarks (see shmbus.pyi).");
 }

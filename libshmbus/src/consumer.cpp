@@ -363,7 +363,7 @@ struct Consumer::Impl : detail::Attachment {
     return c;
   }
 
-  // Sets `stale_view` if a record handed out by the last call (in place:
+  // True if a record handed out by the last call (in place:
   // `block`, holding the producer) has been overwritten since.
   bool view_overwritten() const noexcept {
     if (checked) return false;

@@ -350,9 +350,11 @@ bool Producer::Impl::account_holds(std::uint64_t needed_floor, std::uint64_t wai
   for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
     layout::ReaderSlot* r = seg.reader(i);
     Held& e = held[i];
-    // Acquire: pairs with the attaching reader's release store of its state,
-    // after its owner ticket.
-    const std::uint64_t owner = r->owner.load(std::memory_order_acquire);
+    // The ticket is only compared: an attachment that changed in between
+    // is caught after the exchange (let_go()).
+    const std::uint64_t owner = r->owner.load(std::memory_order_relaxed);
+    // Acquire: pairs with the reader's release store of its state (and of
+    // its cursor), as in min_active_cursor().
     if (r->state.load(std::memory_order_acquire) != layout::kSlotActive ||
         r->cursor.load(std::memory_order_acquire) >= needed_floor) {
       e.seen = false;

@@ -463,3 +463,93 @@ def test_a_batch_that_ends_the_stream_is_returned_and_end_comes_next(name):
     with pytest.raises(shmbus.EndOfStream) as e:
         consumer.read_batch(10)  # at once, not after waiting for a new producer
     assert e.value.reason == "closed"
+
+
+def test_errors_are_the_builtin_os_errors_python_programs_catch(name):
+    with pytest.raises(FileNotFoundError) as e:
+        shmbus.Bus.open(name)
+    assert isinstance(e.value, shmbus.Error) and isinstance(e.value, shmbus.BusNotFound)
+    assert e.value.errno == 2 and e.value.errc == 4 and name in str(e.value)
+    shmbus.Bus.create(name, capacity=16, record_size=64)
+    with pytest.raises(FileExistsError) as e:
+        shmbus.Bus.create(name, capacity=16, record_size=64)
+    assert isinstance(e.value, shmbus.BusExists) and e.value.errno == 17
+    with pytest.raises(ValueError, match="capacity must be between 0 and .*, not -1"):
+        shmbus.Bus.create(name + "-neg", capacity=-1)
+    with pytest.raises(shmbus.Error, match="not a power of two"):
+        shmbus.Bus.create(name + "-odd", capacity=3)
+
+
+def test_names_help_pickling_and_repr(name, tmp_path):
+    from shmbus import Buffer, Message, Policy  # the stub's names exist at run time
+    assert Message and Policy and Buffer
+    assert shmbus.Consumer.__doc__ and "EndOfStream" in shmbus.Consumer.next.__doc__
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    import pickle
+    again = pickle.loads(pickle.dumps(bus))
+    assert again.name == name and again.capacity == 16
+    producer = shmbus.Producer(bus)
+    consumer = shmbus.Consumer(bus)
+    assert repr(producer) == f"<shmbus.Producer of '{name}', next seq 0>"
+    assert repr(consumer).startswith(f"<shmbus.Consumer of '{name}', slot ")
+    with pytest.raises(TypeError, match="cannot be pickled; pass the Bus"):
+        pickle.dumps(consumer)
+    # A Bus goes to a spawned process by name.
+    script = tmp_path / "spawned.py"
+    script.write_text(
+        "import multiprocessing as mp, shmbus, sys\n"
+        "def child(bus):\n"
+        "    with shmbus.Producer(bus) as p:\n"
+        "        p.publish(b'from the child')\n"
+        "if __name__ == '__main__':\n"
+        f"    bus = shmbus.Bus.open({name!r})\n"
+        "    p = mp.get_context('spawn').Process(target=child, args=(bus,))\n"
+        "    p.start(); p.join(30)\n"
+        "    sys.exit(p.exitcode)\n")
+    producer.detach()
+    assert subprocess.run([sys.executable, str(script)], env=os.environ, timeout=60).returncode == 0
+    assert bytes(consumer.next(5.0)[2]) == b"from the child"
+
+
+def test_the_stub_type_checks_a_typed_program_under_mypy_strict(tmp_path):
+    import shutil
+    mypy = shutil.which("mypy")
+    if mypy is None:
+        pytest.skip("mypy is not installed (scripts/install-deps.sh installs it)")
+    program = tmp_path / "typed.py"
+    program.write_text(
+        "import shmbus\n"
+        "from shmbus import Message\n"
+        "\n"
+        "def drain(c: shmbus.Consumer) -> int:\n"
+        "    seq, ts, payload = c.next()  # no timeout: a message, never None\n"
+        "    total = len(payload) + seq + ts\n"
+        "    maybe = c.next(0.1)\n"
+        "    if maybe is not None:\n"
+        "        total += maybe[0]\n"
+        "    batch: list[Message] = c.read_batch(64, timeout=0)\n"
+        "    return total + len(batch)\n"
+        "\n"
+        "def main() -> None:\n"
+        "    try:\n"
+        "        bus = shmbus.Bus.open('typed')\n"
+        "    except FileNotFoundError:\n"
+        "        bus = shmbus.Bus.create('typed', capacity=16, record_size=64, policy='block')\n"
+        "    with shmbus.Producer(bus, max_hold=2.0) as p:\n"
+        "        p.publish(b'x')\n"
+        "        p.publish(bytearray(b'y'))\n"
+        "        p.publish(memoryview(b'z'))\n"
+        "        p.publish_batch([b'a', b'b'])\n"
+        "    snap = shmbus.Inspector('typed').snapshot()\n"
+        "    lag: int = snap['readers'][0]['lag'] if snap['readers'] else 0\n"
+        "    reason: str = snap['producer']['liveness']\n"
+        "    print(lag, reason, snap['counters']['readers_let_go'])\n"
+        "    try:\n"
+        "        drain(shmbus.Consumer(bus))\n"
+        "    except shmbus.EndOfStream as e:\n"
+        "        if e.reason == 'producer_died':\n"
+        "            pass\n")
+    stub_dir = os.path.dirname(shmbus.__file__)
+    out = subprocess.run([mypy, "--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(program)],
+                         env={**os.environ, "MYPYPATH": stub_dir}, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr

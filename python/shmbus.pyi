@@ -60,8 +60,11 @@ class Bus:
         """Opens an existing bus. Never waits: a bus appears under its name
         only once complete (ready_timeout is unused, kept for compatibility)."""
     @staticmethod
-    def remove(name: str) -> bool:
-        """Removes the bus's name; True if it existed. Mapped users carry on."""
+    def remove(name: str, *, end_streams: bool = True) -> bool:
+        """Removes the bus; True if it existed. Ends the stream of every
+        consumer still attached (EndOfStream, reason "removed") and closes its
+        producer, so nobody runs on in a removed bus; end_streams=False only
+        removes the name (mapped users carry on)."""
     @staticmethod
     def exists(name: str) -> bool: ...
     @property

@@ -648,8 +648,32 @@ PYBIND11_MODULE(shmbus, m) {
                     return shmbus::Bus::open(name, o);
                   },
                   py::arg("name"), py::arg("ready_timeout") = 2.0)
-      .def_static("remove", &shmbus::Bus::remove, "Removes the bus's name; True if it existed. Mapped users carry on.",
-                  py::arg("name"))
+      .def_static(
+          "remove",
+          [](const std::string& name, bool end_streams) {
+            py::gil_scoped_release unlocked;
+            if (!end_streams) return shmbus::Bus::remove(name);
+            try {
+              return shmbus::remove_in_use(name);
+            } catch (const shmbus::Error& e) {
+              // A segment this library cannot read (another layout version,
+              // not a bus, half made) has no stream of ours to end: its name
+              // goes all the same.
+              switch (e.errc()) {
+                case shmbus::Errc::not_a_bus:
+                case shmbus::Errc::version_mismatch:
+                case shmbus::Errc::truncated:
+                case shmbus::Errc::corrupt:
+                case shmbus::Errc::not_ready:
+                case shmbus::Errc::not_allocated: return shmbus::Bus::remove(name);
+                default: throw;
+              }
+            }
+          },
+          "Removes the bus; True if it existed. Ends the stream of every consumer still attached (EndOfStream, "
+          "reason 'removed') and closes its producer, so nobody runs on in a removed bus; end_streams=False only "
+          "removes the name (mapped users carry on).",
+          py::arg("name"), py::kw_only(), py::arg("end_streams") = true)
       .def_static("exists", &shmbus::Bus::exists, "True if a bus of that name exists.", py::arg("name"))
       .def_property_readonly("name", &shmbus::Bus::name)
       .def_property_readonly("policy", [](const shmbus::Bus& b) { return shmbus::to_string(b.info().policy); })

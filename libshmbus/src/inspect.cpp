@@ -290,7 +290,13 @@ std::optional<bool> segment_in_use(std::string_view name) {
 
 bool remove_in_use(std::string_view name, const Trust& trust) {
   // Mapped before the unlink, to tell its users after it.
-  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, trust);
+  std::shared_ptr<detail::Segment> seg;
+  try {
+    seg = detail::Segment::open(name, detail::Segment::Access::read_write, trust);
+  } catch (const Error& e) {
+    if (e.errc() == Errc::not_found) return false;
+    throw;
+  }
   if (!Bus::remove(name)) return false;
   layout::SegmentHeader& h = *seg->header();
   h.removed.store(1, std::memory_order_relaxed);

@@ -553,3 +553,26 @@ def test_the_stub_type_checks_a_typed_program_under_mypy_strict(tmp_path):
     out = subprocess.run([mypy, "--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(program)],
                          env={**os.environ, "MYPYPATH": stub_dir}, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_removing_a_bus_ends_the_stream_of_a_blocked_reader(name):
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    consumer = shmbus.Consumer(bus)
+    producer = shmbus.Producer(bus)
+    ended = []
+
+    def read():
+        try:
+            consumer.next()  # no timeout: it would wait for good
+        except shmbus.EndOfStream as e:
+            ended.append(e.reason)
+
+    t = threading.Thread(target=read)
+    t.start()
+    time.sleep(0.2)
+    assert shmbus.Bus.remove(name)
+    t.join(5)
+    assert not t.is_alive() and ended == ["removed"]
+    with pytest.raises(RuntimeError, match="producer is closed"):
+        producer.publish(b"into a removed bus")
+    assert not shmbus.Bus.exists(name)

@@ -149,8 +149,8 @@ class Consumer:
         """The next message, or None after `timeout` seconds with nothing new.
         Raises EndOfStream. Releases the previous message's view."""
     def read_batch(self, max: int = 256, timeout: Optional[float] = None) -> List[Message]:
-        """Up to `max` messages available now, waiting up to `timeout` for the
-        first (an empty list after it). Their views are valid until the next
+        """Up to `max` (at most 4096) messages available now, waiting up to
+        `timeout` for the first (an empty list after it). Their views are valid until the next
         call. Raises EndOfStream once everything was read."""
     def __iter__(self) -> Iterator[Message]: ...
     def __next__(self) -> Message: ...

@@ -40,6 +40,7 @@ using namespace pybind11::literals;
 namespace {
 
 constexpr std::chrono::nanoseconds kSlice = 100ms;
+constexpr std::size_t kMaxBatch = 4096;  // messages per Consumer.read_batch() call
 
 // Forks seen by this process's copy of the module: a Producer or Consumer
 // made before a fork belongs to the parent. The child's copy holds no role
@@ -398,6 +399,7 @@ struct PyConsumer {
     view.revoke();
     end_if_pending();
     if (max == 0) throw py::value_error("max must be at least 1");
+    max = std::min<std::size_t>(max, kMaxBatch);  // the scratch buffer stays small; callers loop
     if (scratch.size() < max) scratch.resize(max);
     const auto t = to_timeout(timeout);
     for (;;) {
@@ -580,14 +582,21 @@ PYBIND11_MODULE(shmbus, m) {
   static py::exception<EndOfStreamTag> end_of_stream(m, "EndOfStream", PyExc_Exception);
   // Errors that are also the built-in OSError a Python program catches:
   // `except FileNotFoundError` sees a missing bus. errno is set to match.
+  // Handles, kept for the life of the process (no destructor runs after
+  // the interpreter is gone).
   const py::object type = py::module_::import("builtins").attr("type");
-  static py::object not_found = type("BusNotFound", py::make_tuple(error, py::handle(PyExc_FileNotFoundError)),
-                                     py::dict("__module__"_a = "shmbus", "__doc__"_a = "No bus of that name."));
-  static py::object exists = type("BusExists", py::make_tuple(error, py::handle(PyExc_FileExistsError)),
-                                  py::dict("__module__"_a = "shmbus", "__doc__"_a = "A bus of that name exists."));
-  static py::object denied =
+  static const py::handle not_found =
+      type("BusNotFound", py::make_tuple(error, py::handle(PyExc_FileNotFoundError)),
+           py::dict("__module__"_a = "shmbus", "__doc__"_a = "No bus of that name."))
+          .release();
+  static const py::handle exists =
+      type("BusExists", py::make_tuple(error, py::handle(PyExc_FileExistsError)),
+           py::dict("__module__"_a = "shmbus", "__doc__"_a = "A bus of that name exists."))
+          .release();
+  static const py::handle denied =
       type("BusPermissionError", py::make_tuple(error, py::handle(PyExc_PermissionError)),
-           py::dict("__module__"_a = "shmbus", "__doc__"_a = "The bus exists but may not be opened."));
+           py::dict("__module__"_a = "shmbus", "__doc__"_a = "The bus exists but may not be opened."))
+          .release();
   m.attr("BusNotFound") = not_found;
   m.attr("BusExists") = exists;
   m.attr("BusPermissionError") = denied;
@@ -612,10 +621,10 @@ PYBIND11_MODULE(shmbus, m) {
       py::object cls = py::reinterpret_borrow<py::object>(error.ptr());
       int err = 0;
       switch (e.errc()) {
-        case shmbus::Errc::not_found: cls = not_found; err = ENOENT; break;
-        case shmbus::Errc::already_exists: cls = exists; err = EEXIST; break;
+        case shmbus::Errc::not_found: cls = py::reinterpret_borrow<py::object>(not_found); err = ENOENT; break;
+        case shmbus::Errc::already_exists: cls = py::reinterpret_borrow<py::object>(exists); err = EEXIST; break;
         case shmbus::Errc::permission_denied:
-        case shmbus::Errc::foreign_owner: cls = denied; err = EACCES; break;
+        case shmbus::Errc::foreign_owner: cls = py::reinterpret_borrow<py::object>(denied); err = EACCES; break;
         default: break;
       }
       // OSError(errno, strerror) fills .errno and .strerror; str() is our one line.

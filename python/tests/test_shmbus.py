@@ -445,6 +445,7 @@ def test_batches_publish_and_read_many_messages_per_call(name):
     with pytest.raises(ValueError):
         bytes(kept)  # released by the next call
     assert consumer.read_batch(8, timeout=0.05) == []
+    assert consumer.read_batch(10**12, timeout=0) == []  # bounded per call, nothing huge allocated
     # A full block ring: the batch goes out as far as the timeout allows.
     assert producer.publish_batch([b"y"] * 100, timeout=0.05) == 64
     assert len(consumer.read_batch(1000)) == 64

@@ -43,6 +43,7 @@ serve_on() {
   local var=$1 addr=$2
   shift 2
   local log="$work/serve-${#pids[@]}.err"
+  : >"$log"  # there before the server opens it: read from the first look on
   "$BRIDGE" serve "$bus" --listen "$addr:0" --stats-interval 0 "$@" 2>"$log" &
   pids+=($!)
   local p=

@@ -142,7 +142,11 @@ TEST(NatsGateway, MessagesThroughJetStreamKeepTheirSequencesExactlyOnce) {
   // The producer closed A: `out` publishes the rest, waits for the acks, exits 0.
   const int os = out.wait(60s);
   EXPECT_TRUE(exited_ok(os)) << "shmbus-nats out: " << out.log_text();
-  EXPECT_NE(out.log_text().find("acknowledged=" + std::to_string(kMessages)), std::string::npos) << out.log_text();
+  // Every message went out and none was given up on. A JetStream ack that
+  // times out on a loaded machine is answered by a resync, not by a loss:
+  // the stream check below says whether each message is there exactly once.
+  EXPECT_NE(out.log_text().find("published=" + std::to_string(kMessages) + " "), std::string::npos) << out.log_text();
+  EXPECT_NE(out.log_text().find(" lost=0 "), std::string::npos) << out.log_text();
   expect_exactly_once(p, consumer, in);
 }
 

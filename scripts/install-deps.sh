@@ -18,6 +18,7 @@ packages=(
   procps                             # ps/pgrep used by tests
   help2man                           # man pages generated from --help
   python3-dev python3-pybind11 pybind11-dev   # the Python module
+  python3-venv                       # pip install of the module into a venv, in the tests
   python3-pytest                     # its tests
   mypy                               # type-checks typed programs against the stubs in the tests
   python3-prometheus-client          # parses shmbus-inspect metrics in the tests

@@ -572,9 +572,10 @@ py::dict snapshot_dict(const shmbus::Snapshot& s) {
 
 }  // namespace
 
-PYBIND11_MODULE(shmbus, m) {
+// shmbus._shmbus: the package shmbus (shmbus/__init__.py) re-exports it.
+PYBIND11_MODULE(_shmbus, m) {
   m.doc() = "shmbus: a shared-memory message bus (one producer, many consumers, each reading "
-            "every message). See shmbus.pyi for the API.";
+            "every message). The stubs, shmbus/__init__.pyi, type the API.";
   m.attr("__version__") = SHMBUS_VERSION;
   ::pthread_atfork(nullptr, nullptr, after_fork_in_child);
 
@@ -859,5 +860,5 @@ PYBIND11_MODULE(shmbus, m) {
       .def(py::init([](const std::string& name) { return shmbus::Inspector::open(name); }), py::arg("name"))
       .def(
           "snapshot", [](const shmbus::Inspector& i) { return snapshot_dict(i.snapshot()); },
-          "The bus as a dict: geometry, head, oldest, counters, producer, readers, bookmarks (see shmbus.pyi).");
+          "The bus as a dict: geometry, head, oldest, counters, producer, readers, bookmarks (typed in the stubs).");
 }

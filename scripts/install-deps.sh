@@ -18,8 +18,9 @@ packages=(
   procps                             # ps/pgrep used by tests
   help2man                           # man pages generated from --help
   python3-dev python3-pybind11 pybind11-dev   # the Python module
+  python3-venv                       # pip install of the module into a venv, in the tests
   python3-pytest                     # its tests
-  mypy                               # type-checks a typed program against shmbus.pyi in the tests
+  mypy                               # type-checks typed programs against the stubs in the tests
   python3-prometheus-client          # parses shmbus-inspect metrics in the tests
   curl                               # scrapes the metrics endpoint in the tests
   libnats-dev                        # NATS C client: shmbus-nats (the JetStream gateway)

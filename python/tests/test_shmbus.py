@@ -281,10 +281,10 @@ def test_python_producer_feeds_shmbus_consumer_verify(name):
 
 
 def test_stubs_describe_the_module():
-    """shmbus.pyi (beside the built module) names every public class and
-    method the module has, and nothing it lacks."""
+    """The stubs (shmbus/__init__.pyi, beside the built extension) name every
+    public class and method the module has, and nothing it lacks."""
     import ast
-    stub_path = os.path.join(os.path.dirname(shmbus.__file__), "shmbus.pyi")
+    stub_path = os.path.join(os.path.dirname(shmbus.__file__), "__init__.pyi")
     tree = ast.parse(open(stub_path).read())
     stub = {}
     for node in tree.body:
@@ -379,7 +379,7 @@ def test_end_of_stream_reason_is_the_documented_string(name):
         shmbus.Bus.remove(name + "-died")
     # The stub's Literal names exactly the strings seen at run time.
     import re
-    stub = open(os.path.join(os.path.dirname(shmbus.__file__), "shmbus.pyi")).read()
+    stub = open(os.path.join(os.path.dirname(shmbus.__file__), "__init__.pyi")).read()
     literal = re.search(r"reason: Literal\[([^]]*)\]", stub).group(1)
     assert {x.strip().strip('"') for x in literal.split(",")} == {"closed", "producer_died", "removed"}
 
@@ -484,6 +484,8 @@ def test_errors_are_the_builtin_os_errors_python_programs_catch(name):
 def test_names_help_pickling_and_repr(name, tmp_path):
     from shmbus import Buffer, Message, Policy  # the stub's names exist at run time
     assert Message and Policy and Buffer
+    # The extension is shmbus._shmbus; its classes and errors are named shmbus.X.
+    assert {getattr(shmbus, n).__module__ for n in ("Bus", "Producer", "Consumer", "Error", "EndOfStream")} == {"shmbus"}
     assert shmbus.Consumer.__doc__ and "EndOfStream" in shmbus.Consumer.next.__doc__
     bus = shmbus.Bus.create(name, capacity=16, record_size=64)
     import pickle
@@ -550,9 +552,9 @@ def test_the_stub_type_checks_a_typed_program_under_mypy_strict(tmp_path):
         "    except shmbus.EndOfStream as e:\n"
         "        if e.reason == 'producer_died':\n"
         "            pass\n")
-    stub_dir = os.path.dirname(shmbus.__file__)
+    package_parent = os.path.dirname(os.path.dirname(shmbus.__file__))  # holds shmbus/
     out = subprocess.run([mypy, "--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(program)],
-                         env={**os.environ, "MYPYPATH": stub_dir}, capture_output=True, text=True, timeout=300)
+                         env={**os.environ, "MYPYPATH": package_parent}, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
 
 

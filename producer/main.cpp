@@ -95,9 +95,9 @@ int main(int argc, char** argv) {
   app.add_option("--wait-for-readers", o.wait_for_readers,
                  "Wait until N consumers are attached before the first message");
   app.add_option("--max-hold", o.max_hold,
-                 "Block bus: after waiting this long for space, stop waiting for the readers that hold "
-                 "it back; they read on without holding the producer and are told what they lose "
-                 "(shmbus-inspect show names them). Same grammar as --wait-timeout")
+                 "Block bus: a reader that holds the producer back without moving for this long of its "
+                 "waiting is let go: it reads on without holding the producer and is told what it "
+                 "loses (shmbus-inspect show names it). Same grammar as --wait-timeout")
       ->check(duration_validator())
       ->capture_default_str();
   add_choice(app, "--wait", o.wait, wait_strategies(), "How to wait for space: adaptive, spin-yield or busy-spin",

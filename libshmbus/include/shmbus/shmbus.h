@@ -192,9 +192,10 @@ typedef struct shmbus_producer_options {
   uint32_t timestamps;                /* shmbus_timestamps */
   uint32_t wait_for_readers;          /* open waits until this many live consumers are attached */
   int64_t wait_for_readers_timeout_ns;/* SHMBUS_FOREVER by default; SHMBUS_TIMEOUT when it runs out */
-  int64_t max_hold_ns;                /* block bus: after waiting this long for space, stop waiting for
-                                         the readers holding it (each gets SHMBUS_READ_LET_GO and reads
-                                         on as a best-effort one); SHMBUS_FOREVER (the default): never */
+  int64_t max_hold_ns;                /* block bus: a reader that holds the producer back without moving
+                                         for this long of its waiting is let go (it gets
+                                         SHMBUS_READ_LET_GO and reads on as a best-effort one);
+                                         SHMBUS_FOREVER (the default): never */
 } shmbus_producer_options;
 
 SHMBUS_API void shmbus_producer_options_init(shmbus_producer_options* options);

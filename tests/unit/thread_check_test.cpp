@@ -3,6 +3,10 @@
 // line naming both, instead of letting the two corrupt it.
 #include "thread_check.hpp"
 
+#include <unistd.h>
+
+#include <csignal>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -17,12 +21,25 @@ using namespace std::chrono_literals;
 
 constexpr const char* kNotBuilt = "the one-thread check is compiled into Debug and sanitizer builds only";
 
+// The death test's child runs the test again under its own pid, so its bus
+// is not the parent's ScopedName: the child removes it as it aborts.
+std::string g_child_segment;
+void remove_segment_on_abort(const std::string& name) {
+  g_child_segment = "/dev/shm/shmbus." + name;
+  std::signal(SIGABRT, [](int) {
+    ::unlink(g_child_segment.c_str());  // async-signal-safe; the string was built before
+    std::signal(SIGABRT, SIG_DFL);
+    std::raise(SIGABRT);
+  });
+}
+
 TEST(OneThreadCheck, SecondThreadInAConsumerCallAborts) {
   if (!detail::thread_checks_built()) GTEST_SKIP() << kNotBuilt;
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   ScopedName name("onethread");
   EXPECT_DEATH(
       {
+        remove_segment_on_abort(name.str());
         Bus bus = Bus::create(name, BusOptions{});
         Consumer c(bus);
         std::thread waiter([&] { (void)c.next(forever); });
@@ -41,6 +58,7 @@ TEST(OneThreadCheck, ClosingAProducerWhileAnotherThreadPublishesAborts) {
   ScopedName name("onethread-p");
   EXPECT_DEATH(
       {
+        remove_segment_on_abort(name.str());
         BusOptions o;
         o.capacity = 64;
         Bus bus = Bus::create(name, o);

@@ -427,6 +427,15 @@ void tcp_catchup_producer(Control& c, const std::vector<int>& outs) {
 void run_bridge(Control& c, Role role, int id) {
   const RunConfig& cfg = c.cfg;
   if (refuse_mode(c, role, id, "bridge")) return;
+  const auto subscribe_and_read = [&] {
+    try {
+      BridgeReceiver r(cfg);
+      consumer_loop(c, id, r);
+    } catch (const std::exception& e) {
+      set_error(c.consumer[id], e.what());
+      finish_result(c.consumer[id], false);
+    }
+  };
   if (cfg.mode == Mode::catchup) {
     if (role == Role::producer) {
       bridge_catchup_producer(c);
@@ -438,13 +447,7 @@ void run_bridge(Control& c, Role role, int id) {
       finish_result(c.consumer[id], false);
       return;
     }
-    try {
-      BridgeReceiver r(cfg);
-      consumer_loop(c, id, r);
-    } catch (const std::exception& e) {
-      set_error(c.consumer[id], e.what());
-      finish_result(c.consumer[id], false);
-    }
+    subscribe_and_read();
     return;
   }
   if (role == Role::producer) {
@@ -454,13 +457,7 @@ void run_bridge(Control& c, Role role, int id) {
   // Connect and subscribe before saying ready: the handshake attaches this
   // subscriber's reader slot on the bus, so the producer's first message is
   // held for it.
-  try {
-    BridgeReceiver r(cfg);
-    consumer_loop(c, id, r);
-  } catch (const std::exception& e) {
-    set_error(c.consumer[id], e.what());
-    finish_result(c.consumer[id], false);
-  }
+  subscribe_and_read();
 }
 
 void run_tcp(Control& c, Role role, int id) {

@@ -355,12 +355,12 @@ bool Producer::Impl::account_holds(std::uint64_t needed_floor, std::uint64_t wai
     const std::uint64_t owner = r->owner.load(std::memory_order_relaxed);
     // Acquire: pairs with the reader's release store of its state (and of
     // its cursor), as in min_active_cursor().
-    if (r->state.load(std::memory_order_acquire) != layout::kSlotActive ||
-        r->cursor.load(std::memory_order_acquire) >= needed_floor) {
+    const bool active = r->state.load(std::memory_order_acquire) == layout::kSlotActive;
+    const std::uint64_t c = r->cursor.load(std::memory_order_acquire);
+    if (!active || c >= needed_floor) {
       e.seen = false;
       continue;
     }
-    const std::uint64_t c = r->cursor.load(std::memory_order_relaxed);
     if (!e.seen || e.owner != owner || e.cursor != c) {
       e = Held{owner, c, 0, true};
       continue;

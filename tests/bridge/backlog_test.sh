@@ -8,6 +8,7 @@ set -euo pipefail
 : "${BRIDGE:?}" "${PRODUCER:?}" "${CONSUMER:?}" "${INSPECT:?}"
 count=${BACKLOG_MESSAGES:-1000000}
 bus="bridge-backlog-$$"
+source "$(dirname "${BASH_SOURCE[0]}")/serve_port.sh"
 tmp=$(mktemp -d)
 cleanup() {
   [[ -n "${serve:-}" ]] && kill "$serve" 2>/dev/null && wait "$serve" 2>/dev/null
@@ -20,13 +21,7 @@ trap cleanup EXIT
 "$PRODUCER" "$bus" --create --capacity 1048576 --record-size 64 --count "$count" --size 24 2>"$tmp/producer.err"
 "$BRIDGE" serve "$bus" --listen 127.0.0.1:0 2>"$tmp/serve.err" &
 serve=$!
-port=
-for _ in $(seq 200); do
-  port=$(sed -n "s/.*serving bus '$bus' on 127\.0\.0\.1:\([0-9]*\).*/\1/p" "$tmp/serve.err" 2>/dev/null || true)  # serve may not have opened it yet
-  [[ -n "$port" ]] && break
-  sleep 0.05
-done
-[[ -n "$port" ]] || { echo "FAIL: serve did not start: $(cat "$tmp/serve.err")"; exit 1; }
+port=$(serve_port "$tmp/serve.err" "$bus") || { echo "FAIL: serve did not start: $(cat "$tmp/serve.err")"; exit 1; }
 
 for round in 1 2 3; do
   rc=0

@@ -8,6 +8,7 @@
 #   BRIDGE=... PRODUCER=... CONSUMER=... INSPECT=... follow_test.sh
 set -euo pipefail
 : "${BRIDGE:?}" "${PRODUCER:?}" "${CONSUMER:?}" "${INSPECT:?}"
+source "$(dirname "${BASH_SOURCE[0]}")/serve_port.sh"
 tmp=$(mktemp -d)
 buses=()
 pids=()
@@ -25,18 +26,10 @@ fail() { echo "FAIL: $*"; for f in "$tmp"/*.err; do echo "--- $f"; tail -n 20 "$
 serve() {
   local bus=$1 want=$2 log=$3
   shift 3
-  touch "$log"  # before serve's shell opens it: the loop below reads it at once
   "$BRIDGE" serve "$bus" --listen "127.0.0.1:$want" --stats-interval 0 "$@" 2>>"$log" &
   serve=$!
   pids+=("$serve")
-  port=
-  for _ in $(seq 400); do
-    port=$(sed -n "s/.*serving bus '$bus' on 127\.0\.0\.1:\([0-9]*\).*/\1/p" "$log" | tail -n 1 || true)
-    [[ -n "$port" && ( "$want" == 0 || "$port" == "$want" ) ]] && return 0
-    kill -0 "$serve" 2>/dev/null || break
-    sleep 0.05
-  done
-  fail "serve did not start on port $want"
+  port=$(serve_port "$log" "$bus" "$want" "$serve") || fail "serve did not start on port $want"
 }
 
 # wait_for PATTERN FILE: up to 20 s for a line matching PATTERN.

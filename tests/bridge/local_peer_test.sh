@@ -12,6 +12,8 @@ bus_prefix=bridge
 work_prefix=shmbus-bridge-local
 # shellcheck source=../lib/harness.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/harness.sh"
+# shellcheck source=serve_port.sh
+source "$(dirname "${BASH_SOURCE[0]}")/serve_port.sh"
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "SKIP [$case_name]: needs root to own the bus and run a subscriber as another user" >&2
@@ -43,16 +45,10 @@ serve_on() {
   local var=$1 addr=$2
   shift 2
   local log="$work/serve-${#pids[@]}.err"
-  : >"$log"  # there before the server opens it: read from the first look on
   "$BRIDGE" serve "$bus" --listen "$addr:0" --stats-interval 0 "$@" 2>"$log" &
   pids+=($!)
-  local p=
-  for _ in $(seq 200); do
-    p=$(sed -n "s/.*serving bus '$bus' on [^ ]*:\([0-9]*\) .*/\1/p" "$log")
-    [[ -n "$p" ]] && break
-    sleep 0.05
-  done
-  [[ -n "$p" ]] || fail "serve on $addr did not start: $(cat "$log")"
+  local p
+  p=$(serve_port "$log" "$bus") || fail "serve on $addr did not start: $(cat "$log")"
   printf -v "$var" '%s' "$p"
   SERVE_LOG=$log
 }

@@ -12,6 +12,7 @@ set -euo pipefail
 count=${MIRROR_MESSAGES:-1000000}
 remote="mirror-backlog-src-$$"
 local_bus="mirror-backlog-dst-$$"
+source "$(dirname "${BASH_SOURCE[0]}")/serve_port.sh"
 tmp=$(mktemp -d)
 cleanup() {
   for p in ${consumer:-} ${mirror:-} ${serve:-}; do kill "$p" 2>/dev/null || true; done
@@ -27,13 +28,7 @@ fail() { echo "FAIL: $*"; for f in "$tmp"/*.err; do echo "--- $f"; tail -n 20 "$
 "$PRODUCER" "$remote" --create --capacity 1048576 --record-size 64 --count "$count" --size 24 2>"$tmp/producer.err"
 "$BRIDGE" serve "$remote" --listen 127.0.0.1:0 2>"$tmp/serve.err" &
 serve=$!
-port=
-for _ in $(seq 200); do
-  port=$(sed -n "s/.*serving bus '$remote' on 127\.0\.0\.1:\([0-9]*\).*/\1/p" "$tmp/serve.err" 2>/dev/null || true)  # serve may not have opened it yet
-  [[ -n "$port" ]] && break
-  sleep 0.05
-done
-[[ -n "$port" ]] || fail "serve did not start"
+port=$(serve_port "$tmp/serve.err" "$remote") || fail "serve did not start"
 
 # The local bus exists (the mirror's default geometry: 65,536 records, the
 # source's record size) before its reader attaches, so that the reader sees
@@ -72,13 +67,7 @@ kill "$serve" 2>/dev/null; wait "$serve" 2>/dev/null || true
 "$INSPECT" rm "$local_bus" >/dev/null 2>&1 || true
 "$BRIDGE" serve "$remote" --listen 127.0.0.1:0 --idle-timeout 1s --heartbeat 250ms 2>"$tmp/serve2.err" &
 serve=$!
-port=
-for _ in $(seq 200); do
-  port=$(sed -n "s/.*serving bus '$remote' on 127\.0\.0\.1:\([0-9]*\).*/\1/p" "$tmp/serve2.err" 2>/dev/null || true)  # serve may not have opened it yet
-  [[ -n "$port" ]] && break
-  sleep 0.05
-done
-[[ -n "$port" ]] || fail "round 2: serve did not start"
+port=$(serve_port "$tmp/serve2.err" "$remote") || fail "round 2: serve did not start"
 "$PRODUCER" "$local_bus" --create --capacity 65536 --record-size 64 --keep-open </dev/null 2>/dev/null
 "$CONSUMER" "$local_bus" --from earliest --verify --count "$count" --format none 2>"$tmp/consumer2.err" &
 consumer=$!

@@ -119,8 +119,11 @@ json record_json(const RecordView& r) {
 // What is wrong with a record's framing, or empty. Inspector::record() hands
 // back the length field as stored but never more payload than a record holds.
 std::string record_problem(const RecordView& r, const BusInfo& info) {
-  if (r.length > info.max_payload) {
-    return fmt::format("length {} exceeds the max payload {}", r.length, info.max_payload);
+  if (r.length > info.max_message) {
+    return fmt::format("length {} exceeds the max message {}", r.length, info.max_message);
+  }
+  if (r.records == 0) {
+    return fmt::format("length {} does not fit the records its header says it takes", r.length);
   }
   if (r.length != r.payload.size()) {
     return fmt::format("length {} but {} payload bytes", r.length, r.payload.size());

@@ -58,11 +58,19 @@ namespace {
 constexpr std::size_t kCopyBudget = 4u << 20;             // copy buffer of a checked reader, bytes
 // What one attempt or one wait came to. `empty` (nothing yet) and `moved`
 // (the cursor crossed a gap that lost nothing) never leave read_one();
-// `timeout` and `eos` (end of stream) come only from it. `taken`: a reader
+// `timeout` and `eos` (end of stream) come only from it. `no_room`: a checked
+// reader's message is longer than the room it was given. `taken`: a reader
 // that holds the producer found its record overwritten because the slot was
 // taken from it or it was let go; the call ends there, the cursor unmoved,
 // and the slot's state is looked at (slot_taken()).
-enum class Step { message, empty, lost, corrupt, moved, timeout, eos, taken };
+enum class Step { message, empty, lost, corrupt, moved, timeout, eos, taken, no_room };
+// Where a checked reader copies a message: `room` bytes at `at`. A message
+// longer than that is not read (Step::no_room): the caller finds room and
+// tries again.
+struct Dest {
+  std::byte* at = nullptr;
+  std::size_t room = 0;
+};
 using layout::kMaxSequence;
 }  // namespace
 
@@ -97,7 +105,8 @@ struct Consumer::Impl : detail::Attachment {
   bool holds;
   bool checked;
   std::uint32_t active_state;  // the slot's state while it is ours
-  std::unique_ptr<std::byte[]> copy;  // checked: batch_cap * max_payload bytes
+  std::unique_ptr<std::byte[]> copy;  // checked: copy_room bytes, at least batch_cap * max_payload
+  std::size_t copy_room = 0;
   [[no_unique_address]] detail::OneThread calls;  // debug builds: one thread at a time
 
   Impl(const Bus& b, const ConsumerOptions& o)
@@ -116,8 +125,26 @@ struct Consumer::Impl : detail::Attachment {
   // A checked reader's own buffer: its views point here.
   void make_copy_buffer() {
     batch_cap = std::clamp<std::size_t>(kCopyBudget / std::max<std::uint32_t>(1, max_payload), 1, 64);
-    copy = std::make_unique<std::byte[]>(batch_cap * max_payload);
+    copy_room = batch_cap * max_payload;
+    copy = std::make_unique<std::byte[]>(copy_room);
   }
+  // Room for a message of `length` bytes, which spans records: the buffer
+  // grows (to a power of two, at most the bus's max_message), once per
+  // longer message than any before. Views into the old buffer die with it,
+  // which only a later call may do.
+  void grow_copy_buffer(std::size_t length) {
+    std::size_t room = copy_room;
+    while (room < length) room *= 2;
+    room = std::max<std::size_t>(std::min<std::size_t>(room, ring.max_message()), length);
+    copy = std::make_unique<std::byte[]>(room);
+    copy_room = room;
+  }
+  Dest whole_buffer() const noexcept { return {copy.get(), copy_room}; }
+
+  // A reader that lands where it did not come to in order (attach, a lap,
+  // a rejoin) may land inside a span: the first position from `c` that is
+  // not (layout.hpp, "Spans").
+  std::uint64_t land(std::uint64_t c) const noexcept { return ring.skip_inside(c, c + ring.max_span()); }
 
   void attach();
   void detach() noexcept;
@@ -171,34 +198,43 @@ struct Consumer::Impl : detail::Attachment {
 
   // One attempt at record `cursor`. `out` is filled for Step::message (and
   // its seq for Step::corrupt); `copy_to` receives the payload when checked.
-  Step try_read(Message& out, std::byte* copy_to) noexcept {
-    Step s = try_read_once(out, copy_to);
-    while (s == Step::moved) [[unlikely]] s = try_read_once(out, copy_to);
+  Step try_read(Message& out, Dest dst) noexcept {
+    Step s = try_read_once(out, dst);
+    while (s == Step::moved) [[unlikely]] s = try_read_once(out, dst);
     return s;
   }
 
-  Step try_read_once(Message& out, std::byte* copy_to) noexcept {
+  Step try_read_once(Message& out, Dest dst) noexcept {
     const std::uint64_t c = cursor;
     layout::RecordHeader* r = ring.record(c);
     const std::uint64_t t = detail::RecordRing::load_tag(r);
     if (t == detail::committed_tag(c)) [[likely]] {
       std::uint32_t len;
       std::uint64_t ts;
+      std::uint64_t k;  // slots the message takes; 0: a gap marker or corrupt
       const std::byte* src;
       detail::RecordRing::Copy copied;  // checked only
       if (checked) {
         // The producer may be rewriting the record now: a checked copy.
-        if (!ring.copy_checked(r, t, c, copy_to, copied)) return lapped(c, out);
+        if (!ring.copy_checked(c, t, dst.at, dst.room, copied)) return lapped(c, out);
+        if (copied.no_room) [[unlikely]] {
+          out.payload = std::span<const std::byte>(static_cast<const std::byte*>(nullptr), copied.length);
+          return Step::no_room;
+        }
         len = copied.length;
         ts = copied.timestamp_ns;
-        src = copy_to;
+        k = copied.gap ? 0 : copied.records;
+        src = dst.at;
       } else {
         // In place: no writer is on a record we have not read.
         len = detail::RecordRing::load_length(r);
         ts = detail::RecordRing::load_timestamp(r);
+        k = detail::RecordRing::load_records(r);
         src = detail::RecordRing::payload(r);
+        if (len > max_payload || k != 1) [[unlikely]]
+          k = len <= ring.max_message() ? ring.checked_records(c, len, static_cast<std::uint32_t>(k)) : 0;
       }
-      if (len > max_payload) [[unlikely]] {
+      if (k == 0) [[unlikely]] {
         const std::optional<detail::Gap> gap = checked ? copied.gap : ring.read_gap(r, c);
         if (gap) return cross_gap(c, *gap);
         out.seq = c;
@@ -208,12 +244,23 @@ struct Consumer::Impl : detail::Attachment {
       out.seq = c;
       out.timestamp_ns = ts;
       out.payload = std::span<const std::byte>(src, len);
-      cursor = c + 1;
+      out.records = static_cast<std::uint32_t>(k);
+      cursor = c + k;
       ++delivered;
       eos_reported = false;
       return Step::message;
     }
-    if (detail::tag_state(t, c) == detail::TagState::not_yet) return Step::empty;
+    if (detail::tag_state(t, c) == detail::TagState::not_yet) {
+      // A checked reader may have landed inside a span (in place, a reader
+      // only lands at attach and rejoin, and moves past the inside there).
+      if (checked && !detail::RecordRing::is_header(ring.span_mark(c))) [[unlikely]] return lapped(c, out);
+      return Step::empty;
+    }
+    // In place, nobody laps us: in a slot that was inside a span on an
+    // earlier lap, a later tag is that span's payload left in the tag word
+    // (layout.hpp, "Spans") until our record is written (or corruption,
+    // which lost_commit() judges once the producer is a ring past us).
+    if (!checked && ring.span_mark(c) == detail::RecordRing::Mark::earlier && slot_is_ours()) return Step::empty;
     return lapped(c, out);
   }
 
@@ -225,6 +272,25 @@ struct Consumer::Impl : detail::Attachment {
     // Nobody laps a reader the producer still waits for: one that reads in
     // place stops here, before it reads on in place what is being rewritten.
     if (!checked && !slot_is_ours()) return Step::taken;
+    // The slot's span mark first: what its tag word holds may be a span's
+    // payload.
+    switch (ring.span_mark(c)) {
+      case detail::RecordRing::Mark::inside: {
+        // We landed inside a span (its start was gone already): its other
+        // sequences are lost with it.
+        const std::uint64_t n = land(c);
+        last_lost = n - c;
+        lost += last_lost;
+        cursor = n;
+        return Step::lost;
+      }
+      case detail::RecordRing::Mark::later: return resume_from(c, ring.span_mark_seq(c), out, false);
+      case detail::RecordRing::Mark::start:
+      case detail::RecordRing::Mark::earlier: break;
+    }
+    // The slot was inside a span on an earlier lap: its tag word may still
+    // hold that span's payload, so a tag no lap explains means "not yet".
+    const bool stale_word = ring.span_mark(c) == detail::RecordRing::Mark::earlier;
     layout::RecordHeader* r = ring.record(c);
     const std::uint64_t t = detail::RecordRing::load_tag(r);
     if (detail::tag_state(t, c) != detail::TagState::passed) return Step::empty;  // raced with nothing: read again
@@ -234,6 +300,7 @@ struct Consumer::Impl : detail::Attachment {
     // skip nothing. Judged once committed.
     if (detail::is_busy(t) && h->head.load(std::memory_order_acquire) == 0) return Step::empty;
     if (!ring.same_slot(tseq, c)) {  // a tag that cannot be in this slot
+      if (stale_word) return Step::empty;
       out.seq = c;
       cursor = c + 1;
       return Step::corrupt;
@@ -244,25 +311,38 @@ struct Consumer::Impl : detail::Attachment {
       const std::optional<detail::Gap> gap = ring.read_gap(r, tseq);
       if (gap && detail::RecordRing::unchanged(r, t)) return cross_gap(c, *gap);
     }
-    // Loaded after the tag's acquire load, which pairs with the commit's
-    // release store, head is at least what the producer had published
-    // before it committed record tseq (for a committed tag; a BUSY one gives
-    // no such promise, and is only ever read again below).
+    return resume_from(c, tseq, out, true);
+  }
+
+  // We are lapped: the slot of `c` holds (or is being written for) a later
+  // position, `found`, which its tag (`from_tag`) or its span mark says.
+  // Resume past everything gone, and past the inside of any span there.
+  Step resume_from(std::uint64_t c, std::uint64_t found, Message& out, bool from_tag) noexcept {
+    // Loaded after the tag's (or mark's) load, which the acquire load or
+    // fence before it orders after the producer's stores for `found`, head
+    // is at least what the producer had published before it wrote there.
     const std::uint64_t hd = h->head.load(std::memory_order_acquire);
-    const std::optional<std::uint64_t> n = detail::resume_after_lap(c, tseq, hd, cap);
+    const std::optional<std::uint64_t> n = detail::resume_after_lap(c, found, hd, cap);
     if (!n) [[unlikely]] {
-      // A tag a full ring past head: no publish writes one (a batch runs at
-      // most half a ring ahead of head). Only skip_to's markers, while BUSY,
-      // or a tag that changed under us may look like this: read again.
-      // Anything else is a corrupt record, not a lap to a made-up sequence.
-      if (detail::is_busy(t) || detail::RecordRing::load_tag(r) != t) return Step::empty;
+      // A position a full ring past head: no publish writes one (a batch
+      // runs at most half a ring ahead of head, a span with its padding at
+      // most a ring). Only skip_to's markers, while BUSY, or a tag that
+      // changed under us may look like this: read again. Anything else is a
+      // corrupt record, not a lap to a made-up sequence.
+      if (from_tag) {
+        const std::uint64_t t = detail::RecordRing::load_tag(ring.record(c));
+        if (detail::is_busy(t) || detail::tag_seq(t) != found ||
+            ring.span_mark(c) == detail::RecordRing::Mark::earlier)
+          return Step::empty;
+      }
       out.seq = c;
       cursor = c + 1;
       return Step::corrupt;
     }
-    last_lost = *n - c;
+    const std::uint64_t to = land(*n);
+    last_lost = to - c;
     lost += last_lost;
-    cursor = *n;
+    cursor = to;
     return Step::lost;
   }
 
@@ -367,8 +447,13 @@ struct Consumer::Impl : detail::Attachment {
   // `block`, holding the producer) has been overwritten since.
   bool view_overwritten() const noexcept {
     if (checked) return false;
-    for (std::uint64_t s = view_from; s < cursor; ++s)
-      if (detail::RecordRing::load_tag(ring.record(s)) != detail::committed_tag(s)) return true;
+    for (std::uint64_t s = view_from; s < cursor;) {
+      layout::RecordHeader* r = ring.record(s);
+      if (detail::RecordRing::load_tag(r) != detail::committed_tag(s) ||
+          !detail::RecordRing::is_header(ring.span_mark(s)))
+        return true;
+      s += std::max<std::uint32_t>(1, detail::RecordRing::load_records(r));
+    }
     return false;
   }
 
@@ -431,8 +516,10 @@ struct Consumer::Impl : detail::Attachment {
     slot->owner.store(ticket, std::memory_order_relaxed);
     slot->pid.store(static_cast<std::uint32_t>(owner_pid), std::memory_order_relaxed);
     const std::uint64_t hd = h->head.load(std::memory_order_acquire);
-    const std::uint64_t c = activate(std::max(cursor, std::min(detail::oldest_retained(seg, hd), hd)));
-    cursor = published = view_from = c;
+    const std::uint64_t c0 = activate(std::max(cursor, std::min(detail::oldest_retained(seg, hd), hd)));
+    const std::uint64_t c = land(c0);
+    published = c0;
+    cursor = view_from = c;
     last_lost = c - from;
     lost += last_lost;
     slot->lost.store(lost, std::memory_order_relaxed);
@@ -441,7 +528,7 @@ struct Consumer::Impl : detail::Attachment {
 
   // Reads one record, waiting up to `timeout`: spin, then yield, then sleep
   // on data_futex, as WaitOptions say.
-  [[gnu::noinline]] Step read_one(Message& out, std::byte* copy_to, std::chrono::nanoseconds timeout) noexcept {
+  [[gnu::noinline]] Step read_one(Message& out, Dest copy_to, std::chrono::nanoseconds timeout) noexcept {
     Step s = try_read(out, copy_to);
     if (s != Step::empty) [[likely]] return s;
     // About to wait: the producer may be waiting for the records we hold.
@@ -620,7 +707,22 @@ void Consumer::Impl::attach() {
     if (opt.start == Start::sequence) not_retained(opt.start_seq, c, bus.head());
     if (opt.start == Start::resume && resumed) resume_gap += c - wanted;
   }
-  cursor = published = view_from = c;
+  published = c;
+  // Never inside a span: a start there moves on to the next message (in
+  // `block` the producer keeps what we look at, from our cursor on).
+  const std::uint64_t landed = land(c);
+  if (landed != c) {
+    if (opt.start == Start::sequence) {
+      detach();
+      detail::fail(Errc::not_retained, seg.info().name,
+                   "sequence " + std::to_string(opt.start_seq) +
+                       " is inside a message that spans records (the next message starts at " +
+                       std::to_string(landed) + ")");
+    }
+    if (opt.start == Start::resume && resumed) resume_gap += landed - c;
+    c = landed;
+  }
+  cursor = view_from = c;
   started = true;
   lost = resume_gap;
   if (bookmark) bookmark->cursor.store(c, std::memory_order_relaxed);
@@ -693,13 +795,23 @@ ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
   }
   c.release_if_due();
   // The common case inline: the record at the cursor is committed.
-  const Step s = c.try_read(r.message, c.copy.get());
+  Step s = c.try_read(r.message, c.whole_buffer());
+  if (s == Step::no_room) [[unlikely]] {
+    c.grow_copy_buffer(r.message.payload.size());
+    s = c.try_read(r.message, c.whole_buffer());
+  }
   if (s == Step::message) [[likely]] {
     r.status = ReadStatus::message;
     c.view_from = r.message.seq;  // only this record is in hand (not a gap crossed on the way)
     return r;
   }
-  switch (s == Step::empty ? c.read_one(r.message, c.copy.get(), timeout) : s) {
+  if (s == Step::empty) s = c.read_one(r.message, c.whole_buffer(), timeout);
+  // A message longer than any before (a checked reader's copy): room, then read it.
+  while (s == Step::no_room) [[unlikely]] {
+    c.grow_copy_buffer(r.message.payload.size());
+    s = c.try_read(r.message, c.whole_buffer());
+  }
+  switch (s) {
     case Step::message:
       r.status = ReadStatus::message;
       c.view_from = r.message.seq;
@@ -715,6 +827,7 @@ ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
       break;
     case Step::empty:
     case Step::moved:
+    case Step::no_room:
     case Step::timeout: r.status = ReadStatus::timeout; break;
     case Step::eos:
       r.status = ReadStatus::end_of_stream;
@@ -741,12 +854,26 @@ std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult
   std::size_t n = 0;
   bool may_wait = true;
   while (n < max) {
-    std::byte* copy_to = c.copy ? c.copy.get() + n * c.max_payload : nullptr;
-    const Step s = may_wait ? c.read_one(out[n], copy_to, timeout) : c.try_read(out[n], copy_to);
-    if (s == Step::empty) break;
+    // Message n of the batch is copied to the n-th record's room; the first
+    // may use the whole buffer (a message that spans records).
+    const Dest copy_to = !c.copy ? Dest{} : n == 0 ? c.whole_buffer() : Dest{c.copy.get() + n * c.max_payload, c.max_payload};
+    Step s = may_wait ? c.read_one(out[n], copy_to, timeout) : c.try_read(out[n], copy_to);
+    if (s == Step::no_room) {
+      // A message that spans records: alone in its batch.
+      if (n > 0) break;
+      c.grow_copy_buffer(out[n].payload.size());
+      s = c.try_read(out[n], c.whole_buffer());
+      if (s == Step::message) {
+        ++n;
+        break;
+      }
+    }
+    if (s == Step::empty || s == Step::no_room) break;
     if (s == Step::message) {
       ++n;
       may_wait = false;
+      // A copied message that spans records used the room of those after it.
+      if (c.checked && out[n - 1].payload.size() > c.max_payload) break;
     } else if (s == Step::lost) {
       result.lost += c.last_lost;
     } else if (s == Step::corrupt) {

@@ -152,23 +152,34 @@ Snapshot Inspector::snapshot() const {
 std::optional<RecordView> Inspector::record(std::uint64_t seq) const {
   const detail::RecordRing ring = impl_->seg->ring();
   layout::RecordHeader* r = ring.record(seq);
+  RecordView v;
+  v.seq = seq;
+  if (ring.span_mark(seq) == detail::RecordRing::Mark::inside) {
+    v.inside = true;  // no header of its own: part of the span before it
+    return v;
+  }
   const std::uint64_t t = detail::RecordRing::load_tag(r);
   if (t != detail::committed_tag(seq)) return std::nullopt;
   // Copied as an overwrite consumer does: the producer may be rewriting the
   // record meanwhile, in either policy once we are behind.
-  RecordView v;
-  v.payload.resize(ring.max_payload());
+  const std::uint32_t len = detail::RecordRing::load_length(r);
+  v.payload.resize(len <= ring.max_message() ? len : 0);
   detail::RecordRing::Copy copied;
-  if (!ring.copy_checked(r, t, seq, v.payload.data(), copied)) return std::nullopt;
-  v.seq = seq;
+  if (!ring.copy_checked(seq, t, v.payload.data(), v.payload.size(), copied) || copied.no_room) return std::nullopt;
   v.timestamp_ns = copied.timestamp_ns;
   v.length = copied.length;
+  v.records = static_cast<std::uint32_t>(copied.records);
   if (copied.gap) {
     v.gap_to = copied.gap->to;
     v.gap_lost = copied.gap->lost;
+    v.padding = copied.length == layout::kGapPad;
     v.payload.clear();
-  } else {
+  } else if (copied.records == 0) {
+    // Corrupt (check() says why): show what one record holds.
+    v.records = 0;
     v.payload.resize(std::min(copied.length, ring.max_payload()));
+    if (!v.payload.empty()) detail::load_shared_words(v.payload.data(), detail::RecordRing::payload(r), v.payload.size());
+    if (!ring.unchanged(seq, t)) return std::nullopt;
   }
   return v;
 }
@@ -223,6 +234,10 @@ std::vector<Problem> Inspector::check() const {
   const detail::RecordRing ring = seg.ring();
   for (std::uint64_t i = 0; i < cap; ++i) {
     layout::RecordHeader* r = ring.record(i);
+    // The inside of a span of the last ring has no header (its start is
+    // checked below); an older mark only says the tag word may be stale.
+    const std::uint64_t mark = seg.base() != nullptr ? ring.span_mark_seq(i) : 0;
+    if (mark + 1 != 0 && ring.same_slot(mark, i) && mark < layout::kMaxSequence && mark + cap >= h0) continue;
     const std::uint64_t t = detail::RecordRing::load_tag(r);
     const std::uint32_t len = detail::RecordRing::load_length(r);
     const bool gap = t != 0 && !detail::is_busy(t) && ring.read_gap(r, detail::tag_seq(t)).has_value();
@@ -243,9 +258,24 @@ std::vector<Problem> Inspector::check() const {
     }
     if (seq > h1 + (busy ? cap : 0)) add(where, "sequence is beyond head " + std::to_string(h1));
     else if (seq + cap < h0) add(where, "stale: the ring is at head " + std::to_string(h0) + ", a write was lost");
-    if (!busy && !gap && len > seg.max_payload())
-      add(where, "length " + std::to_string(len) + " exceeds the record's payload capacity " +
-                     std::to_string(seg.max_payload()));
+    if (busy || gap) continue;
+    if (len > ring.max_message()) {
+      add(where, "length " + std::to_string(len) + " exceeds the bus's max message " + std::to_string(ring.max_message()));
+      continue;
+    }
+    const std::uint32_t recs = detail::RecordRing::load_records(r);
+    if (ring.checked_records(seq, len, recs) == 0) {
+      add(where, "takes " + std::to_string(recs) + " records, which cannot hold " + std::to_string(len) +
+                     " bytes within " + std::to_string(ring.max_span()) + " records before the end of the ring");
+      continue;
+    }
+    for (std::uint64_t j = 1; j < recs; ++j) {
+      if (ring.span_mark(seq + j) != detail::RecordRing::Mark::inside && detail::RecordRing::unchanged(r, t)) {
+        add(where, "spans " + std::to_string(recs) + " records, but slot " + std::to_string((seq + j) & (cap - 1)) +
+                       " is not marked as its part " + std::to_string(j));
+        break;
+      }
+    }
   }
   return out;
 }

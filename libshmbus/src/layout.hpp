@@ -3,13 +3,20 @@
 //
 // A bus is one POSIX shared-memory segment, /dev/shm/shmbus.NAME:
 //
-//   offset 0                header_size              bookmark_table_offset_for()  log_offset (4 KiB aligned)
-//   +-----------------------+------------------------+---------------------------+----------------------------+
-//   | SegmentHeader (512 B) | ReaderSlot[max_readers] | Bookmark[max_readers]    | Record[capacity]           |
-//   | identity, head, owner,| 128 B each: owner, name,| 64 B each: a durable     | record_size bytes each,    |
-//   | futex words, counters | cursor, counters        | reader's name and cursor | slot = seq & (capacity - 1)|
-//   +-----------------------+------------------------+---------------------------+----------------------------+
-//                                                      segment_size = log_offset + capacity * record_size
+//   offset 0                header_size              bookmark_table_offset_for()
+//   +-----------------------+------------------------+---------------------------+
+//   | SegmentHeader (512 B) | ReaderSlot[max_readers] | Bookmark[max_readers]    |
+//   | identity, head, owner,| 128 B each: owner, name,| 64 B each: a durable     |
+//   | futex words, counters | cursor, counters        | reader's name and cursor |
+//   +-----------------------+------------------------+---------------------------+
+//
+//   span_table_offset_for()                        log_offset_for() (4 KiB aligned)
+//   +---------------------------------------------+---------------------------------+
+//   | SpanMark[capacity] (u64 each): which slots  | Record[capacity]                |
+//   | hold the inside of a message, not its start | record_size bytes each,         |
+//   |                                             | slot = seq & (capacity - 1)     |
+//   +---------------------------------------------+---------------------------------+
+//                                       segment_size = log_offset + capacity * record_size
 //
 // SegmentHeader, one 64-byte cache line per row (byte offsets):
 //
@@ -77,10 +84,11 @@
 //   +                                                               +
 //   |                                                               |
 //   +---------------------------------------------------------------+
-//   |                   length (u32, <= record_size - 24, or a gap  | 16
-//   |                   marker: kGapLost / kGapStart)               |
+//   |                   length (u32, <= max_message_for(), or a gap | 16
+//   |                   marker: kGapLost / kGapStart / kGapPad)     |
 //   +---------------------------------------------------------------+
-//   |                   reserved (u32, 0)                           | 20
+//   |                   records (u32): slots the message occupies,  | 20
+//   |                   1 .. max_span_for(); 1 for a gap marker     |
 //   +---------------------------------------------------------------+
 //   |                   payload (length bytes) ...                  | 24
 //   +---------------------------------------------------------------+
@@ -103,6 +111,37 @@
 // slot of the gap that lies within one ring of its end, highest first and the
 // lowest last, so a reader that lands anywhere in the gap finds one, and a
 // takeover that finds the lowest marker committed knows the whole gap is.
+//
+// Spans. A message longer than one record's payload (record_size - 24)
+// occupies `records` consecutive slots, and its payload runs on
+// contiguously from the first record's header over the slots that follow
+// (no headers there): a reader gets one view of it.
+//
+//   slot s             slot s+1           slot s+2           slot s+3
+//   +------+---------+------------------+------------------+------------------+
+//   |header| payload ...                                   ...|  next record   |
+//   |rec=3 |                                                  |  (or padding)  |
+//   +------+---------+------------------+------------------+------------------+
+//   span[s]: older     span[s+1] = s+2    span[s+2] = s+3     span[s+3]: older
+//
+// A span never crosses the end of the ring: when it would, the producer
+// first pads the rest of the lap with gap markers of kind kGapPad (which
+// lose nothing; a reader crosses them as it crosses kGapStart) and starts
+// the span at slot 0 of the next lap. A message takes at most
+// max_span_for() slots: half the ring, so a span and its padding always
+// fit. Sequence numbers count slots: a message's sequence is that of its
+// first record, and the next message's is at least seq + records.
+//
+// The span table marks the inside of spans: SpanMark[slot] = p + 1 when the
+// slot holds position p of a span that began before p; 0 or any older
+// position means the slot's own header is (or was) a record's. The producer
+// stores the marks of a span before any of its payload (a release fence
+// between), so a reader that finds the slot's tag word rewritten by a
+// span's payload also finds the mark. In-order readers never look at the
+// table (a record's `records` says where the next one starts); it is for a
+// reader that lands somewhere it did not come to in order (a late joiner, a
+// lapped reader, a resumed durable name: it moves on past marked slots), and
+// for a checked copy, which re-checks its record's mark with its tag.
 //
 // The code that writes and reads records by these rules, over any memory,
 // is record_ring.hpp.
@@ -155,7 +194,9 @@ inline constexpr std::uint64_t kMagic = 0x3130'5355'424d'4853ULL;  // "SHMBUS01"
 // 6: best-effort readers (kSlotBestEffort, header.best_effort_readers).
 // 7: the hold limit: a producer may move a slot kSlotActive -> kSlotBestEffort
 //    (ReaderSlot.let_go_ns, header.readers_let_go, header.max_hold_ns).
-inline constexpr std::uint32_t kLayoutVersion = 7;
+// 8: spans: a message may occupy several records (RecordHeader.records, the
+//    span table before the log, kGapPad markers at the end of a lap).
+inline constexpr std::uint32_t kLayoutVersion = 8;
 inline constexpr std::uint32_t kCacheLine = 64;
 inline constexpr std::uint32_t kPageSize = 4096;
 inline constexpr std::uint32_t kRecordHeaderSize = 24;
@@ -165,6 +206,10 @@ inline constexpr std::uint32_t kRecordAlign = 8;
 // are below max_record_size).
 inline constexpr std::uint32_t kGapLost = 0xFFFF'FFFF;
 inline constexpr std::uint32_t kGapStart = 0xFFFF'FFFE;
+inline constexpr std::uint32_t kGapPad = 0xFFFF'FFFD;  // the rest of a lap, before a span
+// No message is longer than this, whatever the ring (lengths stay far below
+// the gap marker values, and a bridge frame length fits a u32).
+inline constexpr std::uint32_t kMaxMessageLimit = 1u << 30;
 inline constexpr std::uint32_t kReaderNameSize = 32;
 inline constexpr std::uint64_t kBusyBit = std::uint64_t{1} << 63;
 // No sequence reaches 2^62 (146 years at 10^9 messages a second): a head, a
@@ -288,8 +333,12 @@ struct RecordHeader {
   std::atomic<std::uint64_t> tag;  // commit mark: seq + 1, BUSY | (seq + 1), or 0
   std::uint64_t timestamp_ns;
   std::uint32_t length;
-  std::uint32_t reserved;
+  std::uint32_t records;  // slots the message occupies (1 unless it spans)
 };
+
+// One u64 per slot (see "Spans" above): p + 1 when the slot holds position p
+// inside a span.
+using SpanMark = std::atomic<std::uint64_t>;
 
 // ---- the layout is the contract: check every size, offset and alignment ----
 template <class T>
@@ -369,10 +418,11 @@ static_assert(sizeof(RecordHeader) == kRecordHeaderSize);
 static_assert(offsetof(RecordHeader, tag) == 0);
 static_assert(offsetof(RecordHeader, timestamp_ns) == 8);
 static_assert(offsetof(RecordHeader, length) == 16);
-static_assert(offsetof(RecordHeader, reserved) == 20);
+static_assert(offsetof(RecordHeader, records) == 20);
+static_assert(sizeof(SpanMark) == 8 && alignof(SpanMark) == 8);
 static_assert(kMinRecordSize % kRecordAlign == 0 && kMinRecordSize >= kRecordHeaderSize + 8);
 static_assert(kRecordHeaderSize % kRecordAlign == 0 && alignof(RecordHeader) == kRecordAlign);
-static_assert(kGapStart > (1u << 20) && kGapLost > kGapStart);  // above any payload length
+static_assert(kGapPad > kMaxMessageLimit && kGapStart > kGapPad && kGapLost > kGapStart);  // above any length
 
 constexpr std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -382,11 +432,30 @@ constexpr std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v +
 constexpr std::uint64_t bookmark_table_offset_for(std::uint32_t max_readers) {
   return sizeof(SegmentHeader) + std::uint64_t{max_readers} * sizeof(ReaderSlot);
 }
-constexpr std::uint64_t log_offset_for(std::uint32_t max_readers) {
-  return align_up(bookmark_table_offset_for(max_readers) + std::uint64_t{max_readers} * sizeof(Bookmark),
-                  kPageSize);
+constexpr std::uint64_t span_table_offset_for(std::uint32_t max_readers) {
+  return bookmark_table_offset_for(max_readers) + std::uint64_t{max_readers} * sizeof(Bookmark);
 }
-static_assert(log_offset_for(1) == 4096 && log_offset_for(18) == 4096 && log_offset_for(19) == 8192);
+constexpr std::uint64_t log_offset_for(std::uint32_t max_readers, std::uint64_t capacity) {
+  return align_up(span_table_offset_for(max_readers) + capacity * sizeof(SpanMark), kPageSize);
+}
+static_assert(span_table_offset_for(1) == 704 && span_table_offset_for(2) == 896);
+static_assert(log_offset_for(1, 64) == 4096 && log_offset_for(1, 512) == 8192 && log_offset_for(19, 2) == 8192);
+
+// The most slots one message may take: half the ring (at least one), so a
+// span and the padding before it always fit in a ring.
+constexpr std::uint64_t max_span_for(std::uint64_t capacity) { return capacity / 2 > 0 ? capacity / 2 : 1; }
+// The longest message a ring accepts: a span of max_span_for() slots less
+// its one header, and never more than kMaxMessageLimit.
+constexpr std::uint32_t max_message_for(std::uint64_t capacity, std::uint32_t record_size) {
+  const std::uint64_t bytes = max_span_for(capacity) * record_size - kRecordHeaderSize;
+  return bytes < kMaxMessageLimit ? static_cast<std::uint32_t>(bytes) : kMaxMessageLimit;
+}
+// Slots a message of `length` bytes takes in records of `record_size` bytes.
+constexpr std::uint64_t records_for(std::uint64_t length, std::uint32_t record_size) {
+  return length + kRecordHeaderSize <= record_size ? 1 : (length + kRecordHeaderSize + record_size - 1) / record_size;
+}
+static_assert(max_message_for(2, 64) == 40 && max_message_for(8, 64) == 232 && records_for(40, 64) == 1 &&
+              records_for(41, 64) == 2 && records_for(232, 64) == 4);
 
 // The bytes whose OFD locks stand for roles (see "Role locks" above).
 inline constexpr std::uint64_t kProducerLockByte = 192;

@@ -82,6 +82,7 @@ struct Producer::Impl : detail::Attachment {
   bool claim_open = false;
   std::uint64_t claim_seq = 0;
   std::size_t claim_size = 0;
+  std::uint32_t claim_records = 1;
   std::uint64_t next_liveness = 0;     // when to check the readers holding us back
   // With a hold limit: per reader slot, how long we have waited for the
   // attachment holding it without its cursor moving (our own memory; sized
@@ -150,6 +151,55 @@ struct Producer::Impl : detail::Attachment {
     detail::RecordRing::begin_write(r, s);
     detail::RecordRing::write_payload(r, payload, shared_writes());
     detail::RecordRing::finish_write(r, s, static_cast<std::uint32_t>(payload.size()), ts);
+  }
+
+  // Room for a message of `records` slots: returns its first sequence, with
+  // its first record marked BUSY and the slots inside it marked (layout.hpp,
+  // "Spans"), after padding the rest of the lap if it would cross the end
+  // of the ring; nullopt (and why) if no room came within `timeout`.
+  std::optional<std::uint64_t> reserve(std::uint64_t records, std::chrono::nanoseconds timeout,
+                                       PublishStatus& why) noexcept {
+    const std::uint64_t s = next;
+    const std::uint64_t start = ring.fits_before_wrap(s, records) ? s : (s | (cap - 1)) + 1;
+    if (!room_for(start + records - 1, timeout)) {
+      why = no_room();
+      return std::nullopt;
+    }
+    // Padding loses nothing: a reader crosses it as it crosses a bus's start.
+    if (start != s) ring.write_markers(s, detail::Gap{start, false}, now_stamp(), shared_writes(), layout::kGapPad);
+    detail::RecordRing::begin_write(ring.record(start), start);
+    if (records > 1) ring.mark_span(start, records);
+    return start;
+  }
+
+  // A message longer than one record's payload (and at most max_message).
+  PublishResult publish_span(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) noexcept {
+    const std::uint64_t k = ring.records_for(payload.size());
+    PublishStatus why = PublishStatus::ok;
+    const std::optional<std::uint64_t> s = reserve(k, timeout, why);
+    if (!s) return {why, 0};
+    layout::RecordHeader* r = ring.record(*s);
+    detail::RecordRing::write_payload(r, payload, shared_writes());
+    detail::RecordRing::finish_write(r, *s, static_cast<std::uint32_t>(payload.size()), now_stamp(),
+                                     static_cast<std::uint32_t>(k));
+    publish_head(*s + k);
+    prefetch_ahead_of(*s + k - 1);
+    return {PublishStatus::ok, *s};
+  }
+
+  // A takeover at `s` whose predecessor died writing a gap (skip_to's, or
+  // the padding before a span): markers above s are committed, the lowest
+  // is not. Readers may have crossed the committed ones already, so the gap
+  // is finished rather than written over. Returns where to go on.
+  std::uint64_t finish_interrupted_gap(std::uint64_t s) noexcept {
+    layout::RecordHeader* above = ring.record(s + 1);
+    if (detail::RecordRing::load_tag(above) != detail::committed_tag(s + 1) ||
+        !detail::RecordRing::is_header(ring.span_mark(s + 1)))
+      return s;
+    const std::optional<detail::Gap> gap = ring.read_gap(above, s + 1);
+    if (!gap || gap->to - s > cap) return s;
+    ring.write_gap_marker(s, *gap, 0, shared_writes(), detail::RecordRing::load_length(above));
+    return ring.committed_end(gap->to);
   }
 
   // Asks for the lines of the record prefetch_ahead after `s` (see the top
@@ -256,7 +306,11 @@ void Producer::Impl::acquire_role() {
   // yet seq + 1) is simply overwritten.
   // A committed gap marker is followed (skip_to commits the gap's lowest
   // marker last, so the whole gap is written once it is).
-  const std::uint64_t s = ring.committed_end(h->head.load(std::memory_order_acquire));
+  std::uint64_t s = ring.committed_end(h->head.load(std::memory_order_acquire));
+  s = finish_interrupted_gap(s);
+  // One that died inside a span left the marks of its inside: what we write
+  // there next starts records (a span and its padding reach two spans ahead).
+  ring.clear_marks(s, s + std::min<std::uint64_t>(cap, 2 * ring.max_span()));
   next = s;
   h->head.store(s, std::memory_order_release);
   limit = 0;  // force a rescan before the first write
@@ -544,7 +598,10 @@ PublishResult Producer::publish(std::span<const std::byte> payload, std::chrono:
   Impl& p = *impl_;
   detail::OneThread::Scope in(p.calls, "Producer::publish");
   if (p.refused()) [[unlikely]] return {PublishStatus::closed, 0};
-  if (payload.size() > p.max_payload) return {PublishStatus::too_large, 0};
+  if (payload.size() > p.max_payload) [[unlikely]] {
+    if (payload.size() > p.ring.max_message()) return {PublishStatus::too_large, 0};
+    return p.publish_span(payload, timeout);
+  }
   const std::uint64_t s = p.next;
   if (!p.room_for(s, timeout)) return {p.no_room(), 0};
   p.write_record(s, payload, p.now_stamp());
@@ -570,10 +627,7 @@ PublishResult Producer::skip_to(std::uint64_t seq, std::chrono::nanoseconds time
   if (!p.room_for(last_needed, timeout)) return {p.no_room(), 0};
   // A bus that never carried a message starts at seq: nothing is lost.
   const detail::Gap gap{seq, from != 0};
-  // Highest first, the lowest last: a takeover that finds the lowest
-  // committed knows the rest are (RecordRing::committed_end).
-  const std::uint64_t ts = p.now_stamp();
-  for (std::uint64_t m = seq; m-- > lo;) p.ring.write_gap_marker(m, gap, ts, p.shared_writes());
+  p.ring.write_markers(lo, gap, p.now_stamp(), p.shared_writes());
   if (!p.overwrite) {
     if (!gap.lost) {
       // Joiners start at seq, not at markers for messages that never were.
@@ -590,20 +644,19 @@ Claim Producer::claim(std::size_t size, std::chrono::nanoseconds timeout) noexce
   detail::OneThread::Scope in(p.calls, "Producer::claim");
   Claim c;
   if (p.refused()) return c;  // status closed
-  if (size > p.max_payload) {
+  if (size > p.ring.max_message()) {
     c.status = PublishStatus::too_large;
     return c;
   }
-  const std::uint64_t s = p.next;
-  if (!p.room_for(s, timeout)) {
-    c.status = p.no_room();
-    return c;
-  }
+  const std::uint64_t k = p.ring.records_for(size);
+  const std::optional<std::uint64_t> reserved = p.reserve(k, timeout, c.status);
+  if (!reserved) return c;
+  const std::uint64_t s = *reserved;
   layout::RecordHeader* r = p.ring.record(s);
-  detail::RecordRing::begin_write(r, s);
   p.claim_open = true;
   p.claim_seq = s;
   p.claim_size = size;
+  p.claim_records = static_cast<std::uint32_t>(k);
   c.status = PublishStatus::ok;
   c.seq = s;
   c.data = std::span<std::byte>(detail::RecordRing::payload(r), size);
@@ -616,10 +669,11 @@ void Producer::commit(std::size_t size) noexcept {
   if (!p.claim_open) return;
   p.claim_open = false;
   const std::uint64_t s = p.claim_seq;
+  // The records claimed, whatever the size: the inside of a span is marked.
   detail::RecordRing::finish_write(p.ring.record(s), s, static_cast<std::uint32_t>(std::min(size, p.claim_size)),
-                                   p.now_stamp());
-  p.publish_head(s + 1);
-  p.prefetch_ahead_of(s);
+                                   p.now_stamp(), p.claim_records);
+  p.publish_head(s + p.claim_records);
+  p.prefetch_ahead_of(s + p.claim_records - 1);
 }
 
 void Producer::commit() noexcept { commit(impl_ ? impl_->claim_size : 0); }
@@ -631,15 +685,23 @@ std::size_t Producer::publish_batch(std::span<const std::span<const std::byte>> 
   if (p.refused()) return 0;
   std::size_t total = payloads.size();
   for (std::size_t i = 0; i < payloads.size(); ++i) {
-    if (payloads[i].size() > p.max_payload) {
+    if (payloads[i].size() > p.ring.max_message()) {
       total = i;
       break;
     }
   }
   std::size_t done = 0;
   while (done < total) {
-    // At most half a ring at a time, so a full batch never waits for itself.
-    const std::uint64_t n = std::min<std::uint64_t>(total - done, std::max<std::uint64_t>(1, p.cap / 2));
+    if (payloads[done].size() > p.max_payload) {
+      if (!p.publish_span(payloads[done], timeout)) break;
+      ++done;
+      continue;
+    }
+    // A run of one-record messages, at most half a ring at a time, so a full
+    // batch never waits for itself.
+    const std::uint64_t most = std::min<std::uint64_t>(total - done, std::max<std::uint64_t>(1, p.cap / 2));
+    std::uint64_t n = 1;
+    while (n < most && payloads[done + n].size() <= p.max_payload) ++n;
     const std::uint64_t first = p.next;
     const std::uint64_t last = first + n - 1;
     if (!p.room_for(last, timeout)) break;

@@ -76,12 +76,12 @@ void validate_options(std::string_view name, const BusOptions& o) {
   if (o.policy != Policy::block && o.policy != Policy::overwrite)
     fail(Errc::invalid_options, name, "unknown policy");
   if (o.mode & ~mode_t{0777}) fail(Errc::invalid_options, name, "mode has bits beyond 0777");
-  if (layout::log_offset_for(o.max_readers) + o.capacity * o.record_size > (std::uint64_t{1} << 46))
+  if (layout::log_offset_for(o.max_readers, o.capacity) + o.capacity * o.record_size > (std::uint64_t{1} << 46))
     fail(Errc::invalid_options, name, "segment would be larger than 64 TiB");
 }
 
 std::uint64_t segment_size_for(const BusOptions& o) {
-  return layout::log_offset_for(o.max_readers) + o.capacity * o.record_size;
+  return layout::log_offset_for(o.max_readers, o.capacity) + o.capacity * o.record_size;
 }
 
 }  // namespace
@@ -125,8 +125,9 @@ std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std
     return problem(Errc::corrupt, "reader slot size " + num(slot_size) + " is not " + num(sizeof(layout::ReaderSlot)));
   if (table != sizeof(layout::SegmentHeader))
     return problem(Errc::corrupt, "reader table offset " + num(table) + " is not " + num(sizeof(layout::SegmentHeader)));
-  if (log != layout::log_offset_for(max_readers))
-    return problem(Errc::corrupt, "log offset " + num(log) + " does not match " + num(max_readers) + " readers");
+  if (log != layout::log_offset_for(max_readers, capacity))
+    return problem(Errc::corrupt, "log offset " + num(log) + " does not match " + num(max_readers) + " readers and " +
+                                      num(capacity) + " records");
   const std::uint64_t expected = log + capacity * record_size;  // no overflow: both bounded above
   if (size != expected)
     return problem(Errc::corrupt, "segment size field " + num(size) + " does not match capacity x record size (" +
@@ -171,12 +172,14 @@ void Segment::attach(std::string_view name, const HeaderValues& v, bool writable
   header_ = reinterpret_cast<layout::SegmentHeader*>(base_);
   readers_ = reinterpret_cast<layout::ReaderSlot*>(base_ + sizeof(layout::SegmentHeader));
   bookmarks_ = reinterpret_cast<layout::Bookmark*>(base_ + layout::bookmark_table_offset_for(v.max_readers));
+  spans_ = reinterpret_cast<layout::SpanMark*>(base_ + layout::span_table_offset_for(v.max_readers));
   log_ = base_ + v.log_offset;
   info_.name = std::string(name);
   info_.policy = v.policy;
   info_.capacity = v.capacity;
   info_.record_size = v.record_size;
   info_.max_payload = max_payload_for(v.record_size);
+  info_.max_message = layout::max_message_for(v.capacity, v.record_size);
   info_.max_readers = v.max_readers;
   info_.segment_size = v.segment_size;
   info_.creation_time_ns = v.creation_time_ns;
@@ -302,7 +305,7 @@ std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions
       h->policy = static_cast<std::uint32_t>(o.policy);
       h->reader_slot_size = sizeof(layout::ReaderSlot);
       h->reader_table_offset = sizeof(layout::SegmentHeader);
-      h->log_offset = layout::log_offset_for(o.max_readers);
+      h->log_offset = layout::log_offset_for(o.max_readers, o.capacity);
       h->segment_size = size;
       h->creation_time_ns = realtime_ns();
       h->creator_pid = static_cast<std::uint32_t>(::getpid());
@@ -315,7 +318,7 @@ std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions
       v.max_readers = o.max_readers;
       v.capacity = o.capacity;
       v.policy = o.policy;
-      v.log_offset = layout::log_offset_for(o.max_readers);
+      v.log_offset = layout::log_offset_for(o.max_readers, o.capacity);
       v.segment_size = size;
       v.creation_time_ns = h->creation_time_ns;
       seg->attach(name, v, true);

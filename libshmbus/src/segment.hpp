@@ -84,12 +84,13 @@ class Segment {
   std::uint64_t capacity() const noexcept { return info_.capacity; }
   std::uint32_t record_size() const noexcept { return info_.record_size; }
   std::uint32_t max_payload() const noexcept { return info_.max_payload; }
+  std::uint32_t max_message() const noexcept { return info_.max_message; }
   bool overwrite() const noexcept { return info_.policy == Policy::overwrite; }
   std::byte* base() const noexcept { return base_; }
   std::uint64_t size() const noexcept { return size_; }
 
   // The log, as a ring of records (record_ring.hpp).
-  RecordRing ring() const noexcept { return RecordRing(log_, info_.capacity, info_.record_size); }
+  RecordRing ring() const noexcept { return RecordRing(log_, spans_, info_.capacity, info_.record_size); }
   layout::RecordHeader* record(std::uint64_t seq) const noexcept { return ring().record(seq); }
 
   // A new open file description of this same file (checked by device and
@@ -123,6 +124,7 @@ class Segment {
   layout::SegmentHeader* header_ = nullptr;
   layout::ReaderSlot* readers_ = nullptr;
   layout::Bookmark* bookmarks_ = nullptr;
+  layout::SpanMark* spans_ = nullptr;
   std::byte* log_ = nullptr;
 };
 

@@ -1,12 +1,13 @@
 // Fuzz target: arbitrary bytes as the records of a valid bus. The header is
 // sound (the library created it); the input supplies the policy, head and
 // oldest, and every byte of the ring: commit tags (committed, BUSY, stale,
-// in the wrong slot), lengths, timestamps and payloads. A consumer reading
-// from the oldest record must return only messages it can vouch for, in
-// order, never longer than a record's payload; lost counts must move it
+// in the wrong slot), lengths, record counts, timestamps, payloads, and the
+// span marks. A consumer reading from the oldest record must return only
+// messages it can vouch for, in order, never longer than the bus's max
+// message nor running past the end of the ring; lost counts must move it
 // forward; the inspector's record() and check() must cope.
 //
-//   input: policy (1 byte) | head (u64) | oldest (u64) | ring bytes ...
+//   input: policy (1 byte) | head (u64) | oldest (u64) | span marks (8 x u64) | ring bytes ...
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -57,7 +58,8 @@ struct Fixture {
     shmbus::Bus::remove(name);
   }
   shmbus::layout::SegmentHeader* header() const { return reinterpret_cast<shmbus::layout::SegmentHeader*>(base); }
-  std::byte* log() const { return base + shmbus::layout::log_offset_for(2); }
+  std::byte* marks() const { return base + shmbus::layout::span_table_offset_for(2); }
+  std::byte* log() const { return base + shmbus::layout::log_offset_for(2, kCapacity); }
 };
 
 }  // namespace
@@ -72,7 +74,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::memcpy(&oldest, data + 9, 8);
   data += 17;
   size -= 17;
-  // The ring: the input's bytes, zeros after them.
+  // The span marks and the ring: the input's bytes, zeros after them.
+  const std::size_t marks = kCapacity * 8;
+  std::memset(f.marks(), 0, marks);
+  std::memcpy(f.marks(), data, std::min(size, marks));
+  data += std::min(size, marks);
+  size -= std::min(size, marks);
   const std::size_t ring = kCapacity * kRecordSize;
   std::memset(f.log(), 0, ring);
   std::memcpy(f.log(), data, std::min(size, ring));
@@ -82,7 +89,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   h->closed.store(1, std::memory_order_release);  // no producer: nothing to wait for
   h->producer_owner.store(0, std::memory_order_release);
 
-  const std::size_t max = f.bus->info().max_payload;
+  const std::size_t max = f.bus->info().max_message;
   {
     shmbus::ConsumerOptions co;
     co.start = shmbus::Start::earliest;
@@ -100,8 +107,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (std::uint64_t i = 0; i < 2 * kCapacity; ++i) {
       const shmbus::ReadResult r = c.next(0ns);
       if (r.status == shmbus::ReadStatus::message) {
-        if (r.message.payload.size() > max) shmbus::fuzz::violated("a message longer than a record's payload");
+        if (r.message.payload.size() > max) shmbus::fuzz::violated("a message longer than the bus's max message");
         if (r.message.seq != cursor) shmbus::fuzz::violated("a message out of order");
+        if (r.message.records == 0 || (r.message.seq % kCapacity) + r.message.records > kCapacity ||
+            c.cursor() != r.message.seq + r.message.records ||
+            r.message.payload.size() + shmbus::layout::kRecordHeaderSize > r.message.records * kRecordSize)
+          shmbus::fuzz::violated("a message whose records do not hold it within the ring");
         // Only a record whose commit tag names exactly this sequence counts.
         const auto* rec = reinterpret_cast<const shmbus::layout::RecordHeader*>(
             f.log() + (r.message.seq % kCapacity) * kRecordSize);
@@ -131,7 +142,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   for (std::uint64_t k = 0; k < kCapacity; ++k) {
     if (const auto r = f.insp->record(head - k); r && r->payload.size() > max)
-      shmbus::fuzz::violated("Inspector::record longer than a record's payload");
+      shmbus::fuzz::violated("Inspector::record longer than the bus's max message");
   }
   (void)f.insp->check();
   return 0;

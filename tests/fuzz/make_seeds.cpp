@@ -36,7 +36,8 @@ void write_file(const std::string& path, const Bytes& b) {
   if (!out) throw std::runtime_error("cannot write " + path);
 }
 
-// fuzz_record's input: policy | head | oldest | the ring of a capacity-8, 64-byte-record bus.
+// fuzz_record's input: policy | head | oldest | the span marks and the ring
+// of a capacity-8, 64-byte-record bus.
 Bytes record_input(const Bytes& seg, shmbus::Policy policy) {
   const auto* h = reinterpret_cast<const shmbus::layout::SegmentHeader*>(seg.data());
   Bytes out(17);
@@ -44,7 +45,10 @@ Bytes record_input(const Bytes& seg, shmbus::Policy policy) {
   const std::uint64_t head = h->head.load(), oldest = h->oldest.load();
   std::memcpy(out.data() + 1, &head, 8);
   std::memcpy(out.data() + 9, &oldest, 8);
-  const std::size_t log = shmbus::layout::log_offset_for(h->max_readers);
+  const std::size_t marks = shmbus::layout::span_table_offset_for(h->max_readers);
+  out.insert(out.end(), seg.begin() + static_cast<std::ptrdiff_t>(marks),
+             seg.begin() + static_cast<std::ptrdiff_t>(marks + 8 * h->capacity));
+  const std::size_t log = shmbus::layout::log_offset_for(h->max_readers, h->capacity);
   out.insert(out.end(), seg.begin() + static_cast<std::ptrdiff_t>(log), seg.end());
   return out;
 }
@@ -56,6 +60,7 @@ struct Case {
   bool reader;
   bool close;
   bool open_claim;
+  std::size_t span_every;  // every n-th message spans records (0: none)
 };
 
 }  // namespace
@@ -70,11 +75,13 @@ int main(int argc, char** argv) {
   ::mkdir((dir + "/segment").c_str(), 0755);
   ::mkdir((dir + "/record").c_str(), 0755);
   const Case cases[] = {
-      {"block-empty", shmbus::Policy::block, 0, false, false, false},
-      {"block-reader", shmbus::Policy::block, 5, true, false, false},
-      {"block-wrapped-closed", shmbus::Policy::block, 20, true, true, false},
-      {"overwrite-lapped", shmbus::Policy::overwrite, 21, true, false, false},
-      {"overwrite-busy", shmbus::Policy::overwrite, 11, true, false, true},
+      {"block-empty", shmbus::Policy::block, 0, false, false, false, 0},
+      {"block-reader", shmbus::Policy::block, 5, true, false, false, 0},
+      {"block-wrapped-closed", shmbus::Policy::block, 20, true, true, false, 0},
+      {"overwrite-lapped", shmbus::Policy::overwrite, 21, true, false, false, 0},
+      {"overwrite-busy", shmbus::Policy::overwrite, 11, true, false, true, 0},
+      {"block-spans", shmbus::Policy::block, 9, true, true, false, 2},
+      {"overwrite-spans-lapped", shmbus::Policy::overwrite, 17, true, false, false, 3},
   };
   try {
     for (const Case& c : cases) {
@@ -91,7 +98,9 @@ int main(int argc, char** argv) {
       {
         shmbus::Producer p(bus);
         for (int i = 0; i < c.published; ++i) {
-          const std::string text = "message " + std::to_string(i) + std::string(static_cast<std::size_t>(i % 30), '.');
+          std::string text = "message " + std::to_string(i) + std::string(static_cast<std::size_t>(i % 30), '.');
+          // A message of two to four records (the ring takes four at most).
+          if (c.span_every != 0 && i % c.span_every == 0) text += std::string(40 + static_cast<std::size_t>(i * 29 % 150), '#');
           if (c.policy == shmbus::Policy::block && i % 8 == 0 && reader) {
             while (reader->next(0ns).status == shmbus::ReadStatus::message) {
             }

@@ -535,7 +535,7 @@ TEST_F(InspectTest, CheckNamesACorruptedRecord) {
   const auto dumped = lines_of(dump.out);
   ASSERT_EQ(dumped.size(), 3u) << dump.out;
   EXPECT_THAT(dumped[0], HasSubstr("len 4000  \"hello 10"));
-  EXPECT_THAT(dumped[0], HasSubstr("CORRUPT: length 4000 exceeds the max payload"));
+  EXPECT_THAT(dumped[0], HasSubstr("CORRUPT: length 4000 exceeds the max message"));
   EXPECT_THAT(dumped[1], HasSubstr("\"hello 11\""));
   EXPECT_THAT(dumped[2], HasSubstr("seq 12  not readable"));
   const json dj = inspect_json({"dump", bus, "--from", "10", "--count", "3"}, 1);

@@ -51,34 +51,50 @@ static_assert(offsetof(SegmentHeader, data_futex) % 4 == 0 &&
               offsetof(SegmentHeader, space_futex) % 4 == 0);
 static_assert(offsetof(RecordHeader, tag) == 0 && offsetof(RecordHeader, length) == 16);
 
-// The log starts on a page boundary after the header, the reader table and
-// the bookmark table.
-static_assert(log_offset_for(1) % kPageSize == 0);
+// The log starts on a page boundary after the header, the reader table,
+// the bookmark table and the span table (one u64 per record).
+static_assert(log_offset_for(1, 2) % kPageSize == 0);
 static_assert(bookmark_table_offset_for(max_readers_limit) == 512 + 128 * 1024);
-static_assert(log_offset_for(max_readers_limit) == align_up(512 + (128 + 64) * 1024, 4096));
+static_assert(span_table_offset_for(max_readers_limit) == 512 + (128 + 64) * 1024);
+static_assert(log_offset_for(max_readers_limit, 65536) == align_up(512 + (128 + 64) * 1024 + 8 * 65536, 4096));
 
 // Every role lock sits on the first byte of what the role owns, inside the
 // tables (never in the log, which nobody locks).
 static_assert(kProducerLockByte == offsetof(SegmentHeader, producer_owner));
 static_assert(reader_lock_byte(max_readers_limit - 1) + sizeof(ReaderSlot) == bookmark_table_offset_for(max_readers_limit));
 static_assert(bookmark_lock_byte(max_readers_limit, max_readers_limit - 1) + sizeof(Bookmark) <=
-              log_offset_for(max_readers_limit));
+              span_table_offset_for(max_readers_limit));
 
-TEST(Layout, LogOffsetIsPageAlignedAndLeavesRoomForEveryReaderSlotAndBookmark) {
+TEST(Layout, LogOffsetIsPageAlignedAndLeavesRoomForEveryReaderSlotBookmarkAndSpanMark) {
   for (std::uint32_t readers = 1; readers <= max_readers_limit; ++readers) {
-    const std::uint64_t off = log_offset_for(readers);
-    ASSERT_EQ(off % kPageSize, 0u) << readers;
-    const std::uint64_t tables = sizeof(SegmentHeader) + std::uint64_t{readers} * (sizeof(ReaderSlot) + sizeof(Bookmark));
-    ASSERT_EQ(bookmark_table_offset_for(readers), sizeof(SegmentHeader) + std::uint64_t{readers} * sizeof(ReaderSlot));
-    ASSERT_GE(off, tables) << readers;
-    ASSERT_LT(off - tables,
-              kPageSize)
-        << "more than one page of padding for " << readers << " readers";
+    for (const std::uint64_t cap : {std::uint64_t{2}, std::uint64_t{1000 * 8}, std::uint64_t{65536}}) {
+      const std::uint64_t off = log_offset_for(readers, cap);
+      ASSERT_EQ(off % kPageSize, 0u) << readers;
+      const std::uint64_t tables =
+          sizeof(SegmentHeader) + std::uint64_t{readers} * (sizeof(ReaderSlot) + sizeof(Bookmark)) + cap * sizeof(SpanMark);
+      ASSERT_EQ(bookmark_table_offset_for(readers), sizeof(SegmentHeader) + std::uint64_t{readers} * sizeof(ReaderSlot));
+      ASSERT_EQ(span_table_offset_for(readers), sizeof(SegmentHeader) + std::uint64_t{readers} * (sizeof(ReaderSlot) + sizeof(Bookmark)));
+      ASSERT_GE(off, tables) << readers;
+      ASSERT_LT(off - tables, kPageSize) << "more than one page of padding for " << readers << " readers";
+    }
   }
-  EXPECT_EQ(log_offset_for(1), 4096u);
-  EXPECT_EQ(log_offset_for(18), 4096u);
-  EXPECT_EQ(log_offset_for(19), 8192u);
-  EXPECT_EQ(log_offset_for(1024), 200704u);
+  EXPECT_EQ(log_offset_for(1, 64), 4096u);
+  EXPECT_EQ(log_offset_for(16, 64), 4096u);
+  EXPECT_EQ(log_offset_for(18, 64), 8192u);
+  EXPECT_EQ(log_offset_for(1, 65536), 528384u);
+}
+
+TEST(Layout, TheLongestMessageIsHalfTheRingLessOneHeaderAndAtMostOneGibibyte) {
+  EXPECT_EQ(max_span_for(2), 1u);
+  EXPECT_EQ(max_span_for(65536), 32768u);
+  EXPECT_EQ(max_message_for(2, 64), 40u) << "a two-record ring carries one record's payload";
+  EXPECT_EQ(max_message_for(1024, 256), 512u * 256u - 24u);
+  EXPECT_EQ(max_message_for(std::uint64_t{1} << 32, max_record_size), kMaxMessageLimit);
+  EXPECT_EQ(records_for(0, 64), 1u);
+  EXPECT_EQ(records_for(40, 64), 1u);
+  EXPECT_EQ(records_for(41, 64), 2u);
+  EXPECT_EQ(records_for(104, 64), 2u);
+  EXPECT_EQ(records_for(105, 64), 3u);
 }
 
 TEST(Layout, MaxPayloadIsRecordSizeMinusRecordHeader) {
@@ -115,8 +131,8 @@ TEST(Layout, CreatedSegmentMatchesTheDocumentedHeader) {
   EXPECT_EQ(h.policy, static_cast<std::uint32_t>(Policy::overwrite));
   EXPECT_EQ(h.reader_slot_size, sizeof(ReaderSlot));
   EXPECT_EQ(h.reader_table_offset, sizeof(SegmentHeader));
-  EXPECT_EQ(h.log_offset, log_offset_for(40));
-  EXPECT_EQ(h.segment_size, log_offset_for(40) + 64u * 192u);
+  EXPECT_EQ(h.log_offset, log_offset_for(40, 64));
+  EXPECT_EQ(h.segment_size, log_offset_for(40, 64) + 64u * 192u);
   EXPECT_EQ(raw.size(), h.segment_size) << "file size must equal the header's segment_size";
   EXPECT_EQ(h.creator_pid, static_cast<std::uint32_t>(::getpid()));
   const auto created = std::chrono::system_clock::time_point(

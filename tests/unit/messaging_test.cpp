@@ -116,8 +116,10 @@ TEST(RoundTrip, TooLargePayloadIsRefusedAndConsumesNoSequence) {
   Bus bus = Bus::create(name, opts(4, Policy::block, 64));
   Consumer c(bus);
   Producer p(bus);
-  EXPECT_EQ(p.publish(bytes(std::string(41, 'x'))).status, PublishStatus::too_large);
-  EXPECT_EQ(p.claim(41).status, PublishStatus::too_large);
+  // Four 64-byte records: a message may span two (2 x 64 - 24 = 104 bytes).
+  ASSERT_EQ(bus.info().max_message, 104u);
+  EXPECT_EQ(p.publish(bytes(std::string(105, 'x'))).status, PublishStatus::too_large);
+  EXPECT_EQ(p.claim(105).status, PublishStatus::too_large);
   EXPECT_EQ(p.claim(1u << 30).status, PublishStatus::too_large);
   EXPECT_EQ(p.next_seq(), 0u);
   EXPECT_EQ(bus.head(), 0u);
@@ -271,7 +273,7 @@ TEST(Batches, PublishBatchStopsAtATooLargeMessage) {
   Bus bus = Bus::create(name, opts(16, Policy::block, 64));
   Consumer c(bus);
   Producer p(bus);
-  const std::string big(41, 'x');
+  const std::string big(bus.info().max_message + 1, 'x');
   std::vector<std::span<const std::byte>> spans = {bytes("a"), bytes("b"), bytes(big), bytes("d")};
   EXPECT_EQ(p.publish_batch(spans), 2u);
   EXPECT_EQ(p.next_seq(), 2u);

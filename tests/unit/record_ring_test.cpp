@@ -38,11 +38,14 @@ class Memory {
 
 class PlainMemory : public Memory {
  public:
-  PlainMemory() : words_(kCap * kRecordSize / 8, 0) {}
-  RecordRing ring() override { return RecordRing(reinterpret_cast<std::byte*>(words_.data()), kCap, kRecordSize); }
+  PlainMemory() : words_(kCap * kRecordSize / 8, 0), marks_(kCap) {}
+  RecordRing ring() override {
+    return RecordRing(reinterpret_cast<std::byte*>(words_.data()), marks_.data(), kCap, kRecordSize);
+  }
 
  private:
   std::vector<std::uint64_t> words_;  // 8-byte aligned, zeroed: every tag "never written"
+  std::vector<shmbus::layout::SpanMark> marks_;  // zeroed: no slot inside a span
 };
 
 class SegmentMemory : public Memory {
@@ -56,7 +59,10 @@ class SegmentMemory : public Memory {
     raw_ = std::make_unique<RawSegment>(name_.path());
   }
   RecordRing ring() override {
-    return RecordRing(raw_->base() + raw_->header().log_offset, raw_->header().capacity, raw_->header().record_size);
+    return RecordRing(raw_->base() + raw_->header().log_offset,
+                      reinterpret_cast<shmbus::layout::SpanMark*>(
+                          raw_->base() + shmbus::layout::span_table_offset_for(raw_->header().max_readers)),
+                      raw_->header().capacity, raw_->header().record_size);
   }
   const Bus& bus() const { return *bus_; }
 
@@ -129,7 +135,7 @@ TEST_P(RecordRingOn, AWrittenRecordReadsBackWhole) {
   EXPECT_EQ(payload_of(RecordRing::payload(r), 5), "hello");
   std::vector<std::byte> dst(ring_.max_payload());
   RecordRing::Copy c;
-  ASSERT_TRUE(ring_.copy_checked(r, t, 3, dst.data(), c));
+  ASSERT_TRUE(ring_.copy_checked(3, t, dst.data(), dst.size(), c));
   EXPECT_EQ(c.length, 5u);
   EXPECT_EQ(c.timestamp_ns, 1234u);
   EXPECT_FALSE(c.gap);
@@ -148,7 +154,7 @@ TEST_P(RecordRingOn, ACopyOverlappingARewriteIsTorn) {
   std::vector<std::byte> dst(ring_.max_payload());
   RecordRing::Copy c;
   RecordRing::begin_write(r, 2 + kCap);
-  EXPECT_FALSE(ring_.copy_checked(r, t, 2, dst.data(), c)) << "a copy made while the record was rewritten was kept";
+  EXPECT_FALSE(ring_.copy_checked(2, t, dst.data(), dst.size(), c)) << "a copy made while the record was rewritten was kept";
   EXPECT_FALSE(RecordRing::unchanged(r, t));
   // Committed, the new occupant reads whole, and the old tag still fails.
   RecordRing::write_payload(r, text("new occupant"), true);
@@ -156,7 +162,7 @@ TEST_P(RecordRingOn, ACopyOverlappingARewriteIsTorn) {
   const std::uint64_t t2 = RecordRing::load_tag(r);
   EXPECT_EQ(detail::tag_state(t2, 2), TagState::passed);
   EXPECT_FALSE(RecordRing::unchanged(r, t));
-  ASSERT_TRUE(ring_.copy_checked(r, t2, 2 + kCap, dst.data(), c));
+  ASSERT_TRUE(ring_.copy_checked(2 + kCap, t2, dst.data(), dst.size(), c));
   EXPECT_EQ(payload_of(dst.data(), c.length), "new occupant");
 }
 
@@ -186,7 +192,7 @@ TEST_P(RecordRingOn, GapMarkersSayWhereTheStreamGoesOn) {
     EXPECT_TRUE(g->lost);
     std::vector<std::byte> dst(ring_.max_payload(), std::byte{0x55});
     RecordRing::Copy c;
-    ASSERT_TRUE(ring_.copy_checked(r, RecordRing::load_tag(r), m, dst.data(), c));
+    ASSERT_TRUE(ring_.copy_checked(m, RecordRing::load_tag(r), dst.data(), dst.size(), c));
     ASSERT_TRUE(c.gap);
     EXPECT_EQ(c.gap->to, 7u);
     EXPECT_EQ(dst[0], std::byte{0x55}) << "a gap marker's payload was copied as a message";
@@ -269,7 +275,7 @@ TEST(RecordRingRace, EveryKeptCopyIsOneWholeOccupant) {
     if (t == 0 || detail::is_busy(t)) continue;
     const std::uint64_t seq = detail::tag_seq(t);
     RecordRing::Copy c;
-    if (!ring.copy_checked(r, t, seq, dst.data(), c)) {
+    if (!ring.copy_checked(seq, t, dst.data(), dst.size(), c)) {
       ++torn;
       continue;
     }
@@ -318,7 +324,7 @@ TEST(RecordRingIsTheBusProtocol, ConsumerReadsRingWritesAndRingReadsProducerWrit
   ASSERT_EQ(t, detail::committed_tag(4));
   std::vector<std::byte> dst(ring.max_payload());
   RecordRing::Copy copied;
-  ASSERT_TRUE(ring.copy_checked(rec, t, 4, dst.data(), copied));
+  ASSERT_TRUE(ring.copy_checked(4, t, dst.data(), dst.size(), copied));
   EXPECT_EQ(payload_of(dst.data(), copied.length), "from the producer");
 }
 

@@ -96,7 +96,10 @@ struct BusInfo {
   Policy policy;
   std::uint64_t capacity;
   std::uint32_t record_size;
-  std::uint32_t max_payload;
+  std::uint32_t max_payload;  // the longest message that fits one record (record_size - 24)
+  // The longest message the bus accepts: one longer than max_payload spans
+  // consecutive records (half the ring at most, and at most 1 GiB).
+  std::uint32_t max_message;
   std::uint32_t max_readers;
   std::uint64_t segment_size;
   std::uint64_t creation_time_ns;  // CLOCK_REALTIME

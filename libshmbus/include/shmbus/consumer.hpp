@@ -72,7 +72,11 @@ const char* to_string(EndReason r) noexcept;
 struct Message {
   std::uint64_t seq = 0;
   std::uint64_t timestamp_ns = 0;  // CLOCK_REALTIME at publish, or 0
-  std::span<const std::byte> payload;
+  std::span<const std::byte> payload;  // one contiguous view, also of a message that spans records
+  // Sequence numbers count records: a message longer than one record's
+  // payload (BusInfo::max_payload) takes `records` of them, so the next
+  // message's sequence is at least seq + records.
+  std::uint32_t records = 1;
 };
 
 enum class ReadStatus : std::uint8_t {

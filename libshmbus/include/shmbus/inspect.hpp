@@ -97,6 +97,11 @@ struct RecordView {
   // (false: the bus started at gap_to).
   std::uint64_t gap_to = 0;
   bool gap_lost = false;
+  bool padding = false;   // a gap marker that pads the end of a lap before a span (lost is false)
+  std::uint32_t records = 1;  // slots the message takes (more than 1: it spans records; 0: impossible, corrupt)
+  // The slot holds the inside of a span that began at an earlier sequence:
+  // no header of its own, nothing else is set.
+  bool inside = false;
 };
 
 struct Problem {

@@ -30,15 +30,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const shmbus::Snapshot s = insp.snapshot();
     (void)insp.check();
     for (std::uint64_t k = 1; k <= 4 && k <= s.head; ++k) {
-      if (const auto r = insp.record(s.head - k); r && r->payload.size() > insp.info().max_payload)
-        shmbus::fuzz::violated("Inspector::record returned more than a record's payload");
+      if (const auto r = insp.record(s.head - k); r && r->payload.size() > insp.info().max_message)
+        shmbus::fuzz::violated("Inspector::record returned more than the bus's max message");
     }
     (void)insp.record(s.oldest);
   } catch (const shmbus::Error&) {
   }
   try {
     shmbus::Bus bus = shmbus::Bus::open(name, std::chrono::milliseconds(0));
-    const std::size_t max = bus.info().max_payload;
+    const std::size_t max = bus.info().max_message;
     try {
       shmbus::ConsumerOptions co;
       co.start = shmbus::Start::earliest;
@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       for (int i = 0; i < 8; ++i) {
         const shmbus::ReadResult r = c.next(0ns);
         if (r.status == shmbus::ReadStatus::message && r.message.payload.size() > max)
-          shmbus::fuzz::violated("Consumer::next returned more than a record's payload");
+          shmbus::fuzz::violated("Consumer::next returned more than the bus's max message");
         if (r.status == shmbus::ReadStatus::timeout || r.status == shmbus::ReadStatus::end_of_stream) break;
       }
     } catch (const shmbus::Error&) {

@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
           std::string text = "message " + std::to_string(i) + std::string(static_cast<std::size_t>(i % 30), '.');
           // A message of two to four records (the ring takes four at most).
           if (c.span_every != 0 && i % c.span_every == 0) text += std::string(40 + static_cast<std::size_t>(i * 29 % 150), '#');
-          if (c.policy == shmbus::Policy::block && i % 8 == 0 && reader) {
+          if (c.policy == shmbus::Policy::block && (i % 8 == 0 || c.span_every != 0) && reader) {
             while (reader->next(0ns).status == shmbus::ReadStatus::message) {
             }
           }

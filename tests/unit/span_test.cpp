@@ -1,0 +1,413 @@
+// Messages longer than one record: they take consecutive records, laid out
+// contiguously (layout.hpp, "Spans"). Sizes at every edge, padding at the
+// end of a lap, claim() of any size, readers that land inside a span (late
+// joiners, lapped readers, Start::sequence), a producer that dies inside a
+// span, and a checked reader racing a writer of mixed sizes.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "layout.hpp"
+#include "test_support.hpp"
+
+namespace shmbus::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+BusOptions opts(std::uint64_t capacity, Policy policy = Policy::block, std::uint32_t record_size = 64) {
+  BusOptions o;
+  o.capacity = capacity;
+  o.policy = policy;
+  o.record_size = record_size;
+  o.max_readers = 4;
+  return o;
+}
+
+// A message that vouches for itself: its index and length, then bytes that
+// follow from both, so a torn or misplaced copy never passes check().
+std::vector<std::byte> make(std::uint64_t index, std::size_t length) {
+  std::vector<std::byte> m(length);
+  for (std::size_t j = 0; j < length; ++j) m[j] = static_cast<std::byte>((index * 131 + j * 7 + length) & 0xff);
+  if (length >= 16) {
+    std::memcpy(m.data(), &index, 8);
+    const std::uint64_t len = length;
+    std::memcpy(m.data() + 8, &len, 8);
+  }
+  return m;
+}
+// The index a message carries, or -1 if it is not whole.
+std::int64_t check(std::span<const std::byte> p) {
+  if (p.size() < 16) return -2;  // too short to say
+  std::uint64_t index = 0, len = 0;
+  std::memcpy(&index, p.data(), 8);
+  std::memcpy(&len, p.data() + 8, 8);
+  if (len != p.size()) return -1;
+  const std::vector<std::byte> want = make(index, p.size());
+  return std::memcmp(want.data(), p.data(), p.size()) == 0 ? static_cast<std::int64_t>(index) : -1;
+}
+
+std::uint64_t records_for(const Bus& bus, std::size_t length) { return layout::records_for(length, bus.info().record_size); }
+
+TEST(Spans, EverySizeFromOneByteToTheMaxMessageArrivesWholeAndInOrder) {
+  for (const Policy policy : {Policy::block, Policy::overwrite}) {
+    ScopedName name("span-sizes");
+    Bus bus = Bus::create(name, opts(64, policy));  // 40-byte payload per record, max message 32 x 64 - 24
+    const std::uint32_t max = bus.info().max_message;
+    ASSERT_EQ(max, 32u * 64u - 24u);
+    ASSERT_EQ(bus.info().max_payload, 40u);
+    Consumer c(bus);
+    Producer p(bus);
+    const std::vector<std::size_t> sizes = {16, 39, 40, 41, 64, 103, 104, 105, 500, max - 1, max, 17, max, 40, 41};
+    std::uint64_t expect_seq = 0;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const auto m = make(i, sizes[i]);
+      const PublishResult pr = p.publish(m);
+      ASSERT_TRUE(pr) << "size " << sizes[i] << ": " << to_string(pr.status);
+      const ReadResult r = c.next(2s);
+      ASSERT_EQ(r.status, ReadStatus::message) << to_string(r.status);
+      EXPECT_EQ(r.message.seq, pr.seq);
+      EXPECT_GE(r.message.seq, expect_seq) << "sequences only go forward";
+      EXPECT_EQ(r.message.records, records_for(bus, sizes[i])) << "size " << sizes[i];
+      EXPECT_EQ(check(r.message.payload), static_cast<std::int64_t>(i)) << "size " << sizes[i];
+      EXPECT_EQ(c.cursor(), r.message.seq + r.message.records);
+      // A span never crosses the end of the ring.
+      EXPECT_LE((r.message.seq % 64) + r.message.records, 64u);
+      expect_seq = r.message.seq + r.message.records;
+      // Nothing more: the reader makes its position visible, as it does
+      // whenever it would wait (a span and its padding may need the whole ring).
+      EXPECT_EQ(c.next(0ns).status, ReadStatus::timeout);
+    }
+    EXPECT_EQ(c.lost(), 0u) << "padding at the end of a lap loses nothing";
+    EXPECT_EQ(p.publish(make(99, max + 1)).status, PublishStatus::too_large);
+    EXPECT_EQ(p.claim(max + 1).status, PublishStatus::too_large);
+    EXPECT_TRUE(Inspector::open(name).check().empty());
+  }
+}
+
+TEST(Spans, ASpanThatWouldCrossTheEndOfTheRingStartsTheNextLapAfterPadding) {
+  ScopedName name("span-pad");
+  Bus bus = Bus::create(name, opts(16));
+  Consumer c(bus);
+  Producer p(bus);
+  for (int i = 0; i < 13; ++i) ASSERT_TRUE(p.publish(make(i, 20)));
+  for (int i = 0; i < 13; ++i) ASSERT_EQ(check(c.next(1s).message.payload), i);
+  ASSERT_EQ(c.next(0ns).status, ReadStatus::timeout);
+  // Three slots left in this lap; the message takes five.
+  const PublishResult pr = p.publish(make(13, 5 * 64 - 24));
+  ASSERT_TRUE(pr);
+  EXPECT_EQ(pr.seq, 16u) << "starts at slot 0 of the next lap";
+  EXPECT_EQ(p.next_seq(), 21u);
+  const Inspector insp = Inspector::open(name);
+  for (std::uint64_t s = 13; s < 16; ++s) {
+    const auto v = insp.record(s);
+    ASSERT_TRUE(v) << s;
+    EXPECT_TRUE(v->padding) << s;
+    EXPECT_EQ(v->gap_to, 16u);
+    EXPECT_FALSE(v->gap_lost);
+  }
+  const auto head = insp.record(16);
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->records, 5u);
+  EXPECT_EQ(head->payload.size(), 5u * 64 - 24);
+  for (std::uint64_t s = 17; s < 21; ++s) EXPECT_TRUE(insp.record(s)->inside) << s;
+  const ReadResult r = c.next(1s);
+  ASSERT_EQ(r.status, ReadStatus::message);
+  EXPECT_EQ(r.message.seq, 16u);
+  EXPECT_EQ(check(r.message.payload), 13);
+  EXPECT_EQ(c.lost(), 0u);
+  EXPECT_TRUE(insp.check().empty());
+}
+
+TEST(Spans, AClaimOfAnySizeIsOneContiguousRegionAndMayCommitLess) {
+  ScopedName name("span-claim");
+  Bus bus = Bus::create(name, opts(64));
+  Consumer c(bus);
+  Producer p(bus);
+  Claim cl = p.claim(1000);
+  ASSERT_TRUE(cl);
+  ASSERT_EQ(cl.data.size(), 1000u);
+  const auto m = make(1, 1000);
+  std::memcpy(cl.data.data(), m.data(), m.size());
+  p.commit();
+  ReadResult r = c.next(1s);
+  ASSERT_EQ(r.status, ReadStatus::message);
+  EXPECT_EQ(check(r.message.payload), 1);
+  EXPECT_EQ(r.message.records, records_for(bus, 1000));
+
+  // Committing less keeps the records claimed: the next message follows them.
+  cl = p.claim(1000);
+  ASSERT_TRUE(cl);
+  const auto small = make(2, 30);
+  std::memcpy(cl.data.data(), small.data(), small.size());
+  p.commit(30);
+  ASSERT_TRUE(p.publish(make(3, 20)));
+  r = c.next(1s);
+  ASSERT_EQ(r.status, ReadStatus::message);
+  EXPECT_EQ(check(r.message.payload), 2);
+  EXPECT_EQ(r.message.records, records_for(bus, 1000));
+  const std::uint64_t after = r.message.seq + r.message.records;
+  r = c.next(1s);
+  ASSERT_EQ(r.status, ReadStatus::message);
+  EXPECT_EQ(r.message.seq, after);
+  EXPECT_EQ(check(r.message.payload), 3);
+  EXPECT_TRUE(Inspector::open(name).check().empty());
+}
+
+TEST(Spans, ABatchMixingSizesArrivesInOrderForInPlaceAndCopyingReaders) {
+  for (const bool hold : {true, false}) {
+    ScopedName name("span-batch");
+    Bus bus = Bus::create(name, opts(128));
+    ConsumerOptions co;
+    co.hold_producer = hold;
+    Consumer c(bus, co);
+    Producer p(bus);
+    std::vector<std::vector<std::byte>> ms;
+    for (int i = 0; i < 40; ++i) ms.push_back(make(i, i % 5 == 0 ? 300 + i * 11 : 16 + i));
+    std::vector<std::span<const std::byte>> views(ms.begin(), ms.end());
+    ASSERT_EQ(p.publish_batch(views), ms.size());
+    std::int64_t want = 0;
+    std::array<Message, 16> out;
+    while (want < 40) {
+      PollResult pr;
+      const auto got = c.read_batch(out, pr, 1s);
+      ASSERT_FALSE(got.empty()) << "hold " << hold;
+      for (const Message& m : got) {
+        EXPECT_EQ(check(m.payload), want) << "hold " << hold;
+        ++want;
+      }
+    }
+    EXPECT_EQ(c.lost(), 0u);
+  }
+}
+
+TEST(Spans, AnOverwriteReaderLappedAcrossSpansLosesThemWholeAndCountsEverySequence) {
+  ScopedName name("span-lap");
+  Bus bus = Bus::create(name, opts(64, Policy::overwrite));
+  Consumer c(bus);
+  Producer p(bus);
+  std::mt19937 rng(7);
+  std::uint64_t next_index = 0;
+  std::int64_t last = -1;
+  std::uint64_t seen_lost = 0;
+  for (int round = 0; round < 200; ++round) {
+    // Publish more than a ring between reads now and then.
+    const int n = round % 7 == 0 ? 40 : 3;
+    for (int k = 0; k < n; ++k) {
+      const std::size_t len = std::uniform_int_distribution<std::size_t>(16, 700)(rng);
+      ASSERT_TRUE(p.publish(make(next_index++, len)));
+    }
+    for (;;) {
+      const ReadResult r = c.next(0ns);
+      if (r.status == ReadStatus::lost) {
+        seen_lost += r.lost;
+        continue;
+      }
+      if (r.status != ReadStatus::message) break;
+      const std::int64_t idx = check(r.message.payload);
+      ASSERT_GE(idx, 0) << "a torn or partial message at seq " << r.message.seq;
+      ASSERT_GT(idx, last) << "out of order";
+      last = idx;
+    }
+  }
+  EXPECT_EQ(last, static_cast<std::int64_t>(next_index - 1)) << "the newest message always arrives";
+  EXPECT_GT(seen_lost, 0u);
+  EXPECT_EQ(c.lost(), seen_lost);
+  // Every sequence is either delivered (with its records) or counted lost.
+  EXPECT_EQ(c.cursor(), p.next_seq());
+}
+
+TEST(Spans, ALateJoinerStartsAtAWholeMessageNeverInsideASpan) {
+  for (const Policy policy : {Policy::block, Policy::overwrite}) {
+    ScopedName name("span-join");
+    Bus bus = Bus::create(name, opts(64, policy));
+    Producer p(bus);
+    // No reader: the ring keeps the newest records; oldest lands anywhere.
+    for (int i = 0; i < 100; ++i) ASSERT_TRUE(p.publish(make(i, i % 2 ? 200 : 16)));
+    ConsumerOptions co;
+    co.start = Start::earliest;
+    Consumer c(bus, co);
+    const ReadResult r = c.next(1s);
+    ASSERT_EQ(r.status, ReadStatus::message);
+    EXPECT_GE(check(r.message.payload), 0);
+    EXPECT_NE(Inspector::open(name).record(r.message.seq)->inside, true);
+  }
+}
+
+TEST(Spans, StartingAtASequenceInsideASpanIsRefusedNamingWhereTheNextMessageStarts) {
+  ScopedName name("span-seq");
+  Bus bus = Bus::create(name, opts(64));
+  Producer p(bus);
+  ASSERT_TRUE(p.publish(make(0, 16)));
+  const PublishResult big = p.publish(make(1, 200));  // seq 1..4: four records
+  ASSERT_TRUE(big);
+  ASSERT_TRUE(p.publish(make(2, 16)));
+  ConsumerOptions co;
+  co.start = Start::sequence;
+  co.start_seq = 3;
+  try {
+    Consumer c(bus, co);
+    FAIL() << "started inside a span";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.errc(), Errc::not_retained);
+    EXPECT_THAT(e.what(), HasSubstr("sequence 3 is inside a message"));
+    EXPECT_THAT(e.what(), HasSubstr("starts at 5"));
+  }
+  co.start_seq = 1;
+  Consumer c(bus, co);
+  EXPECT_EQ(check(c.next(1s).message.payload), 1);
+}
+
+// A payload made to look like committed records at every slot boundary: a
+// reader that lands inside the span must not take them for messages.
+TEST(Spans, FakeHeadersInsideASpanArePassedOverNeverDelivered) {
+  ScopedName name("span-fake");
+  Bus bus = Bus::create(name, opts(16, Policy::overwrite));
+  Producer p(bus);
+  ASSERT_TRUE(p.publish(make(0, 16)));
+  // seq 1..7: one message of seven records whose inside holds valid-looking
+  // headers for sequences 2..7.
+  std::vector<std::byte> m(7 * 64 - 24, std::byte{'z'});
+  for (std::uint64_t s = 2; s < 8; ++s) {
+    const std::size_t at = (s - 1) * 64 - 24;
+    const std::uint64_t tag = s + 1;
+    std::memcpy(m.data() + at, &tag, 8);
+    const std::uint32_t len = 5, recs = 1;
+    std::memcpy(m.data() + at + 16, &len, 4);
+    std::memcpy(m.data() + at + 20, &recs, 4);
+    std::memcpy(m.data() + at + 24, "FAKE!", 5);
+  }
+  ASSERT_EQ(p.publish(m).seq, 1u);
+  // 8 more one-record messages: the ring now holds seq 1..16.
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(p.publish(make(10 + i, 16)));
+  // The oldest retained is 16 - 16 + ... = the span's inside: whatever the
+  // start, no FAKE message.
+  for (std::uint64_t start = 2; start < 8; ++start) {
+    ConsumerOptions co;
+    co.start = Start::earliest;
+    Consumer c(bus, co);
+    for (;;) {
+      const ReadResult r = c.next(0ns);
+      if (r.status == ReadStatus::lost || r.status == ReadStatus::corrupt) continue;
+      if (r.status != ReadStatus::message) break;
+      ASSERT_NE(text(r.message.payload), "FAKE!");
+      if (r.message.seq == 1) {
+        ASSERT_EQ(r.message.payload.size(), m.size());
+        ASSERT_EQ(std::memcmp(r.message.payload.data(), m.data(), m.size()), 0);
+      } else {
+        ASSERT_GE(check(r.message.payload), 0) << "seq " << r.message.seq;
+      }
+    }
+    ASSERT_TRUE(p.publish(make(20 + start, 16)));
+  }
+  EXPECT_TRUE(Inspector::open(name).check().empty());
+}
+
+// Killed with a span claimed and half written: nothing of it is delivered,
+// and the producer that takes over writes its own message at that sequence.
+TEST(Spans, AProducerKilledInsideASpanDeliversNoneOfItAndATakeoverContinues) {
+  for (const Policy policy : {Policy::block, Policy::overwrite}) {
+    ScopedName name("span-kill");
+    Bus bus = Bus::create(name, opts(64, policy));
+    ConsumerOptions co;
+    co.hold_producer = policy == Policy::block;
+    Consumer c(bus, co);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      Producer p(bus);
+      if (!p.publish(make(0, 16))) ::_exit(3);
+      Claim cl = p.claim(1500);
+      if (!cl) ::_exit(4);
+      const auto m = make(1, 1500);
+      std::memcpy(cl.data.data(), m.data(), 700);  // half of it
+      ::raise(SIGKILL);
+      ::_exit(5);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status));
+    ReadResult r = c.next(1s);
+    ASSERT_EQ(r.status, ReadStatus::message);
+    EXPECT_EQ(check(r.message.payload), 0);
+    r = c.next(300ms);
+    EXPECT_NE(r.status, ReadStatus::message) << "part of a span was delivered";
+    Producer p(bus);
+    EXPECT_EQ(p.next_seq(), 1u) << "the takeover writes where the dead span began";
+    ASSERT_TRUE(p.publish(make(2, 30)));
+    ASSERT_TRUE(p.publish(make(3, 900)));
+    ASSERT_TRUE(p.publish(make(4, 30)));
+    for (int want = 2; want <= 4; ++want) {
+      do r = c.next(1s);
+      while (r.status == ReadStatus::end_of_stream);
+      ASSERT_EQ(r.status, ReadStatus::message) << to_string(r.status);
+      EXPECT_EQ(check(r.message.payload), want);
+    }
+    EXPECT_EQ(c.lost(), 0u);
+    // A reader that joins now, at the earliest, lands on whole messages only.
+    ConsumerOptions late;
+    late.start = Start::earliest;
+    Consumer l(bus, late);
+    for (;;) {
+      r = l.next(0ns);
+      if (r.status != ReadStatus::message) break;
+      EXPECT_GE(check(r.message.payload), 0);
+    }
+    EXPECT_TRUE(Inspector::open(name).check().empty());
+  }
+}
+
+// The seqlock across spans: a writer thread publishing mixed sizes as fast
+// as it can, checked readers copying behind it. Every message delivered is
+// whole, in order; every sequence is delivered or counted lost.
+TEST(Spans, CheckedReadersRacingAWriterOfMixedSizesNeverSeeATornMessage) {
+  for (const Policy policy : {Policy::overwrite, Policy::block}) {
+    ScopedName name("span-race");
+    Bus bus = Bus::create(name, opts(256, policy));
+    ConsumerOptions co;
+    co.hold_producer = false;  // in `block` a best-effort reader
+    Consumer c(bus, co);
+    constexpr std::uint64_t kMessages = 60000;
+    std::thread writer([&] {
+      Producer p(bus);
+      std::mt19937 rng(11);
+      for (std::uint64_t i = 0; i < kMessages; ++i) {
+        const std::size_t len = rng() % 8 == 0 ? 100 + rng() % 3000 : 16 + rng() % 30;
+        if (!p.publish(make(i, len))) std::abort();
+      }
+      p.close();
+    });
+    std::int64_t last = -1;
+    std::uint64_t delivered = 0, lost = 0;
+    for (;;) {
+      const ReadResult r = c.next(5s);
+      if (r.status == ReadStatus::end_of_stream) break;
+      if (r.status == ReadStatus::lost) {
+        lost += r.lost;
+        continue;
+      }
+      ASSERT_EQ(r.status, ReadStatus::message) << to_string(r.status);
+      const std::int64_t idx = check(r.message.payload);
+      ASSERT_GE(idx, 0) << "torn message at seq " << r.message.seq;
+      ASSERT_GT(idx, last);
+      last = idx;
+      ++delivered;
+    }
+    writer.join();
+    EXPECT_EQ(last, static_cast<std::int64_t>(kMessages - 1));
+    EXPECT_EQ(c.cursor(), bus.head()) << "every sequence delivered or counted lost";
+    EXPECT_EQ(c.lost(), lost);
+    EXPECT_GT(delivered, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace shmbus::test

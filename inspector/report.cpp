@@ -162,7 +162,9 @@ BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
                        process_stopped(snap.producer.pid, snap.producer.start_ticks);
   if (r.producer_alive && snap.producer.waiting_for_space && snap.producer.blocked_on_slot) {
     for (const ReaderReport& rr : r.readers) {
-      if (rr.view.slot == *snap.producer.blocked_on_slot && rr.lag >= cap) {
+      // Not necessarily a full ring behind: one message may need up to half
+      // the ring, after padding up to half a ring (a span).
+      if (rr.view.slot == *snap.producer.blocked_on_slot && rr.lag > 0) {
         r.blocked_on_slot = rr.view.slot;
       }
     }

@@ -309,7 +309,15 @@ struct Consumer::Impl : detail::Attachment {
       // A gap marker past us (Producer::skip_to): it knows exactly where the
       // stream goes on.
       const std::optional<detail::Gap> gap = ring.read_gap(r, tseq);
-      if (gap && detail::RecordRing::unchanged(r, t)) return cross_gap(c, *gap);
+      if (gap && detail::RecordRing::unchanged(r, t)) {
+        if (!gap->pad) return cross_gap(c, *gap);
+        // Padding of a later lap: what lay from us to it is gone.
+        last_lost = tseq - c;
+        lost += last_lost;
+        cursor = gap->to;
+        release();
+        return Step::lost;
+      }
     }
     return resume_from(c, tseq, out, true);
   }

@@ -74,6 +74,7 @@ constexpr TagState tag_state(std::uint64_t tag, std::uint64_t seq) noexcept {
 struct Gap {
   std::uint64_t to;
   bool lost;
+  bool pad = false;  // padding before a span (lost is false)
 };
 
 // A reader at sequence `cursor` found a later sequence, `found` (a committed
@@ -293,7 +294,7 @@ class RecordRing {
     const std::uint64_t to =
         std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(payload(r))).load(std::memory_order_relaxed);
     if (to <= seq || to - seq > capacity() || to >= layout::kMaxSequence) return std::nullopt;
-    return Gap{to, len == layout::kGapLost};
+    return Gap{to, len == layout::kGapLost, len == layout::kGapPad};
   }
 
   // What a checked copy of one record holds.

@@ -28,9 +28,14 @@ inline std::size_t payload_length(std::uint64_t seq, std::size_t max_payload) {
   return 16 + static_cast<std::size_t>((seq * 2654435761u) % span);
 }
 
+// Records a message of `len` bytes takes in records of `record_size` bytes
+// (layout.hpp, records_for: a 24-byte header, then the payload runs on).
+inline std::uint64_t records_of(std::size_t len, std::uint32_t record_size) {
+  return len + 24 <= record_size ? 1 : (len + 24 + record_size - 1) / record_size;
+}
+
 // Writes the payload of `seq` into `out` (at least payload_length bytes).
-inline std::size_t make_payload(std::uint64_t seq, std::size_t max_payload, std::byte* out) {
-  const std::size_t len = payload_length(seq, max_payload);
+inline std::size_t make_payload_of_length(std::uint64_t seq, std::size_t len, std::byte* out) {
   std::memcpy(out, &seq, 8);
   for (std::size_t i = 8; i < len - 8; ++i) out[i] = static_cast<std::byte>((seq * 131 + i * 7) & 0xff);
   const std::uint64_t sum = fnv1a(out, len - 8);
@@ -38,9 +43,13 @@ inline std::size_t make_payload(std::uint64_t seq, std::size_t max_payload, std:
   return len;
 }
 
-// True if `p` is exactly the payload of `seq`.
-inline bool check_payload(std::uint64_t seq, std::size_t max_payload, std::span<const std::byte> p) {
-  if (p.size() != payload_length(seq, max_payload)) return false;
+inline std::size_t make_payload(std::uint64_t seq, std::size_t max_payload, std::byte* out) {
+  return make_payload_of_length(seq, payload_length(seq, max_payload), out);
+}
+
+// True if `p` is exactly the payload of `seq`, `len` bytes long.
+inline bool check_payload_of_length(std::uint64_t seq, std::size_t len, std::span<const std::byte> p) {
+  if (p.size() != len || len < 16) return false;
   std::uint64_t s = 0, sum = 0;
   std::memcpy(&s, p.data(), 8);
   std::memcpy(&sum, p.data() + p.size() - 8, 8);
@@ -48,6 +57,11 @@ inline bool check_payload(std::uint64_t seq, std::size_t max_payload, std::span<
   for (std::size_t i = 8; i < p.size() - 8; ++i)
     if (p[i] != static_cast<std::byte>((seq * 131 + i * 7) & 0xff)) return false;
   return true;
+}
+
+// True if `p` is exactly the payload of `seq`.
+inline bool check_payload(std::uint64_t seq, std::size_t max_payload, std::span<const std::byte> p) {
+  return check_payload_of_length(seq, payload_length(seq, max_payload), p);
 }
 
 // Running hash of a delivered stream: folds each (seq, checksum) in order.

@@ -84,6 +84,14 @@ int main(int argc, char** argv) {
   app.add_option("--size", o.size,
                  "Bytes per synthetic message (>= 24, up to the bus's max message), or MIN..MAX: "
                  "a mix of sizes drawn uniformly from that range, the same sizes every run")
+      ->type_name("N|MIN..MAX")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            // As refuse_negative_numbers() says it for the numeric options.
+            const std::size_t first = s.find_first_not_of(" \t\n\v\f\r");
+            return first != std::string::npos && s[first] == '-' ? "must be 0 or more, not '" + s + "'" : "";
+          },
+          ""))
       ->needs(count)
       ->capture_default_str();
   app.add_option("--rate", o.rate,

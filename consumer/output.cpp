@@ -22,7 +22,7 @@ void Output::write(const Message& m) {
       buf_.push_back('\n');
       break;
     case Format::json:
-      tools::append_message_json(buf_, m.seq, m.timestamp_ns, m.payload);
+      tools::append_message_json(buf_, m.seq, m.timestamp_ns, m.payload, m.records);
       buf_.push_back('\n');
       break;
     case Format::binary: {

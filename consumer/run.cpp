@@ -146,7 +146,9 @@ class Reading {
       : o_(o), source_(source), local_(local), start_(start), out_(o.format), verify_(o.bus) {
     // A resumed reader whose bookmark is no longer retained starts with a loss.
     lost_ = resume_gap();
-    if (o.verify) verify_.start(source.cursor(), resume_gap());
+    if (o.verify) {
+      verify_.start(source.cursor(), resume_gap(), local_ ? local_->consumer().bus().info().capacity : 0);
+    }
     start_seq_ = source.cursor();
   }
 

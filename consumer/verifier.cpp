@@ -1,5 +1,7 @@
 #include "consumer/verifier.hpp"
 
+#include <algorithm>
+
 #include "consumer/options.hpp"
 #include "tools/common/program.hpp"
 
@@ -9,10 +11,20 @@ namespace {
 constexpr std::uint64_t kMaxProblemLines = 10;
 }
 
+// Whether `m` follows `want` across the padding a producer writes before a
+// span that would cross the end of the ring: the span then starts at the
+// next lap's first slot, and the sequences in between hold no message.
+bool Verifier::padded(std::uint64_t want, const Message& m) const noexcept {
+  if (capacity_ == 0 || m.records <= 1) return false;
+  const std::uint64_t lap_start = (want | (capacity_ - 1)) + 1;
+  return m.seq == lap_start && want % capacity_ + m.records > capacity_;
+}
+
 using tools::plural;
 using tools::SyntheticCheck;
 
-void Verifier::start(std::uint64_t cursor, std::uint64_t resume_gap) {
+void Verifier::start(std::uint64_t cursor, std::uint64_t resume_gap, std::uint64_t capacity) {
+  capacity_ = capacity;
   // Losses can come before the first message: count gaps from where the cursor started.
   expected_ = cursor;
   gaps_ = reported_lost_ = resume_gap;
@@ -23,11 +35,12 @@ void Verifier::on_message(const Message& m, SyntheticCheck check, const tools::S
     const std::uint64_t want = *expected_;
     if (m.seq < want) {
       problem("duplicate or out of order: seq {} after seq {}", m.seq, want - 1);
-    } else if (m.seq > want) {
+    } else if (m.seq > want && !padded(want, m)) {
       gaps_ += m.seq - want;  // judged against reported losses after the batch
     }
   }
-  expected_ = m.seq + 1;
+  // A message that spans records takes that many sequence numbers.
+  expected_ = m.seq + std::max<std::uint32_t>(m.records, 1);
   switch (check) {
     case SyntheticCheck::ok:
       if (f.seq != m.seq) problem("message seq {} carries the payload of seq {}", m.seq, f.seq);

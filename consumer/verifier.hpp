@@ -1,7 +1,8 @@
 // shmbus-consumer --verify: checks the synthetic messages of shmbus-producer
-// --count (tools/common/synthetic.hpp) as they arrive: sequence order, every
-// gap covered by a loss the library reported, payload sequence, checksum and
-// filler. Each problem is one line on stderr (the first ten of them).
+// --count (tools/common/synthetic.hpp) as they arrive: sequence order (a
+// message taking `records` sequence numbers, the next one follows at seq +
+// records), every gap covered by a loss the library reported, payload
+// sequence, checksum and filler. Each problem is one line on stderr (the first ten of them).
 #pragma once
 
 #include <fmt/format.h>
@@ -22,8 +23,10 @@ class Verifier {
   explicit Verifier(std::string bus) : bus_(std::move(bus)) {}
 
   // The reader starts at `cursor`, `resume_gap` messages after where a
-  // resumed reader stopped (those count as reported lost).
-  void start(std::uint64_t cursor, std::uint64_t resume_gap);
+  // resumed reader stopped (those count as reported lost). `capacity`: the
+  // ring's records, to tell the padding before a span at the start of a lap
+  // (which loses nothing) from a gap; 0 when unknown (a tcp:// source).
+  void start(std::uint64_t cursor, std::uint64_t resume_gap, std::uint64_t capacity);
   // One message and what synthetic_check() found in it.
   void on_message(const Message& m, tools::SyntheticCheck check, const tools::SyntheticFields& f);
   // After each poll: every sequence gap must be covered by losses the
@@ -47,9 +50,11 @@ class Verifier {
 
  private:
   void report(const std::string& what);
+  bool padded(std::uint64_t want, const Message& m) const noexcept;
 
   std::string bus_;
   std::optional<std::uint64_t> expected_;  // next bus sequence
+  std::uint64_t capacity_ = 0;
   std::uint64_t gaps_ = 0;                 // messages skipped by sequence
   std::uint64_t reported_lost_ = 0;        // what the library reported as lost
   std::uint64_t problems_ = 0;

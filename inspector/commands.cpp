@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <ctime>
+#include <optional>
 #include <vector>
 #include <unistd.h>
 
@@ -109,7 +110,8 @@ std::string hexdump(std::span<const std::byte> bytes) {
 // The message shape shmbus-consumer --format json writes (message_format.hpp).
 json record_json(const RecordView& r) {
   fmt::memory_buffer b;
-  shmbus::tools::append_message_json(b, r.seq, r.timestamp_ns, std::span<const std::byte>(r.payload));
+  shmbus::tools::append_message_json(b, r.seq, r.timestamp_ns, std::span<const std::byte>(r.payload),
+                                     r.records);
   json j = json::parse(std::string_view(b.data(), b.size()));
   // The length field as stored, when it does not match the payload copied.
   if (r.length != r.payload.size()) j["length"] = r.length;
@@ -132,9 +134,49 @@ std::string record_problem(const RecordView& r, const BusInfo& info) {
 }
 
 std::string record_header(const RecordView& r) {
-  return fmt::format("seq {}  {}  len {}", r.seq,
-                     r.timestamp_ns ? utc_time(r.timestamp_ns) : std::string("no timestamp"),
-                     r.length);
+  return fmt::format("seq {}  {}  len {}{}", r.seq,
+                     r.timestamp_ns ? utc_time(r.timestamp_ns) : std::string("no timestamp"), r.length,
+                     r.records > 1 ? fmt::format("  spans {} records", r.records) : std::string());
+}
+
+// A run of slots inside a span, found where a walk in sequence order
+// landed on it (a --from inside a message, or past an unreadable record):
+// [seq, end) are inside, and `start` is the message's own sequence when
+// its first record is still readable.
+struct InsideRun {
+  std::uint64_t end = 0;
+  std::optional<std::uint64_t> start;
+  std::uint32_t records = 0;  // the message's, when start is known
+};
+
+InsideRun inside_run(const Inspector& insp, std::uint64_t seq, std::uint64_t oldest, std::uint64_t head) {
+  InsideRun run;
+  // Back to the first slot that is not inside: the message's own record, if
+  // it is still there (a span takes at most half the ring).
+  const std::uint64_t lowest = std::max(oldest, seq > insp.info().capacity / 2 ? seq - insp.info().capacity / 2 : 0);
+  std::uint64_t k = seq;
+  while (k > lowest) {
+    const auto r = insp.record(k - 1);
+    if (!r || !r->inside) {
+      if (r && r->gap_to == 0 && r->records > seq - (k - 1)) {
+        run.start = k - 1;
+        run.records = r->records;
+      }
+      break;
+    }
+    --k;
+  }
+  if (run.start) {
+    run.end = std::min(head, *run.start + run.records);
+  } else {
+    run.end = seq + 1;
+    while (run.end < head) {
+      const auto r = insp.record(run.end);
+      if (!r || !r->inside) break;
+      ++run.end;
+    }
+  }
+  return run;
 }
 
 }  // namespace
@@ -158,9 +200,42 @@ int run_list(bool json_out) {
   return 0;
 }
 
+// Walks the retained records from the oldest, a message at a time.
+RingUse ring_use(const Inspector& insp, const Snapshot& snap) {
+  RingUse u;
+  for (std::uint64_t seq = snap.oldest; seq < snap.head;) {
+    const auto rec = insp.record(seq);
+    if (!rec) {
+      ++u.unreadable;
+      ++seq;
+    } else if (rec->inside) {
+      ++u.partial;  // the oldest end: its message's first record was overwritten
+      ++seq;
+    } else if (rec->gap_to != 0) {
+      const std::uint64_t to = std::min(rec->gap_to, snap.head);
+      (rec->padding ? u.padding : u.gaps) += to - seq;
+      seq = to;
+    } else if (rec->records == 0) {
+      ++u.unreadable;  // corrupt framing (check explains)
+      ++seq;
+    } else {
+      ++u.messages;
+      u.message_records += rec->records;
+      if (rec->records > 1) {
+        ++u.spans;
+        u.span_records += rec->records;
+        u.largest_span = std::max(u.largest_span, rec->records);
+      }
+      seq += rec->records;
+    }
+  }
+  return u;
+}
+
 int run_show(const std::string& bus, std::chrono::nanoseconds sample, bool json_out) {
   const Inspector insp = Inspector::open(bus, g_trust);
-  const BusReport r = sample_report(insp, sample);
+  BusReport r = sample_report(insp, sample);
+  r.ring_use = ring_use(insp, r.snap);
   if (json_out) {
     print_json(to_json(r));
   } else {
@@ -200,6 +275,7 @@ int run_dump(const DumpArgs& a) {
   std::vector<std::uint64_t> missing;
   json records = json::array();
   json gaps = json::array();
+  json inside = json::array();
   for (std::uint64_t seq = from; seq < end; ++seq) {
     const auto rec = insp.record(seq);
     if (!rec) {
@@ -215,13 +291,36 @@ int run_dump(const DumpArgs& a) {
       // A gap marker: no message; the stream continues at gap_to.
       const std::uint64_t to = std::min(rec->gap_to, end);  // > seq (read_gap checks)
       const std::string what = rec->gap_lost ? fmt::format("{} never published (a gap)", tools::plural(rec->gap_to - seq, "message"))
-                                             : std::string("the bus starts there");
+                               : rec->padding ? fmt::format("the rest of the lap ({}) padded before a message that spans records",
+                                                            tools::plural(rec->gap_to - seq, "record"))
+                                              : std::string("the bus starts there");
       if (a.format == DumpFormat::json) {
-        gaps.push_back(json{{"seq", seq}, {"continues_at", rec->gap_to}, {"lost", rec->gap_lost ? rec->gap_to - seq : 0}});
+        gaps.push_back(json{{"seq", seq},
+                            {"continues_at", rec->gap_to},
+                            {"lost", rec->gap_lost ? rec->gap_to - seq : 0},
+                            {"padding", rec->padding}});
       } else {
-        print_out(fmt::format("seq {}  gap: continues at seq {}, {}\n", seq, rec->gap_to, what));
+        print_out(fmt::format("seq {}  {}: continues at seq {}, {}\n", seq, rec->padding ? "padding" : "gap",
+                              rec->gap_to, what));
       }
       seq = to - 1;
+      continue;
+    }
+    if (rec->inside) {
+      // No header of its own: the middle or end of a message that began
+      // before `from`, or after a record that could not be read.
+      const InsideRun run = inside_run(insp, seq, snap.oldest, snap.head);
+      const std::string of = run.start ? fmt::format("the message at seq {} ({} records)", *run.start, run.records)
+                                       : std::string("a message whose first record is gone");
+      if (a.format == DumpFormat::json) {
+        inside.push_back(json{{"seq", seq},
+                              {"continues_at", run.end},
+                              {"message_seq", run.start ? json(*run.start) : json(nullptr)}});
+      } else {
+        print_out(fmt::format("seq {}  inside {}: {} to its end, continues at seq {}\n", seq, of,
+                              tools::plural(run.end - seq, "record"), run.end));
+      }
+      seq = std::min(run.end, end) - 1;
       continue;
     }
     ++shown;
@@ -244,6 +343,9 @@ int run_dump(const DumpArgs& a) {
                   hexdump(rec->payload));
         break;
     }
+    // A message that spans records takes `records` sequence numbers (the
+    // end of --count/--last may cut it: it is shown whole).
+    if (rec->records > 1) seq += rec->records - 1;
   }
   if (a.format == DumpFormat::json) {
     print_json(json{{"bus", a.bus},
@@ -253,6 +355,7 @@ int run_dump(const DumpArgs& a) {
                     {"to", end},
                     {"missing", missing},
                     {"gaps", std::move(gaps)},
+                    {"inside", std::move(inside)},
                     {"records", std::move(records)}});
   }
   std::fflush(stdout);

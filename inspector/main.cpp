@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
   auto* from_opt = dump_cmd->add_option("--from", dump.from, "first sequence (default: oldest retained)");
   dump_cmd->add_option("--last", dump.last, "the newest N records instead of --from")
       ->excludes(from_opt);
-  dump_cmd->add_option("--count", dump.count, "records to show, 0 for all up to head")->capture_default_str();
+  dump_cmd->add_option("--count", dump.count, "sequence numbers to cover (a message that spans records takes several), 0 for all up to head")->capture_default_str();
   tools::add_choice(*dump_cmd, "--format", dump_format, dump_format_names, "payload format");
   dump_cmd->add_flag("--json", json, "same as --format json");
 

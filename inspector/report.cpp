@@ -297,12 +297,23 @@ nlohmann::ordered_json to_json(const BusReport& r) {
       {"capacity", s.info.capacity},
       {"record_size", s.info.record_size},
       {"max_payload", s.info.max_payload},
+      {"max_message", s.info.max_message},
       {"max_readers", s.info.max_readers},
       {"segment_size", s.info.segment_size},
       {"creation_time_ns", s.info.creation_time_ns},
       {"head", s.head},
       {"oldest", s.oldest},
       {"retained", r.retained},
+      {"ring_use", r.ring_use ? json{{"messages", r.ring_use->messages},
+                                     {"message_records", r.ring_use->message_records},
+                                     {"spans", r.ring_use->spans},
+                                     {"span_records", r.ring_use->span_records},
+                                     {"largest_span", r.ring_use->largest_span},
+                                     {"padding", r.ring_use->padding},
+                                     {"gaps", r.ring_use->gaps},
+                                     {"partial", r.ring_use->partial},
+                                     {"unreadable", r.ring_use->unreadable}}
+                              : json(nullptr)},
       {"unread", r.unread},
       {"fill_percent", r.fill_percent},
       {"last_publish_ns", s.last_publish_ns == 0 ? json(nullptr) : json(s.last_publish_ns)},
@@ -381,13 +392,31 @@ std::string render_show(const BusReport& r) {
     out += fmt::format("  {:<10} {}\n", key, value);
   };
   row("policy", to_string(i.policy));
-  row("ring", fmt::format("{} records x {} B (max payload {} B), {} ({} in use)", i.capacity,
-                          i.record_size, i.max_payload, tools::plural(i.max_readers, "reader slot"),
-                          s.readers.size()));
+  row("ring", fmt::format("{} records x {} B (max payload {} B, max message {} B), {} ({} in use)",
+                          i.capacity, i.record_size, i.max_payload, i.max_message,
+                          tools::plural(i.max_readers, "reader slot"), s.readers.size()));
   row("created", fmt::format("{} ({})", utc_time(i.creation_time_ns),
                              human_age(age_seconds(i.creation_time_ns, r.now_ns))));
   row("head", fmt::format("{}", s.head));
   row("oldest", fmt::format("{} ({} retained)", s.oldest, r.retained));
+  if (r.ring_use) {
+    const RingUse& u = *r.ring_use;
+    std::string held = fmt::format("{} in {}", tools::plural(u.messages, "message"),
+                                   tools::plural(u.message_records, "record"));
+    if (u.spans > 0) {
+      held += fmt::format("; {} of them span records ({} records, {:.1f}% of the retained; the largest {})",
+                          u.spans, u.span_records,
+                          r.retained ? 100.0 * static_cast<double>(u.span_records) / static_cast<double>(r.retained) : 0.0,
+                          u.largest_span);
+    } else {
+      held += "; none spans records";
+    }
+    if (u.padding > 0) held += fmt::format("; {} of padding", tools::plural(u.padding, "record"));
+    if (u.gaps > 0) held += fmt::format("; {} skipped by gaps", tools::plural(u.gaps, "sequence"));
+    if (u.partial > 0) held += fmt::format("; {} of a message partly overwritten", tools::plural(u.partial, "record"));
+    if (u.unreadable > 0) held += fmt::format("; {} not readable", tools::plural(u.unreadable, "record"));
+    row("messages", held);
+  }
   row("fill", s.readers.empty()
                   ? std::string("no readers attached")
                   : fmt::format("{} of {} unread by the slowest reader ({:.1f}%)", r.unread,

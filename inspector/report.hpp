@@ -32,6 +32,20 @@ struct Warning {
   std::string message;
 };
 
+// What the retained records hold, walked in sequence order from the oldest
+// (shmbus-inspect show; a copy of every retained message, so not in watch).
+struct RingUse {
+  std::uint64_t messages = 0;         // messages whose first record is retained and readable
+  std::uint64_t message_records = 0;  // records those messages take
+  std::uint64_t spans = 0;            // of them, messages that span records
+  std::uint64_t span_records = 0;     // records those take
+  std::uint32_t largest_span = 0;     // most records one message takes (0: no spans)
+  std::uint64_t padding = 0;          // records padding the end of a lap before a span
+  std::uint64_t gaps = 0;             // sequences that gap markers skip (skip_to)
+  std::uint64_t partial = 0;          // records inside a message whose first record is gone
+  std::uint64_t unreadable = 0;       // overwritten while read, uncommitted or corrupt
+};
+
 struct BusReport {
   Snapshot snap;
   std::uint64_t now_ns = 0;              // CLOCK_REALTIME when the report was taken
@@ -49,6 +63,7 @@ struct BusReport {
   std::optional<std::uint32_t> blocked_on_slot;
   std::vector<ReaderReport> readers;     // by slot
   std::vector<Warning> warnings;
+  std::optional<RingUse> ring_use;       // show only
 };
 
 // A report from one snapshot (no rates) ...

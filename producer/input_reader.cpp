@@ -14,7 +14,7 @@ using tools::stop_requested;
 
 InputReader::InputReader(int fd, bool binary, std::size_t max_message, Oversize oversize)
     : fd_(fd), binary_(binary), oversize_(oversize), max_message_(max_message),
-      buf_(std::max<std::size_t>(1 << 20, 2 * (max_message + 8))) {}
+      buf_(std::size_t{1} << 20) {}
 
 InputReader::Status InputReader::next(std::span<const std::byte>& out, std::uint64_t& length) {
   for (;;) {
@@ -123,6 +123,11 @@ InputReader::Status InputReader::fill() {
     end_ -= begin_;
     begin_ = 0;
   }
+  // Full, and what it holds is the start of one message: room for the
+  // longest one a bus takes (a frame's 4-byte length, or a line and one byte
+  // more to see that it is too long), grown as messages need it.
+  const std::size_t most = max_message_ + 8;
+  if (end_ == buf_.size() && buf_.size() < most) buf_.resize(std::min(2 * buf_.size(), most));
   const ssize_t n = ::read(fd_, buf_.data() + end_, buf_.size() - end_);
   if (n < 0) {
     if (errno == EINTR) return stop_requested() ? Status::interrupted : Status::message;

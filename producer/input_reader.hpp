@@ -11,12 +11,13 @@
 
 namespace shmbus::producer {
 
-// What to do with an input message longer than the record's payload.
+// What to do with an input message longer than the bus's max message.
 enum class Oversize { error, skip, truncate };
 
 // Reads messages from a file descriptor into one reusable buffer: lines
 // (without their '\n'), or frames of a u32 little-endian length followed by
-// that many bytes. Hands out views into the buffer; no allocation per message.
+// that many bytes. Hands out views into the buffer, which grows to hold the
+// longest message seen (up to max_message); no allocation per message.
 // Oversized messages are refused (Status::too_long), skipped or truncated.
 class InputReader {
  public:

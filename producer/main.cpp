@@ -36,6 +36,13 @@ int main(int argc, char** argv) {
       "shmbus-consumer --verify --stats can check. Marks end-of-stream when the input ends. "
       "The summary goes to stderr.",
       kProgram};
+  app.footer(
+      "Message sizes: a message longer than one record's payload (record size - 24) spans "
+      "consecutive records, up to the bus's max message: half the ring (capacity x record size / 2, "
+      "less 24 bytes, at most 1 GiB). For a mix of sizes pick --record-size near the common small "
+      "message (less wasted space per record) and --capacity so that capacity x record size is at "
+      "least 2 x the largest message, plus what the ring should retain for slow or late readers. "
+      "E.g. messages of 100 B to 4 MiB: --record-size 128 --capacity 131072 (16 MiB of records).");
   Options o;
   app.add_option("bus", o.bus, "Bus name ([A-Za-z0-9._-], the segment is /dev/shm/shmbus.NAME)")
       ->required();
@@ -47,7 +54,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--record-size", o.record_size,
                  "Bytes per record incl. its 24-byte header, a multiple of 8 (with --create; "
-                 "with --count, the default is the fewest 64-byte lines that fit --size)")
+                 "with --count, the default is the fewest 64-byte lines that fit --size, or MIN of "
+                 "a mix). A longer message spans consecutive records")
       ->needs(create)
       ->capture_default_str();
   add_choice(app, "--policy", o.policy, policy_names, "When the ring is full: block or overwrite (with --create)")
@@ -73,7 +81,17 @@ int main(int argc, char** argv) {
   auto* count = app.add_option("--count", o.count,
                                "Publish N synthetic messages (sequence, timestamp, checksum, "
                                "filler) instead of reading input");
-  app.add_option("--size", o.size, "Bytes per synthetic message (>= 24)")
+  app.add_option("--size", o.size,
+                 "Bytes per synthetic message (>= 24, up to the bus's max message), or MIN..MAX: "
+                 "a mix of sizes drawn uniformly from that range, the same sizes every run")
+      ->type_name("N|MIN..MAX")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            // As refuse_negative_numbers() says it for the numeric options.
+            const std::size_t first = s.find_first_not_of(" \t\n\v\f\r");
+            return first != std::string::npos && s[first] == '-' ? "must be 0 or more, not '" + s + "'" : "";
+          },
+          ""))
       ->needs(count)
       ->capture_default_str();
   app.add_option("--rate", o.rate,
@@ -81,7 +99,7 @@ int main(int argc, char** argv) {
                  "rate; default: as fast as possible); at least 0.001, one message every 1000 s")
       ->check(message_rate());
   add_choice(app, "--oversize", o.oversize, oversize_names,
-                 "An input line or frame longer than the record's payload: error (stop there, "
+                 "An input line or frame longer than the bus's max message: error (stop there, "
                  "exit 1, leave the bus open), skip it, or truncate it; counted in the summary");
   count->excludes(file)->excludes(binary);
   app.add_flag("--keep-open", o.keep_open,

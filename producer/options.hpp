@@ -26,7 +26,7 @@ struct Options {
   Oversize oversize = Oversize::error;
   std::uint64_t count = 0;
   bool synthetic = false;  // --count was given (even 0)
-  std::uint32_t size = 64;
+  std::string size = "64";  // --size N or MIN..MAX (tools::parse_size_range)
   double rate = 0;
   bool keep_open = false;
   std::string wait_timeout = "forever";

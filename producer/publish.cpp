@@ -92,8 +92,8 @@ PublishFailure publish_failure(PublishStatus st, std::chrono::nanoseconds timeou
               "timeout"};
     }
     case PublishStatus::too_large:
-      return {fmt::format("message {} is longer than the record's max payload of {} bytes",
-                          t.messages, producer.bus().info().max_payload),
+      return {fmt::format("message {} is longer than the bus's max message of {} bytes",
+                          t.messages, producer.bus().info().max_message),
               "too_large"};
     case PublishStatus::closed:
       return {"the producer role was closed", "closed"};
@@ -107,11 +107,11 @@ PublishFailure publish_failure(PublishStatus st, std::chrono::nanoseconds timeou
 
 std::string too_long_message(const Options& o, const InputReader& reader, std::uint64_t length,
                              const BusInfo& info) {
-  return fmt::format("{} {} of {} is {}{} bytes, longer than the record's max payload of {} bytes "
-                     "(record size {}); nothing from it on was published (--oversize skip or "
-                     "truncate goes on past such {}s)",
+  return fmt::format("{} {} of {} is {}{} bytes, longer than the bus's max message of {} bytes "
+                     "(capacity {}, record size {}: a message takes at most half the ring); nothing "
+                     "from it on was published (--oversize skip or truncate goes on past such {}s)",
                      o.binary ? "frame" : "line", reader.index(), o.file.empty() ? "stdin" : o.file,
-                     reader.length_known() ? "" : "at least ", length, info.max_payload,
+                     reader.length_known() ? "" : "at least ", length, info.max_message, info.capacity,
                      info.record_size, o.binary ? "frame" : "line");
 }
 
@@ -120,7 +120,7 @@ std::string too_long_message(const Options& o, const InputReader& reader, std::u
 void publish_input(Producer& producer, const Options& o, int fd, std::chrono::nanoseconds timeout,
                    Totals& t) {
   const BusInfo& info = producer.bus().info();
-  InputReader reader(fd, o.binary, info.max_payload, o.oversize);
+  InputReader reader(fd, o.binary, info.max_message, o.oversize);
   struct Count {  // skipped/truncated into the totals however we leave
     Totals& t;
     const InputReader& r;
@@ -170,7 +170,7 @@ void publish_input(Producer& producer, const Options& o, int fd, std::chrono::na
 
 void publish_synthetic(Producer& producer, const Options& o, std::chrono::nanoseconds timeout,
                        Totals& t) {
-  const std::size_t size = o.size;
+  SizeSequence sizes(parse_size_range(o.size));
   timespec start{};
   clock_gettime(CLOCK_MONOTONIC, &start);
   const double interval_ns = o.rate > 0 ? 1e9 / o.rate : 0;
@@ -185,6 +185,7 @@ void publish_synthetic(Producer& producer, const Options& o, std::chrono::nanose
       wait_until(due);
     }
     if (stop_requested()) return;
+    const std::size_t size = sizes.next();
     const Claim c = producer.claim(size, timeout);
     if (!c) throw publish_failure(c.status, timeout, producer, o, t);
     const std::span<std::byte> out = c.data.first(size);

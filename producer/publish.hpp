@@ -34,7 +34,8 @@ struct Totals {
 // or a stop is requested. Throws PublishFailure.
 void publish_input(Producer& producer, const Options& o, int fd, std::chrono::nanoseconds timeout,
                    Totals& t);
-// Publishes o.count synthetic messages (tools/common/synthetic.hpp).
+// Publishes o.count synthetic messages (tools/common/synthetic.hpp) of the
+// --size or the deterministic mix of --size MIN..MAX.
 // Throws PublishFailure.
 void publish_synthetic(Producer& producer, const Options& o, std::chrono::nanoseconds timeout,
                        Totals& t);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 
 #include "producer/publish.hpp"
 #include "tools/common/created_bus.hpp"
@@ -71,16 +72,16 @@ void warn_if_different(const Options& o, const BusInfo& info, const CLI::App& ap
 }
 
 // The options of the bus --create makes. Synthetic messages without
-// --record-size get records sized to --size, the fewest cache lines that
-// fit (record_size_for), or max_record_size when none does (which
-// synthetic_size_problem then refuses).
-BusOptions create_options(const Options& o, const CLI::App& app) {
+// --record-size get records sized to --size (to MIN of a mix), the fewest
+// cache lines that fit (record_size_for); longer messages span records. A
+// size no record holds gets the default record size, and spans.
+BusOptions create_options(const Options& o, const SizeRange& sizes, const CLI::App& app) {
   BusOptions bo;
   bo.capacity = o.capacity;
   bo.record_size = o.record_size;
   if (o.synthetic && app.get_option("--record-size")->count() == 0) {
-    const std::uint32_t fit = record_size_for(o.size);
-    bo.record_size = fit != 0 ? fit : max_record_size;
+    const std::uint32_t fit = sizes.min <= max_record_size ? record_size_for(static_cast<std::uint32_t>(sizes.min)) : 0;
+    bo.record_size = fit != 0 ? fit : BusOptions{}.record_size;
   }
   bo.policy = o.policy;
   bo.max_readers = o.max_readers;
@@ -107,11 +108,20 @@ int run(const Options& o, const CLI::App& app) {
   // is created: a refused run leaves none behind.
   validate_name(o.bus);
   const std::chrono::nanoseconds timeout = parse_duration(o.wait_timeout);
-  const std::optional<BusOptions> create =
-      o.create ? std::optional(create_options(o, app)) : std::nullopt;
+  SizeRange sizes;
   if (o.synthetic) {
-    const std::string problem =
-        synthetic_size_problem(o.size, create ? create->record_size : max_record_size);
+    try {
+      sizes = parse_size_range(o.size);
+    } catch (const std::invalid_argument& e) {
+      throw bus_failure(o.bus, e.what(), "usage", exit_usage);
+    }
+  }
+  const std::optional<BusOptions> create =
+      o.create ? std::optional(create_options(o, sizes, app)) : std::nullopt;
+  if (o.synthetic) {
+    // Against the bus --create makes, or else the largest any bus can have.
+    const std::string problem = create ? synthetic_size_problem(sizes, create->capacity, create->record_size)
+                                       : synthetic_size_problem(sizes, max_capacity, max_record_size);
     if (!problem.empty()) throw bus_failure(o.bus, problem, "usage", exit_usage);
   }
   int fd = STDIN_FILENO;
@@ -132,9 +142,9 @@ int run(const Options& o, const CLI::App& app) {
   const Bus& bus = opened.bus;
   const BusInfo& info = bus.info();
 
-  // An existing bus keeps its own record size.
-  if (o.synthetic && o.size > info.max_payload) {
-    throw bus_failure(o.bus, synthetic_size_problem(o.size, info.record_size), "too_large");
+  // An existing bus keeps its own capacity and record size.
+  if (o.synthetic && sizes.max > info.max_message) {
+    throw bus_failure(o.bus, synthetic_size_problem(sizes, info.capacity, info.record_size), "too_large");
   }
 
   ProducerOptions po;

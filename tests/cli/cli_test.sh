@@ -419,28 +419,32 @@ errors_second_producer)
 
 errors_too_long)
   new_bus bus
-  # record size 64 leaves 40 bytes of payload (24-byte record header)
-  "$PRODUCER" "$bus" --create --record-size 64 --keep-open </dev/null 2>/dev/null
-  long=$(printf 'x%.0s' {1..41})
+  # 8 records of 64 bytes: a message takes at most 4 of them, 4 x 64 - 24 = 232 bytes
+  "$PRODUCER" "$bus" --create --capacity 8 --record-size 64 --keep-open </dev/null 2>/dev/null
+  long=$(printf 'x%.0s' {1..233})
   rc=0
   printf 'ok\n%s\n' "$long" | "$PRODUCER" "$bus" >"$work/long.out" 2>"$work/long.err" || rc=$?
-  [[ $rc -ne 0 ]] || fail "a 41-byte line on a 40-byte bus was accepted"
-  grep -q "^shmbus-producer: bus '$bus': line 2 of stdin is 41 bytes, longer than the record's max payload of 40 bytes" \
+  [[ $rc -ne 0 ]] || fail "a 233-byte line on a bus of 232-byte messages was accepted"
+  grep -q "^shmbus-producer: bus '$bus': line 2 of stdin is 233 bytes, longer than the bus's max message of 232 bytes (capacity 8, record size 64" \
     "$work/long.err" || fail "$(cat "$work/long.err")"
   note "$(head -n1 "$work/long.err")"
   # The failed run leaves the bus open (no end-of-stream for its consumers).
   [[ "$("$CONSUMER" "$bus" --idle-timeout 300ms 2>"$work/c.err")" == ok ]] || fail "the line before the long one was not published"
   grep -q "stopped by idle_timeout" "$work/c.err" || fail "the failed producer ended the stream: $(cat "$work/c.err")"
-  expect_failure size_too_long "^shmbus-producer: bus '$bus': --size 41 is longer than the record's max payload of 40 bytes" \
-    "$PRODUCER" "$bus" --count 1 --size 41
+  expect_failure size_too_long "^shmbus-producer: bus '$bus': --size 233 is longer than the bus's max message of 232 bytes" \
+    "$PRODUCER" "$bus" --count 1 --size 233
+  expect_failure size_mix_too_long "^shmbus-producer: bus '$bus': --size 300 is longer than the bus's max message of 232 bytes" \
+    "$PRODUCER" "$bus" --count 1 --size 24..300
+  # Past one record's payload (40 bytes) is fine: the message spans records.
+  printf '%s\n' "${long:0:232}" | "$PRODUCER" "$bus" --keep-open 2>"$work/fits.err" || fail "a 232-byte line: $(cat "$work/fits.err")"
   expect_failure size_too_short "^shmbus-producer: bus '$bus': --size 23 is below .* 24 bytes" \
     "$PRODUCER" "$bus" --count 1 --size 23
   ;;
 
 oversize)  # --oversize error|skip|truncate
   new_bus bus
-  "$PRODUCER" "$bus" --create --record-size 64 --keep-open </dev/null 2>/dev/null
-  long=$(printf 'y%.0s' {1..100})
+  "$PRODUCER" "$bus" --create --capacity 8 --record-size 64 --keep-open </dev/null 2>/dev/null
+  long=$(printf 'y%.0s' {1..300})  # the bus takes 232 bytes at most
   printf 'a\n%s\nb\n%s\nc\n' "$long" "$long" | "$PRODUCER" "$bus" --oversize skip --keep-open 2>"$work/skip.err" \
     || fail "--oversize skip failed: $(cat "$work/skip.err")"
   grep -q "3 messages.*2 oversized lines skipped" "$work/skip.err" || fail "skip summary: $(cat "$work/skip.err")"
@@ -448,11 +452,11 @@ oversize)  # --oversize error|skip|truncate
     || fail "--oversize truncate failed"
   [[ "$(json_field "$work/trunc.json" oversize_truncated)" == 1 ]] || fail "truncate json: $(cat "$work/trunc.json")"
   "$CONSUMER" "$bus" >"$work/out" 2>/dev/null
-  [[ "$(cat "$work/out")" == "$(printf 'a\nb\nc\n%s\nd' "${long:0:40}")" ]] || fail "skip/truncate delivered: $(cat "$work/out")"
-  # Frames too: a 100-byte frame between two small ones.
+  [[ "$(cat "$work/out")" == "$(printf 'a\nb\nc\n%s\nd' "${long:0:232}")" ]] || fail "skip/truncate delivered: $(cat "$work/out")"
+  # Frames too: a 300-byte frame between two small ones.
   new_bus bus2
-  { printf '\x01\x00\x00\x00A'; printf '\x64\x00\x00\x00'; printf 'z%.0s' {1..100}; printf '\x01\x00\x00\x00B'; } >"$work/f.bin"
-  "$PRODUCER" "$bus2" --create --record-size 64 --binary --oversize skip --file "$work/f.bin" 2>"$work/fs.err" \
+  { printf '\x01\x00\x00\x00A'; printf '\x2c\x01\x00\x00'; printf 'z%.0s' {1..300}; printf '\x01\x00\x00\x00B'; } >"$work/f.bin"
+  "$PRODUCER" "$bus2" --create --capacity 8 --record-size 64 --binary --oversize skip --file "$work/f.bin" 2>"$work/fs.err" \
     || fail "frames skip: $(cat "$work/fs.err")"
   [[ "$("$CONSUMER" "$bus2" 2>/dev/null)" == $'A\nB' ]] || fail "frames skip delivered the wrong messages"
   grep -q "1 oversized frame skipped" "$work/fs.err" || fail "$(cat "$work/fs.err")"
@@ -709,14 +713,24 @@ errors_create_leaves_nothing)  # a --create run that fails leaves no segment it 
     "$PRODUCER" "$bus" --create --count 10 --size 0
   [[ $LAST_RC -eq 2 ]] || fail "--size 0: exit $LAST_RC, want 2"
   no_segment "$bus" "--size 0"
-  expect_failure size_record "^shmbus-producer: bus '$bus': --size 300 is longer than the record's max payload of 232 bytes \(record size 256\)" \
-    "$PRODUCER" "$bus" --create --count 10 --size 300 --record-size 256
-  [[ $LAST_RC -eq 2 ]] || fail "--size 300 --record-size 256: exit $LAST_RC, want 2"
-  no_segment "$bus" "--size 300 --record-size 256"
-  expect_failure size_any_record "^shmbus-producer: bus '$bus': --size 2000000 is longer than the largest record's max payload of 1048552 bytes" \
-    "$PRODUCER" "$bus" --create --count 10 --size 2000000
-  [[ $LAST_RC -eq 2 ]] || fail "--size 2000000: exit $LAST_RC, want 2"
-  no_segment "$bus" "--size 2000000"
+  expect_failure size_record "^shmbus-producer: bus '$bus': --size 300 is longer than the bus's max message of 232 bytes \(capacity 8, record size 64: a message takes at most half the ring\)$" \
+    "$PRODUCER" "$bus" --create --count 10 --size 300 --capacity 8 --record-size 64
+  [[ $LAST_RC -eq 2 ]] || fail "--size 300 --capacity 8 --record-size 64: exit $LAST_RC, want 2"
+  no_segment "$bus" "--size 300 --capacity 8 --record-size 64"
+  # No record holds 20 MB: the default record size (256), and spans of half the default ring.
+  expect_failure size_any_record "^shmbus-producer: bus '$bus': --size 20000000 is longer than the bus's max message of 8388584 bytes \(capacity 65536, record size 256" \
+    "$PRODUCER" "$bus" --create --count 10 --size 20000000
+  [[ $LAST_RC -eq 2 ]] || fail "--size 20000000: exit $LAST_RC, want 2"
+  no_segment "$bus" "--size 20000000"
+  expect_failure size_mix_min "^shmbus-producer: bus '$bus': --size 16 is below the synthetic message's fixed part of 24 bytes" \
+    "$PRODUCER" "$bus" --create --count 10 --size 16..5000
+  [[ $LAST_RC -eq 2 ]] || fail "--size 16..5000: exit $LAST_RC, want 2"
+  expect_failure size_mix_order "^shmbus-producer: bus '$bus': --size 5000..24: MIN is larger than MAX$" \
+    "$PRODUCER" "$bus" --create --count 10 --size 5000..24
+  expect_failure size_not_a_number "^shmbus-producer: bus '$bus': --size '24..x' is not a byte count N or a range MIN..MAX$" \
+    "$PRODUCER" "$bus" --create --count 10 --size 24..x
+  [[ $LAST_RC -eq 2 ]] || fail "--size 24..x: exit $LAST_RC, want 2"
+  no_segment "$bus" "--size 24..x"
   expect_failure no_file "^shmbus-producer: bus '$bus': cannot open '$work/missing'" \
     "$PRODUCER" "$bus" --create --file "$work/missing"
   no_segment "$bus" "--file missing"
@@ -736,9 +750,9 @@ errors_create_leaves_nothing)  # a --create run that fails leaves no segment it 
 
   # An existing bus is never removed, whatever fails.
   new_bus old
-  "$PRODUCER" "$old" --create --record-size 64 --keep-open </dev/null 2>/dev/null
-  expect_failure old_size "^shmbus-producer: bus '$old': --size 100 is longer than the record's max payload of 40 bytes \(record size 64\)" \
-    "$PRODUCER" "$old" --create --count 10 --size 100
+  "$PRODUCER" "$old" --create --capacity 8 --record-size 64 --keep-open </dev/null 2>/dev/null
+  expect_failure old_size "^shmbus-producer: bus '$old': --size 300 is longer than the bus's max message of 232 bytes \(capacity 8, record size 64" \
+    "$PRODUCER" "$old" --create --count 10 --size 300
   [[ $LAST_RC -eq 1 ]] || fail "--size past an existing bus's records: exit $LAST_RC, want 1"
   [[ -e "/dev/shm/shmbus.$old" ]] || fail "an existing bus was removed after --size failed"
   expect_failure old_readers "^shmbus-producer: bus '$old': .*reader" \
@@ -816,6 +830,132 @@ open_while_creating)
   [[ $rc -eq 1 ]] || fail "a never-initialised segment: exit $rc: $(cat "$work/bogus.err")"
   grep -q 'never initialised' "$work/bogus.err" || fail "$(cat "$work/bogus.err")"
   [[ $took_ms -lt 2500 ]] || fail "took $took_ms ms to refuse a never-initialised segment (waited for a creator)"
+  ;;
+
+spans_binary)  # frames of 1 B to 4 MiB, most spanning 256-byte records, come out byte for byte
+  # 65536 records of 256 bytes: a message takes at most 32768 of them, 8 MiB - 24 bytes.
+  python3 - "$work/frames" <<'PY'
+import random, struct, sys
+rng = random.Random(8)
+sizes = [1, 232, 233, 464, 465, 1000, 5000, 65536, 1 << 20, 4 << 20, 0, 2]
+sizes += [rng.randrange(1, 300000) for _ in range(30)]
+rng.shuffle(sizes)
+with open(sys.argv[1], 'wb') as out:
+    for n in sizes:
+        out.write(struct.pack('<I', n) + rng.randbytes(n))
+PY
+  cat "$work/frames" "$work/frames" >"$work/frames2"  # about 20 MB: more than the 16 MiB ring, so spans wrap
+  ring=(--capacity 65536 --record-size 256)
+  # block: the consumer attached before the producer starts holds it back.
+  new_bus bus
+  "$CONSUMER" "$bus" --wait-for-bus 20s --format binary >"$work/block.out" 2>"$work/block.err" &
+  pids+=($!)
+  "$PRODUCER" "$bus" --create "${ring[@]}" --binary --file "$work/frames2" --wait-for-readers 1 --wait-timeout 30s \
+    --json 2>"$work/block.p" || fail "block producer: $(cat "$work/block.p")"
+  wait "${pids[-1]}" || fail "block consumer: $(cat "$work/block.err")"
+  cmp "$work/frames2" "$work/block.out" || fail "block: frames in != frames out"
+  [[ "$(json_field "$work/block.p" messages)" == 84 ]] || fail "block: $(cat "$work/block.p")"
+  "$INSPECT" check "$bus" >"$work/block.check" || fail "block: check: $(cat "$work/block.check")"
+  # overwrite: one lap holds it all, read after the producer and while it publishes.
+  new_bus bus2
+  "$CONSUMER" "$bus2" --wait-for-bus 20s --format binary --json >"$work/live.out" 2>"$work/live.err" &
+  pids+=($!)
+  "$PRODUCER" "$bus2" --create "${ring[@]}" --policy overwrite --binary --file "$work/frames" \
+    --wait-for-readers 1 2>"$work/over.p" || fail "overwrite producer: $(cat "$work/over.p")"
+  wait "${pids[-1]}" || fail "overwrite consumer: $(cat "$work/live.err")"
+  [[ "$(json_field "$work/live.err" lost)" == 0 ]] || fail "overwrite consumer lost messages: $(cat "$work/live.err")"
+  cmp "$work/frames" "$work/live.out" || fail "overwrite, read live: frames in != frames out"
+  "$CONSUMER" "$bus2" --format binary >"$work/after.out" 2>"$work/after.err" || fail "$(cat "$work/after.err")"
+  cmp "$work/frames" "$work/after.out" || fail "overwrite, read after: frames in != frames out"
+  # The consumer's JSON names the records a message takes.
+  "$CONSUMER" "$bus2" --format json 2>/dev/null | grep -ao '"length":[0-9]*,"records":[0-9]*' | sort -u >"$work/records"
+  grep -qx '"length":4194304,"records":16385' "$work/records" || fail "json records: $(cat "$work/records")"
+  grep -qx '"length":233,"records":2' "$work/records" || fail "json records: $(cat "$work/records")"
+  ! grep -q '"length":232,' "$work/records" || fail "a one-record message carries records: $(cat "$work/records")"
+  # Past the bus's max message: one line naming both sizes.
+  new_bus small
+  "$PRODUCER" "$small" --create --capacity 64 --record-size 256 --keep-open </dev/null 2>/dev/null
+  rc=0
+  "$PRODUCER" "$small" --binary --file "$work/frames" 2>"$work/too_long.err" || rc=$?
+  [[ $rc -eq 1 ]] || fail "a frame past the max message: exit $rc"
+  grep -Eq "^shmbus-producer: bus '$small': frame [0-9]+ of $work/frames is [0-9]+ bytes, longer than the bus's max message of 8168 bytes \(capacity 64, record size 256" \
+    "$work/too_long.err" || fail "$(cat "$work/too_long.err")"
+  note "$(head -n1 "$work/too_long.err")"
+  ;;
+
+spans_verify)  # --verify over a deterministic mix of sizes, in block and overwrite
+  new_bus bus
+  n=20000
+  # 4096 records of 64 bytes: messages of up to 79 records lap the 256 KiB ring 150 times, padding its ends.
+  "$CONSUMER" "$bus" --wait-for-bus 20s --verify --format none --json 2>"$work/v.json" &
+  pids+=($!)
+  "$PRODUCER" "$bus" --create --capacity 4096 --record-size 64 --count "$n" --size 24..5000 \
+    --wait-for-readers 1 --json 2>"$work/p.json" || fail "producer: $(cat "$work/p.json")"
+  wait "${pids[-1]}" || fail "verify failed: $(cat "$work/v.json")"
+  check_verified "$work/v.json" "$n"
+  last=$(json_field "$work/p.json" last_seq)
+  (( last > 40 * n )) || fail "sequence numbers do not count records: last_seq $last for $n messages"
+  [[ "$(json_field "$work/v.json" last_seq)" == "$last" ]] || fail "last_seq: $(cat "$work/v.json") vs $(cat "$work/p.json")"
+  # The same mix every run: the bytes published match.
+  new_bus again
+  "$PRODUCER" "$again" --create --capacity 4096 --record-size 64 --count "$n" --size 24..5000 --json 2>"$work/p2.json"
+  [[ "$(json_field "$work/p2.json" bytes)" == "$(json_field "$work/p.json" bytes)" ]] || fail "the mix differs between runs"
+  # overwrite, a ring big enough to hold them all, read after: nothing lost.
+  new_bus over
+  "$PRODUCER" "$over" --create --capacity 131072 --record-size 64 --policy overwrite --count 1000 --size 24..5000 \
+    2>/dev/null || fail "overwrite producer"
+  "$CONSUMER" "$over" --verify --format none --json 2>"$work/o.json" || fail "overwrite verify: $(cat "$work/o.json")"
+  check_verified "$work/o.json" 1000
+  # A bus created for a mix gets records sized to its smallest message.
+  "$INSPECT" show "$over" --json >"$work/show.json"
+  grep -q '"record_size": 64,' "$work/show.json" || fail "record size for 24..5000: $(grep record_size "$work/show.json")"
+  ;;
+
+spans_inspect)  # dump, show and check on a bus whose messages span records
+  new_bus bus
+  # 64 records of 64 bytes; lines 1..50 take seq 0..49, then 1000 bytes need 16 records: they
+  # do not fit before the end of the ring, so 50..63 are padding and the message takes 64..79.
+  { seq 1 50; printf 'x%.0s' {1..1000}; echo; } | "$PRODUCER" "$bus" --create --capacity 64 --record-size 64 --keep-open 2>/dev/null
+  "$INSPECT" dump "$bus" --from 48 --count 0 >"$work/dump" || fail "dump: $(cat "$work/dump")"
+  [[ $(wc -l <"$work/dump") -eq 4 ]] || fail "dump lines: $(cat "$work/dump")"
+  grep -q '^seq 49  no timestamp  len 2  "50"$' "$work/dump" || fail "$(cat "$work/dump")"
+  grep -q '^seq 50  padding: continues at seq 64, the rest of the lap (14 records) padded before a message that spans records$' \
+    "$work/dump" || fail "padding: $(cat "$work/dump")"
+  grep -q '^seq 64  no timestamp  len 1000  spans 16 records  "xxxx' "$work/dump" || fail "span: $(cat "$work/dump")"
+  "$INSPECT" dump "$bus" --from 70 >"$work/inside" || fail "dump --from 70: $(cat "$work/inside")"
+  [[ "$(cat "$work/inside")" == "seq 70  inside the message at seq 64 (16 records): 10 records to its end, continues at seq 80" ]] \
+    || fail "inside: $(cat "$work/inside")"
+  "$INSPECT" dump "$bus" --from 49 --count 0 --json >"$work/dump.json"
+  python3 - "$work/dump.json" <<'PY' || fail "dump --json: $(cat "$work/dump.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["gaps"] == [{"seq": 50, "continues_at": 64, "lost": 0, "padding": True}], d["gaps"]
+assert [(r["seq"], r["length"], r.get("records")) for r in d["records"]] == [(49, 2, None), (64, 1000, 16)], d["records"]
+assert d["inside"] == [], d["inside"]
+PY
+  "$INSPECT" dump "$bus" --last 3 --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["inside"] == [{"seq": 77, "continues_at": 80, "message_seq": 64}], d' || fail "dump --last 3 --json"
+  "$INSPECT" show "$bus" >"$work/show" || fail "show"
+  grep -q '^  ring       64 records x 64 B (max payload 40 B, max message 2024 B)' "$work/show" || fail "$(cat "$work/show")"
+  grep -q '^  messages   32 messages in 47 records; 1 of them span records (16 records, 26.2% of the retained; the largest 16); 14 records of padding$' \
+    "$work/show" || fail "show: $(grep messages "$work/show")"
+  "$INSPECT" show "$bus" --json | python3 -c '
+import json, sys
+u = json.load(sys.stdin)["ring_use"]
+assert u == {"messages": 32, "message_records": 47, "spans": 1, "span_records": 16, "largest_span": 16,
+             "padding": 14, "gaps": 0, "partial": 0, "unreadable": 0}, u' || fail "show --json ring_use"
+  "$INSPECT" check "$bus" >"$work/check" || fail "check of a clean bus: $(cat "$work/check")"
+  # The span's header says 2 records: too few for 1000 bytes.
+  seg="/dev/shm/shmbus.$bus"
+  log_offset=$(od -An -tu8 -j48 -N8 "$seg" | tr -d ' ')
+  printf '\x02\x00\x00\x00' | dd of="$seg" bs=1 seek=$((log_offset + 20)) conv=notrunc status=none
+  rc=0
+  "$INSPECT" check "$bus" >"$work/bad" || rc=$?
+  [[ $rc -eq 1 ]] || fail "check of a corrupt span: exit $rc"
+  grep -q "^  record 64 (slot 0): takes 2 records, which cannot hold 1000 bytes" "$work/bad" || fail "check: $(cat "$work/bad")"
+  note "$(grep 'record 64' "$work/bad")"
   ;;
 
 *)

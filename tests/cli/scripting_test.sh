@@ -119,13 +119,13 @@ json_errors)  # with --json, a failure is one JSON object with "error" and "code
   expect_rc 2 inspect_usage "$INSPECT" show --json
   expect_json_error "$work/inspect_usage.out" usage ".*bus.*required"
   # A producer failing mid-run: its JSON summary carries the error and code.
-  "$PRODUCER" "$bus" --create --record-size 64 --keep-open </dev/null 2>/dev/null
+  "$PRODUCER" "$bus" --create --capacity 8 --record-size 64 --keep-open </dev/null 2>/dev/null
   rc=0
-  printf 'ok\n%s\n' "$(printf 'x%.0s' {1..41})" | "$PRODUCER" "$bus" --json 2>"$work/long.err" || rc=$?
+  printf 'ok\n%s\n' "$(printf 'x%.0s' {1..233})" | "$PRODUCER" "$bus" --json 2>"$work/long.err" || rc=$?
   [[ $rc -eq 1 ]] || fail "too long: exit $rc"
   [[ "$(wc -l <"$work/long.err")" -eq 1 ]] || fail "too long: more than the JSON summary: $(cat "$work/long.err")"
   grep -q '"code":"too_large"' "$work/long.err" || fail "$(cat "$work/long.err")"
-  grep -q '"error":"bus '"'$bus'"': line 2 of stdin is 41 bytes' "$work/long.err" || fail "$(cat "$work/long.err")"
+  grep -q '"error":"bus '"'$bus'"': line 2 of stdin is 233 bytes' "$work/long.err" || fail "$(cat "$work/long.err")"
   grep -q '"messages":1' "$work/long.err" || fail "$(cat "$work/long.err")"
   ;;
 

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <functional>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -93,16 +94,59 @@ TEST(Synthetic, FormatIsStable) {
 }
 
 TEST(Synthetic, SizeProblemNamesTheLimit) {
-  EXPECT_EQ(synthetic_size_problem(24, 64), "");
-  EXPECT_EQ(synthetic_size_problem(40, 64), "");
-  EXPECT_EQ(synthetic_size_problem(0, 64),
+  EXPECT_EQ(synthetic_size_problem({24, 24}, 8, 64), "");
+  EXPECT_EQ(synthetic_size_problem({41, 232}, 8, 64), "");  // past one record: spans
+  EXPECT_EQ(synthetic_size_problem({0, 0}, 64, 64),
             "--size 0 is below the synthetic message's fixed part of 24 bytes (sequence, "
             "timestamp, checksum)");
-  EXPECT_EQ(synthetic_size_problem(41, 64),
-            "--size 41 is longer than the record's max payload of 40 bytes (record size 64)");
-  EXPECT_EQ(synthetic_size_problem(shmbus::max_record_size, shmbus::max_record_size),
-            "--size 1048576 is longer than the largest record's max payload of 1048552 bytes "
-            "(record size 1048576)");
+  EXPECT_EQ(synthetic_size_problem({16, 5000}, 65536, 64),
+            "--size 16 is below the synthetic message's fixed part of 24 bytes (sequence, "
+            "timestamp, checksum)");
+  EXPECT_EQ(synthetic_size_problem({24, 233}, 8, 64),
+            "--size 233 is longer than the bus's max message of 232 bytes (capacity 8, record size 64: "
+            "a message takes at most half the ring)");
+}
+
+TEST(Synthetic, MaxMessageIsTheBusLimit) {
+  EXPECT_EQ(max_message_for(8, 64), 232u);
+  EXPECT_EQ(max_message_for(2, 64), 40u);
+  EXPECT_EQ(max_message_for(65536, 256), 32768u * 256 - 24);
+  EXPECT_EQ(max_message_for(shmbus::max_capacity, shmbus::max_record_size), 1u << 30);
+  // The same figure a real bus reports.
+  const std::string name = "tools_common_test_max_message_" + std::to_string(::getpid());
+  shmbus::BusOptions bo;
+  bo.capacity = 1024;
+  bo.record_size = 128;
+  const shmbus::Bus bus = shmbus::Bus::create(name, bo);
+  EXPECT_EQ(bus.info().max_message, max_message_for(1024, 128));
+  shmbus::Bus::remove(name);
+}
+
+TEST(Synthetic, SizeRangeParsesAndMixes) {
+  EXPECT_EQ(parse_size_range("64").min, 64u);
+  EXPECT_FALSE(parse_size_range("64").mixed());
+  const SizeRange r = parse_size_range("16..5000");
+  EXPECT_EQ(r.min, 16u);
+  EXPECT_EQ(r.max, 5000u);
+  EXPECT_EQ(to_string(r), "16..5000");
+  EXPECT_THROW(parse_size_range("5000..16"), std::invalid_argument);
+  EXPECT_THROW(parse_size_range("12.."), std::invalid_argument);
+  EXPECT_THROW(parse_size_range("x"), std::invalid_argument);
+  EXPECT_THROW(parse_size_range("-5"), std::invalid_argument);
+  // Every size within the range, both ends reached, the same each time.
+  SizeSequence a({24, 40}), b({24, 40});
+  std::set<std::size_t> seen;
+  for (int i = 0; i < 2000; ++i) {
+    const std::size_t n = a.next();
+    ASSERT_GE(n, 24u);
+    ASSERT_LE(n, 40u);
+    ASSERT_EQ(n, b.next());
+    seen.insert(n);
+  }
+  EXPECT_EQ(seen.size(), 17u);
+  SizeSequence one({64, 64});
+  EXPECT_EQ(one.next(), 64u);
+  EXPECT_EQ(one.next(), 64u);
 }
 
 TEST(Duration, ParsesUnits) {

@@ -72,9 +72,10 @@ void append_json_string(fmt::memory_buffer& b, std::span<const std::byte> p) {
 }
 
 void append_message_json(fmt::memory_buffer& b, std::uint64_t seq, std::uint64_t timestamp_ns,
-                         std::span<const std::byte> payload) {
+                         std::span<const std::byte> payload, std::uint32_t records) {
   fmt::format_to(std::back_inserter(b), "{{\"seq\":{},\"timestamp_ns\":{},\"length\":{},", seq,
                  timestamp_ns, payload.size());
+  if (records > 1) fmt::format_to(std::back_inserter(b), "\"records\":{},", records);
   if (valid_utf8(payload)) {
     b.append(std::string_view("\"encoding\":\"utf8\",\"payload\":"));
     append_json_string(b, payload);

@@ -3,10 +3,13 @@
 //
 //   {"seq":12,"timestamp_ns":0,"length":5,"encoding":"utf8","payload":"hello"}
 //   {"seq":13,"timestamp_ns":0,"length":2,"encoding":"hex","payload":"00ff"}
+//   {"seq":14,"timestamp_ns":0,"length":300,"records":2,"encoding":"utf8","payload":"..."}
 //
 // "encoding" is "utf8" when the payload is valid UTF-8 (then "payload" is
 // that text as a JSON string) and "hex" otherwise (two lower-case digits per
-// byte). Every message has the same five keys.
+// byte). Every message has these five keys; one that spans records (longer
+// than one record's payload) also has "records", the sequence numbers it
+// takes, after "length".
 #pragma once
 
 #include <fmt/format.h>
@@ -28,7 +31,7 @@ void append_json_string(fmt::memory_buffer& b, std::span<const std::byte> p);
 
 // One message in the shape above, without a trailing newline.
 void append_message_json(fmt::memory_buffer& b, std::uint64_t seq, std::uint64_t timestamp_ns,
-                         std::span<const std::byte> payload);
+                         std::span<const std::byte> payload, std::uint32_t records = 1);
 
 // Text output: the payload as one line. Control bytes (other than tab), DEL
 // and backslash are written as C escapes (\n, \r, \e, \\, \xNN), so a message

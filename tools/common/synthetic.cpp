@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 #include <shmbus/bus.hpp>
 
+#include <algorithm>
+#include <charconv>
 #include <cstring>
+#include <stdexcept>
+#include <string_view>
 
 namespace shmbus::tools {
 namespace {
@@ -118,17 +122,64 @@ SyntheticCheck synthetic_check(std::span<const std::byte> in, SyntheticFields& f
   return SyntheticCheck::bad_filler;
 }
 
-std::string synthetic_size_problem(std::uint64_t size, std::uint32_t record_size) {
-  if (size < synthetic_header_size) {
+std::uint32_t max_message_for(std::uint64_t capacity, std::uint32_t record_size) noexcept {
+  constexpr std::uint64_t kLimit = std::uint64_t{1} << 30;
+  const std::uint64_t span = capacity / 2 > 0 ? capacity / 2 : 1;
+  const std::uint64_t bytes = span * record_size;
+  if (bytes <= synthetic_header_size) return 0;  // no real bus is this small
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(bytes - 24, kLimit));
+}
+
+SizeRange parse_size_range(const std::string& text) {
+  const auto number = [&](std::string_view s) {
+    std::uint64_t v = 0;
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || p != s.data() + s.size()) {
+      throw std::invalid_argument(
+          fmt::format("--size '{}' is not a byte count N or a range MIN..MAX", text));
+    }
+    return v;
+  };
+  SizeRange r;
+  const std::size_t dots = text.find("..");
+  if (dots == std::string::npos) {
+    r.min = r.max = number(text);
+  } else {
+    r.min = number(std::string_view(text).substr(0, dots));
+    r.max = number(std::string_view(text).substr(dots + 2));
+    if (r.min > r.max) {
+      throw std::invalid_argument(fmt::format("--size {}: MIN is larger than MAX", text));
+    }
+  }
+  return r;
+}
+
+std::string to_string(const SizeRange& sizes) {
+  return sizes.mixed() ? fmt::format("{}..{}", sizes.min, sizes.max) : fmt::format("{}", sizes.min);
+}
+
+std::size_t SizeSequence::next() noexcept {
+  if (!sizes_.mixed()) return sizes_.min;
+  // splitmix64: cheap, and well spread over any range width.
+  std::uint64_t z = (state_ += kGolden);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  const std::uint64_t width = sizes_.max - sizes_.min + 1;  // max < 2^32: no overflow
+  return static_cast<std::size_t>(sizes_.min + z % width);
+}
+
+std::string synthetic_size_problem(const SizeRange& sizes, std::uint64_t capacity, std::uint32_t record_size) {
+  if (sizes.min < synthetic_header_size) {
     return fmt::format("--size {} is below the synthetic message's fixed part of {} bytes "
                        "(sequence, timestamp, checksum)",
-                       size, synthetic_header_size);
+                       sizes.min, synthetic_header_size);
   }
-  const std::uint32_t max_payload = max_payload_for(record_size);
-  if (size > max_payload) {
-    return fmt::format("--size {} is longer than {} max payload of {} bytes (record size {})", size,
-                       record_size == max_record_size ? "the largest record's" : "the record's",
-                       max_payload, record_size);
+  const std::uint32_t max_message = max_message_for(capacity, record_size);
+  if (sizes.max > max_message) {
+    return fmt::format("--size {} is longer than the bus's max message of {} bytes (capacity {}, "
+                       "record size {}: a message takes at most half the ring)",
+                       sizes.max, max_message, capacity, record_size);
   }
   return {};
 }

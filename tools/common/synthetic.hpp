@@ -87,10 +87,42 @@ struct SyntheticFields {
 // The checksum `in`'s fixed part and length give (for error messages).
 std::uint64_t synthetic_checksum(std::span<const std::byte> in) noexcept;
 
-// Why `size`-byte synthetic messages (--size) do not fit records of
-// `record_size` bytes, or empty when they do: shorter than the fixed part,
-// or longer than the record's payload (max_payload_for). Pass
-// max_record_size to check against the largest record any bus can have.
-std::string synthetic_size_problem(std::uint64_t size, std::uint32_t record_size);
+// The longest message a bus of `capacity` records of `record_size` bytes
+// accepts (BusInfo::max_message of such a bus): a message longer than one
+// record's payload spans consecutive records, half the ring at most, less
+// its one 24-byte header, and never more than 1 GiB.
+std::uint32_t max_message_for(std::uint64_t capacity, std::uint32_t record_size) noexcept;
+
+// The sizes of synthetic messages (--size N or --size MIN..MAX): every
+// message is `min` bytes when min == max; otherwise sizes are drawn uniformly
+// from [min, max] by a fixed-seed generator, the same sizes in every run.
+struct SizeRange {
+  std::uint64_t min = 64;
+  std::uint64_t max = 64;
+  bool mixed() const noexcept { return min != max; }
+};
+
+// Parses "N" or "MIN..MAX" (decimal, MIN <= MAX). Throws
+// std::invalid_argument with a one-line reason.
+SizeRange parse_size_range(const std::string& text);
+// "N" or "MIN..MAX", as --size takes it.
+std::string to_string(const SizeRange& sizes);
+
+// Hands out the sizes of a SizeRange, message after message.
+class SizeSequence {
+ public:
+  explicit SizeSequence(const SizeRange& sizes) noexcept : sizes_(sizes) {}
+  std::size_t next() noexcept;
+
+ private:
+  SizeRange sizes_;
+  std::uint64_t state_ = 0x5348'4d42'5553'0001ULL;  // fixed seed: the same mix every run
+};
+
+// Why synthetic messages of `sizes` (--size) cannot be published on a bus of
+// `capacity` records of `record_size` bytes, or empty when they can: shorter
+// than the fixed part, or longer than the bus's max message
+// (max_message_for).
+std::string synthetic_size_problem(const SizeRange& sizes, std::uint64_t capacity, std::uint32_t record_size);
 
 }  // namespace shmbus::tools

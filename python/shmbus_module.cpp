@@ -1,16 +1,19 @@
 // The Python module `shmbus` (pybind11): the C++ API, zero-copy where the bus
 // allows it.
 //
-//  * Consumer.next() returns (seq, timestamp_ns, memoryview). On a `block`
-//    bus the memoryview reads the record in shared memory; on an `overwrite`
-//    bus, the consumer's own copy. Either way it is valid until the next call
+//  * Consumer.next() returns a Message: the tuple (seq, timestamp_ns,
+//    memoryview), with .records (and the three by name) as attributes. The
+//    memoryview is one contiguous view of the whole message, also of one
+//    that spans records. On a `block` bus it reads the record(s) in shared
+//    memory; on an `overwrite` bus, or for a best-effort reader, the
+//    consumer's own copy. Either way it is valid until the next call
 //    on that consumer, which releases it: using it afterwards raises
 //    ValueError instead of reading a record the producer has reused. (Views
 //    derived from it -- slices, numpy arrays -- cannot be revoked; they keep
 //    the mapping alive, so they never crash, but may show newer data. Copy
 //    with bytes(view) to keep a message.)
-//  * Producer.claim(n) returns a writable memoryview of the next record,
-//    released by commit().
+//  * Producer.claim(n) returns a writable memoryview of the next record (of
+//    the records it takes, for n > max_payload), released by commit().
 //  * Waiting happens with the GIL released, in slices of at most 100 ms
 //    between which pending signals are handled: Ctrl-C interrupts a blocked
 //    next(), publish() or claim() with KeyboardInterrupt. A call that finds
@@ -128,6 +131,35 @@ class ViewSlot {
   std::vector<std::pair<py::object, py::object>> handed_;
 };
 
+// shmbus.Message: a struct sequence (like os.stat_result) that is the tuple
+// (seq, timestamp_ns, payload), so `seq, ts, view = message` goes on
+// working, with `records` an attribute only.
+PyStructSequence_Field g_message_fields[] = {
+    {"seq", "sequence number of the message's first record"},
+    {"timestamp_ns", "CLOCK_REALTIME at publish, or 0"},
+    {"payload", "the message: one contiguous memoryview, valid until the next call on the consumer"},
+    {"records", "records the message takes (more than 1: it is longer than max_payload); the next "
+                "message's seq is at least seq + records"},
+    {nullptr, nullptr}};
+PyStructSequence_Desc g_message_desc = {
+    "shmbus.Message",
+    "A message: the tuple (seq, timestamp_ns, payload), and .records. Sequence numbers count records: a "
+    "message longer than Bus.max_payload takes .records of them.",
+    g_message_fields, 3};
+PyTypeObject* g_message_type = nullptr;  // made at import, kept for the life of the process
+
+py::object make_message(const shmbus::Message& m, py::memoryview payload) {
+  py::object seq = py::int_(m.seq), ts = py::int_(m.timestamp_ns), records = py::int_(m.records);
+  PyObject* o = PyStructSequence_New(g_message_type);
+  if (o == nullptr) throw py::error_already_set();
+  // SetItem steals the references.
+  PyStructSequence_SetItem(o, 0, seq.release().ptr());
+  PyStructSequence_SetItem(o, 1, ts.release().ptr());
+  PyStructSequence_SetItem(o, 2, payload.release().ptr());
+  PyStructSequence_SetItem(o, 3, records.release().ptr());
+  return py::reinterpret_steal<py::object>(o);
+}
+
 // Refuses a second thread entering a handle while the first waits without the GIL.
 class Busy {
  public:
@@ -206,6 +238,7 @@ struct PyProducer {
   ViewSlot claim_view;
   bool claimed = false;
   std::size_t claim_size = 0;
+  std::uint64_t claim_seq = 0;  // the claim's sequence: past the padding, for one that starts the next lap
   bool busy = false;
   unsigned born = g_forks;
   std::vector<std::span<const std::byte>> spans;  // publish_batch(), reused
@@ -220,8 +253,8 @@ struct PyProducer {
     switch (s) {
       case shmbus::PublishStatus::ok: return;
       case shmbus::PublishStatus::too_large:
-        throw py::value_error("bus '" + bus.name() + "': " + std::to_string(size) +
-                              "-byte payload, max " + std::to_string(bus.info().max_payload));
+        throw py::value_error("bus '" + bus.name() + "': message of " + std::to_string(size) + " bytes, max " +
+                              std::to_string(bus.info().max_message));
       case shmbus::PublishStatus::timeout:
         PyErr_SetString(PyExc_TimeoutError, ("bus '" + bus.name() + "': ring still full").c_str());
         throw py::error_already_set();
@@ -266,9 +299,9 @@ struct PyProducer {
       if (!PyBuffer_IsContiguous(info.view(), 'C'))
         throw py::value_error("payload " + std::to_string(i) + " is not contiguous");
       const std::size_t size = static_cast<std::size_t>(info.size * info.itemsize);
-      if (size > bus.info().max_payload)
+      if (size > bus.info().max_message)
         throw py::value_error("bus '" + bus.name() + "': payload " + std::to_string(i) + " is " +
-                              std::to_string(size) + " bytes, max " + std::to_string(bus.info().max_payload) +
+                              std::to_string(size) + " bytes, max " + std::to_string(bus.info().max_message) +
                               "; nothing was published");
       spans.emplace_back(static_cast<const std::byte*>(info.ptr), size);
     }
@@ -293,6 +326,7 @@ struct PyProducer {
     check(c.status, bus, n);
     claimed = true;
     claim_size = c.data.size();
+    claim_seq = c.seq;
     claim_view.revoke();
     return claim_view.make(bus, c.data.data(), c.data.size(), true);
   }
@@ -303,7 +337,7 @@ struct PyProducer {
     if (size && *size > claim_size)
       throw py::value_error("bus '" + bus.name() + "': commit(" + std::to_string(*size) + ") after claim(" +
                             std::to_string(claim_size) + "): at most the claimed size (the claim stays open)");
-    const std::uint64_t seq = p.next_seq();
+    const std::uint64_t seq = claim_seq;
     claim_view.revoke();
     claimed = false;
     if (size) {
@@ -422,7 +456,7 @@ struct PyConsumer {
       py::list out(got.size());
       for (std::size_t i = 0; i < got.size(); ++i) {
         const shmbus::Message& m = got[i];
-        out[i] = py::make_tuple(m.seq, m.timestamp_ns, view.make(bus, m.payload.data(), m.payload.size(), false));
+        out[i] = make_message(m, view.make(bus, m.payload.data(), m.payload.size(), false));
       }
       if (pr.end_of_stream) {
         end_reason = pr.end_reason;
@@ -452,8 +486,7 @@ struct PyConsumer {
       switch (r.status) {
         case shmbus::ReadStatus::message: {
           const auto& m = r.message;
-          py::memoryview mv = view.make(bus, m.payload.data(), m.payload.size(), false);
-          return py::make_tuple(m.seq, m.timestamp_ns, std::move(mv));
+          return make_message(m, view.make(bus, m.payload.data(), m.payload.size(), false));
         }
         case shmbus::ReadStatus::timeout: return py::none();
         case shmbus::ReadStatus::end_of_stream:
@@ -527,6 +560,7 @@ py::dict snapshot_dict(const shmbus::Snapshot& s) {
   d["capacity"] = s.info.capacity;
   d["record_size"] = s.info.record_size;
   d["max_payload"] = s.info.max_payload;
+  d["max_message"] = s.info.max_message;
   d["max_readers"] = s.info.max_readers;
   d["segment_size"] = s.info.segment_size;
   d["creation_time_ns"] = s.info.creation_time_ns;
@@ -606,8 +640,9 @@ PYBIND11_MODULE(_shmbus, m) {
   {
     const py::module_ typing = py::module_::import("typing");
     const py::module_ builtins = py::module_::import("builtins");
-    m.attr("Message") = typing.attr("Tuple")[py::make_tuple(builtins.attr("int"), builtins.attr("int"),
-                                                             builtins.attr("memoryview"))];
+    g_message_type = PyStructSequence_NewType(&g_message_desc);
+    if (g_message_type == nullptr) throw py::error_already_set();
+    m.attr("Message") = py::handle(reinterpret_cast<PyObject*>(g_message_type));
     m.attr("Policy") = typing.attr("Literal")[py::make_tuple("block", "overwrite")];
     const py::module_ abc = py::module_::import("collections.abc");
     m.attr("Buffer") = py::hasattr(abc, "Buffer")
@@ -689,7 +724,11 @@ PYBIND11_MODULE(_shmbus, m) {
       .def_property_readonly("policy", [](const shmbus::Bus& b) { return shmbus::to_string(b.info().policy); })
       .def_property_readonly("capacity", [](const shmbus::Bus& b) { return b.info().capacity; })
       .def_property_readonly("record_size", [](const shmbus::Bus& b) { return b.info().record_size; })
-      .def_property_readonly("max_payload", [](const shmbus::Bus& b) { return b.info().max_payload; })
+      .def_property_readonly("max_payload", [](const shmbus::Bus& b) { return b.info().max_payload; },
+                             "The longest message that fits one record (record_size - 24).")
+      .def_property_readonly("max_message", [](const shmbus::Bus& b) { return b.info().max_message; },
+                             "The longest message the bus accepts: one longer than max_payload takes "
+                             "consecutive records (at most half the ring, and at most 1 GiB).")
       .def_property_readonly("max_readers", [](const shmbus::Bus& b) { return b.info().max_readers; })
       .def_property_readonly("head", &shmbus::Bus::head)
       .def_property_readonly("oldest", &shmbus::Bus::oldest)
@@ -746,14 +785,17 @@ PYBIND11_MODULE(_shmbus, m) {
            py::arg("bus"), py::kw_only(), py::arg("timestamps") = "off", py::arg("wait_for_readers") = 0,
            py::arg("wait_for_readers_timeout") = py::none(), py::arg("max_hold") = py::none())
       .def("publish", &PyProducer::publish,
-           "Copies `data` (any contiguous buffer) into the next record; returns its sequence number. "
-           "ValueError if too large, TimeoutError if a block bus stays full for `timeout` seconds.",
+           "Copies `data` (any contiguous buffer, up to Bus.max_message bytes) into the next record (records, "
+           "if longer than Bus.max_payload); returns its sequence number. ValueError if too large, "
+           "TimeoutError if a block bus stays full for `timeout` seconds.",
            py::arg("data"), py::arg("timeout") = py::none())
       .def("publish_batch", &PyProducer::publish_batch,
            "Publishes the buffers in order; returns how many went out (fewer if `timeout` ran out). "
            "ValueError, with nothing published, if one is too large.",
            py::arg("items"), py::arg("timeout") = py::none())
-      .def("claim", &PyProducer::claim, "The next record's payload, writable in place, `size` bytes; valid until commit().",
+      .def("claim", &PyProducer::claim,
+           "The next record's payload, writable in place, `size` bytes (up to Bus.max_message: one "
+           "contiguous view over the records it takes); valid until commit().",
            py::arg("size"), py::arg("timeout") = py::none())
       .def("commit", &PyProducer::commit,
            "Publishes the claimed record (its first `size` bytes, default all); returns its sequence number.",
@@ -806,7 +848,8 @@ PYBIND11_MODULE(_shmbus, m) {
                raise_end_of_stream(c, end_of_stream.ptr());
              }
            },
-           "The next message (seq, timestamp_ns, memoryview), or None after `timeout` seconds with nothing new. "
+           "The next Message (seq, timestamp_ns, memoryview; .records), or None after `timeout` seconds with "
+           "nothing new. "
            "Raises EndOfStream. Releases the previous message's view.",
            py::arg("timeout") = py::none())
       .def("read_batch",
@@ -818,7 +861,8 @@ PYBIND11_MODULE(_shmbus, m) {
              }
            },
            "Up to `max` messages available now, waiting up to `timeout` for the first (an empty list after it); "
-           "their views are valid until the next call. Raises EndOfStream.",
+           "their views are valid until the next call. A message longer than Bus.max_payload that the consumer "
+           "copies (overwrite bus, best-effort reader) comes alone in its list. Raises EndOfStream.",
            py::arg("max") = 256, py::arg("timeout") = py::none())
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__",

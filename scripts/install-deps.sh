@@ -20,6 +20,7 @@ packages=(
   python3-dev python3-pybind11 pybind11-dev   # the Python module
   python3-venv                       # pip install of the module into a venv, in the tests
   python3-pytest                     # its tests
+  python3-numpy                      # the tests' check that numpy reads a message's view without a copy
   mypy                               # type-checks typed programs against the stubs in the tests
   python3-prometheus-client          # parses shmbus-inspect metrics in the tests
   curl                               # scrapes the metrics endpoint in the tests

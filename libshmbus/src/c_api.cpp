@@ -23,7 +23,7 @@ struct shmbus_bus {
 
 struct shmbus_producer {
   shmbus::Producer producer;
-  std::uint32_t max_payload;
+  std::uint32_t max_message;
   bool claim_open = false;
   std::size_t claim_size = 0;
   bool closed = false;
@@ -50,8 +50,14 @@ static_assert(SHMBUS_LIVENESS_UNKNOWN == static_cast<int>(shmbus::Liveness::unkn
 static_assert(offsetof(shmbus_consumer_options, best_effort) == 28 &&
               offsetof(shmbus_consumer_options, wait) == 32 && sizeof(shmbus_consumer_options) == 56);
 static_assert(SHMBUS_START_SEQUENCE == static_cast<int>(shmbus::Start::sequence));
-// stale_view sits in what would be the struct's tail padding.
-static_assert(offsetof(shmbus_message, stale_view) == 44 && sizeof(shmbus_message) == 48);
+// The offsets shmbus.h documents. On LP64, stale_view sits in what would be
+// the tail padding of the fields before it; records and reserved add 8.
+static_assert(offsetof(shmbus_message, stale_view) == 44 && offsetof(shmbus_message, records) == 48 &&
+              offsetof(shmbus_message, reserved) == 52 && sizeof(shmbus_message) == 56);
+static_assert(offsetof(shmbus_bus_info, policy) == 204 && offsetof(shmbus_bus_info, capacity) == 208 &&
+              offsetof(shmbus_bus_info, max_payload) == 220 && offsetof(shmbus_bus_info, max_message) == 224 &&
+              offsetof(shmbus_bus_info, max_readers) == 228 && offsetof(shmbus_bus_info, layout_version) == 232 &&
+              offsetof(shmbus_bus_info, segment_size) == 240 && sizeof(shmbus_bus_info) == 256);
 static_assert(SHMBUS_WAIT_ADAPTIVE == static_cast<int>(shmbus::WaitStrategy::adaptive));
 
 namespace {
@@ -151,6 +157,7 @@ void fill_info(const shmbus::BusInfo& i, shmbus_bus_info& out) noexcept {
   out.capacity = i.capacity;
   out.record_size = i.record_size;
   out.max_payload = i.max_payload;
+  out.max_message = i.max_message;
   out.max_readers = i.max_readers;
   out.layout_version = i.layout_version;
   out.segment_size = i.segment_size;
@@ -162,8 +169,8 @@ shmbus_status publish_failure(const shmbus_producer* p, shmbus::PublishStatus s,
   const std::string bus = "bus '" + p->producer.bus().name() + "': ";
   switch (s) {
     case shmbus::PublishStatus::too_large:
-      return fail(SHMBUS_TOO_LARGE, bus + std::to_string(size) + "-byte payload, max " +
-                                        std::to_string(p->max_payload));
+      return fail(SHMBUS_TOO_LARGE, bus + "message of " + std::to_string(size) + " bytes, max " +
+                                        std::to_string(p->max_message));
     case shmbus::PublishStatus::timeout:
       return fail(SHMBUS_TIMEOUT, bus + "ring still full when the timeout ran out");
     case shmbus::PublishStatus::closed:
@@ -196,6 +203,8 @@ void fill_message(const shmbus::Message& m, shmbus_message& out) noexcept {
   out.lost = 0;
   out.end_reason = SHMBUS_END_NONE;
   out.stale_view = 0;
+  out.records = m.records;
+  out.reserved = 0;
 }
 
 }  // namespace
@@ -343,7 +352,7 @@ shmbus_status shmbus_producer_open(shmbus_bus* bus, const shmbus_producer_option
   }
   return guard(fn, [&] {
     shmbus::Producer p(bus->bus, o);
-    *out = new shmbus_producer{std::move(p), bus->bus.info().max_payload};
+    *out = new shmbus_producer{std::move(p), bus->bus.info().max_message};
     return SHMBUS_OK;
   });
 }
@@ -411,7 +420,7 @@ shmbus_status shmbus_producer_publish_batch(shmbus_producer* producer, const voi
     const std::size_t n = producer->producer.publish_batch(spans, to_timeout(timeout_ns));
     *published = n;
     if (n == count) return SHMBUS_OK;
-    if (sizes[n] > producer->max_payload) {
+    if (sizes[n] > producer->max_message) {
       return publish_failure(producer, shmbus::PublishStatus::too_large, sizes[n]);
     }
     return publish_failure(producer, shmbus::PublishStatus::timeout, 0);
@@ -489,6 +498,7 @@ shmbus_read_status shmbus_consumer_next(shmbus_consumer* consumer, int64_t timeo
   if (r.status != shmbus::ReadStatus::message) {
     out->data = nullptr;
     out->size = 0;
+    out->records = 0;
   }
   out->lost = r.lost;
   out->end_reason = static_cast<std::uint32_t>(r.end_reason);

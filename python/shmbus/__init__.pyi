@@ -2,11 +2,14 @@
 
 One Producer appends fixed-size records to a named bus (/dev/shm/shmbus.NAME);
 any number of Consumers, in any processes, each read every message from
-their own cursor.
+their own cursor. A message longer than one record's payload
+(Bus.max_payload), up to Bus.max_message, takes consecutive records.
 
-Views: Consumer.next() returns a memoryview of the payload -- zero-copy on a
-`block` bus (it reads the record in shared memory), the consumer's own copy
-on an `overwrite` bus. It is valid until the next call on that consumer,
+Views: Consumer.next() returns a Message whose payload is one memoryview of
+the whole message -- zero-copy on a `block` bus (it reads the records in
+shared memory; numpy.frombuffer of it copies nothing either), the
+consumer's own copy on an `overwrite` bus or for a best-effort reader. It
+is valid until the next call on that consumer,
 which releases it: using it afterwards raises ValueError. Copy it with
 bytes(view) to keep it. Views derived from it (slices, numpy arrays) cannot
 be revoked: they keep the mapping alive but may show a newer message.
@@ -76,7 +79,12 @@ class Bus:
     @property
     def record_size(self) -> int: ...
     @property
-    def max_payload(self) -> int: ...
+    def max_payload(self) -> int:
+        """The longest message that fits one record (record_size - 24)."""
+    @property
+    def max_message(self) -> int:
+        """The longest message the bus accepts: one longer than max_payload
+        takes consecutive records (at most half the ring, and at most 1 GiB)."""
     @property
     def max_readers(self) -> int: ...
     @property
@@ -100,16 +108,20 @@ class Producer:
         A Producer or Consumer made before os.fork() (multiprocessing's
         "fork" start method) raises RuntimeError when used in the child."""
     def publish(self, data: Buffer, timeout: Optional[float] = None) -> int:
-        """Copies `data` (any contiguous buffer) into the next record; returns
-        its sequence number. ValueError if too large, TimeoutError if a block
-        bus stays full for `timeout` seconds."""
+        """Copies `data` (any contiguous buffer, up to Bus.max_message bytes)
+        into the next record, or the records it takes if longer than
+        Bus.max_payload; returns its sequence number. ValueError if too large
+        (naming both sizes), TimeoutError if a block bus stays full for
+        `timeout` seconds."""
     def publish_batch(self, items: Sequence[Buffer], timeout: Optional[float] = None) -> int:
         """Publishes the buffers in order, with one head update and wake-up
         check per run that fits; returns how many went out: all, or fewer if
-        `timeout` ran out. ValueError (nothing published) if one is too large."""
+        `timeout` ran out. Each may be up to Bus.max_message bytes; ValueError
+        (nothing published) if one is longer."""
     def claim(self, size: int, timeout: Optional[float] = None) -> memoryview:
-        """The next record's payload, writable in place, `size` bytes. Valid
-        until commit(), which releases it."""
+        """The next record's payload, writable in place, `size` bytes (up to
+        Bus.max_message: one contiguous view over the records a longer one
+        than Bus.max_payload takes). Valid until commit(), which releases it."""
     def commit(self, size: Optional[int] = None) -> int:
         """Publishes the claimed record (its first `size` bytes, default all);
         returns its sequence number. ValueError (the claim stays open) if
@@ -125,7 +137,22 @@ class Producer:
     def __enter__(self) -> Producer: ...
     def __exit__(self, *args: Any) -> None: ...
 
-Message = Tuple[int, int, memoryview]  # (seq, timestamp_ns, payload)
+class Message(Tuple[int, int, memoryview]):
+    """A message: the tuple (seq, timestamp_ns, payload), so
+    `seq, ts, payload = message` unpacks it, and .records. Sequence numbers
+    count records: a message longer than Bus.max_payload takes .records of
+    them, and the next message's seq is at least seq + records."""
+    @property
+    def seq(self) -> int: ...
+    @property
+    def timestamp_ns(self) -> int: ...
+    @property
+    def payload(self) -> memoryview:
+        """One contiguous view of the whole message, valid until the next
+        call on the consumer."""
+    @property
+    def records(self) -> int:
+        """Records the message takes: 1, or more for one longer than Bus.max_payload."""
 
 class Consumer:
     """A reader slot on the bus. Iterating yields messages until end of stream.
@@ -151,7 +178,9 @@ class Consumer:
     def read_batch(self, max: int = 256, timeout: Optional[float] = None) -> List[Message]:
         """Up to `max` (at most 4096) messages available now, waiting up to
         `timeout` for the first (an empty list after it). Their views are valid until the next
-        call. Raises EndOfStream once everything was read."""
+        call. A message longer than Bus.max_payload that the consumer copies
+        (overwrite bus, best-effort reader) comes alone in its list. Raises
+        EndOfStream once everything was read."""
     def __iter__(self) -> Iterator[Message]: ...
     def __next__(self) -> Message: ...
     def close(self) -> None:
@@ -232,6 +261,7 @@ class Snapshot(TypedDict):
     capacity: int
     record_size: int
     max_payload: int
+    max_message: int
     max_readers: int
     segment_size: int
     creation_time_ns: int
@@ -249,7 +279,7 @@ class Inspector:
     """Reads a bus's header, counters and reader table without attaching."""
     def __init__(self, name: str) -> None: ...
     def snapshot(self) -> Snapshot:
-        """{name, policy, capacity, record_size, max_payload, max_readers,
+        """{name, policy, capacity, record_size, max_payload, max_message, max_readers,
         segment_size, creation_time_ns, layout_version, head, oldest,
         last_publish_ns, counters: {published, producer_waits,
         producer_wait_ns, wakeups, readers_reclaimed, readers_let_go,

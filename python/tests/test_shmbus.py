@@ -40,8 +40,8 @@ def test_round_trip_publish_claim_and_views(name):
     assert producer.commit(8) == 3
     with pytest.raises(ValueError):  # released by commit
         view[0] = 1
-    with pytest.raises(ValueError):
-        producer.publish(b"x" * 105)
+    with pytest.raises(ValueError, match=f"{bus.max_message + 1} bytes, max {bus.max_message}"):
+        producer.publish(b"x" * (bus.max_message + 1))
 
     seq, ts, mv = consumer.next(1.0)
     assert (seq, ts, bytes(mv)) == (0, 0, b"hello")
@@ -432,8 +432,8 @@ def test_batches_publish_and_read_many_messages_per_call(name):
     bus = shmbus.Bus.create(name, capacity=64, record_size=64)
     producer = shmbus.Producer(bus)
     consumer = shmbus.Consumer(bus)
-    with pytest.raises(ValueError, match="payload 1 is 100 bytes, max 40; nothing was published"):
-        producer.publish_batch([b"ok", b"x" * 100])
+    with pytest.raises(ValueError, match="payload 1 is 2025 bytes, max 2024; nothing was published"):
+        producer.publish_batch([b"ok", b"x" * 2025])
     assert producer.next_seq == 0
     assert producer.publish_batch([struct.pack("<Q", i) for i in range(50)]) == 50
     first = consumer.read_batch(32)
@@ -531,7 +531,11 @@ def test_the_stub_type_checks_a_typed_program_under_mypy_strict(tmp_path):
         "    if maybe is not None:\n"
         "        total += maybe[0]\n"
         "    batch: list[Message] = c.read_batch(64, timeout=0)\n"
-        "    return total + len(batch)\n"
+        "    records: int = sum(m.records for m in batch)\n"
+        "    if batch:\n"
+        "        first: memoryview = batch[0].payload\n"
+        "        total += len(first) + batch[0].seq + batch[0].timestamp_ns\n"
+        "    return total + len(batch) + records + c.bus.max_message + c.bus.max_payload\n"
         "\n"
         "def main() -> None:\n"
         "    try:\n"
@@ -546,7 +550,7 @@ def test_the_stub_type_checks_a_typed_program_under_mypy_strict(tmp_path):
         "    snap = shmbus.Inspector('typed').snapshot()\n"
         "    lag: int = snap['readers'][0]['lag'] if snap['readers'] else 0\n"
         "    reason: str = snap['producer']['liveness']\n"
-        "    print(lag, reason, snap['counters']['readers_let_go'])\n"
+        "    print(lag, reason, snap['counters']['readers_let_go'], snap['max_message'])\n"
         "    try:\n"
         "        drain(shmbus.Consumer(bus))\n"
         "    except shmbus.EndOfStream as e:\n"
@@ -579,3 +583,186 @@ def test_removing_a_bus_ends_the_stream_of_a_blocked_reader(name):
     with pytest.raises(RuntimeError, match="producer is closed"):
         producer.publish(b"into a removed bus")
     assert not shmbus.Bus.exists(name)
+
+
+# ---- Messages that span records
+
+def pattern(seq, size):
+    """The bytes of message `seq` in these tests: a view of the wrong message,
+    or of the wrong records, differs."""
+    return bytes((seq * 131 + i * 7 + i // 64) & 0xFF for i in range(size))
+
+
+def records_for(size, record_size):
+    return 1 if size + 24 <= record_size else -(-(size + 24) // record_size)
+
+
+def bus_mapping(name):
+    """The address ranges of the bus's segment mapped in this process."""
+    path = f"/dev/shm/shmbus.{name}"
+    ranges = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].rstrip("\n").removesuffix(" (deleted)") == path:
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                ranges.append((lo, hi))
+    return ranges
+
+
+def buffer_address(obj):
+    """Where an object's buffer (PEP 3118) starts, as its exporter says."""
+    import ctypes
+    py_buffer = (ctypes.c_char * 256)()  # a Py_buffer, whose first field is `void* buf`
+    get = ctypes.pythonapi.PyObject_GetBuffer
+    get.argtypes = [ctypes.py_object, ctypes.c_void_p, ctypes.c_int]
+    release = ctypes.pythonapi.PyBuffer_Release
+    release.argtypes = [ctypes.c_void_p]
+    assert get(obj, ctypes.addressof(py_buffer), 0) == 0
+    try:
+        return ctypes.c_void_p.from_buffer(py_buffer).value
+    finally:
+        release(ctypes.addressof(py_buffer))
+
+
+def inside(ranges, address, size):
+    return any(lo <= address and address + size <= hi for lo, hi in ranges)
+
+
+READERS = [("block", False), ("block", True), ("overwrite", False)]  # in place, checked copy, checked copy
+
+
+@pytest.mark.parametrize("policy,best_effort", READERS)
+def test_messages_that_span_records_round_trip(name, policy, best_effort):
+    """Up to max_message bytes, by publish() and claim(): each read is one
+    memoryview of the whole message; sequence numbers count records, and a
+    message that would cross the end of the ring starts the next lap (the
+    records between lose nothing)."""
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64, policy=policy)
+    assert (bus.max_payload, bus.max_message) == (40, 8 * 64 - 24)
+    assert shmbus.Inspector(name).snapshot()["max_message"] == bus.max_message
+    consumer = shmbus.Consumer(bus, best_effort=best_effort)
+    producer = shmbus.Producer(bus)
+    sizes = [5, 40, 41, 100, 300, bus.max_message, 0, 7, 200, bus.max_message, 41]
+    expected_seq = 0
+    for i, size in enumerate(sizes * 2):
+        k = records_for(size, 64)
+        if expected_seq % 16 + k > 16:
+            expected_seq += 16 - expected_seq % 16  # padding to the next lap
+        if i % 2:
+            view = producer.claim(size, timeout=5.0)
+            assert len(view) == size and not view.readonly and view.contiguous
+            view[:] = pattern(expected_seq, size)
+            seq = producer.commit()
+        else:
+            seq = producer.publish(pattern(expected_seq, size), timeout=5.0)
+        assert seq == expected_seq and producer.next_seq == seq + k
+        m = consumer.next(1.0)
+        assert isinstance(m, shmbus.Message) and isinstance(m, tuple) and len(m) == 3
+        assert (m.seq, m.timestamp_ns, m.records) == (seq, 0, k)
+        assert m[0] == m.seq and m[2] is m.payload
+        assert isinstance(m.payload, memoryview) and m.payload.contiguous and m.payload.readonly
+        assert len(m.payload) == size and bytes(m.payload) == pattern(seq, size)
+        expected_seq = seq + k
+        # Nothing more; the call gives back the records of the message in hand
+        # (a block producer waits for them before it reuses them).
+        assert consumer.next(0) is None
+    assert consumer.lost == 0 and consumer.delivered == 2 * len(sizes)
+    assert consumer.cursor == expected_seq == bus.head
+
+
+@pytest.mark.parametrize("policy,best_effort", READERS)
+def test_read_batch_of_small_and_spanning_messages(name, policy, best_effort):
+    """A batch keeps the order and the bytes; a message longer than
+    max_payload that the reader copies comes alone in its batch, while one
+    read in place comes with the others."""
+    bus = shmbus.Bus.create(name, capacity=64, record_size=64, policy=policy)
+    consumer = shmbus.Consumer(bus, best_effort=best_effort)
+    producer = shmbus.Producer(bus)
+    sizes = [8, 150, 8, 40, 300, 1000, 8, 41]
+    seqs, at = [], 0
+    for size in sizes:
+        seqs.append(at)
+        at += records_for(size, 64)
+    assert producer.publish_batch([pattern(s, size) for s, size in zip(seqs, sizes)]) == len(sizes)
+    assert producer.next_seq == at == 1 + 3 + 1 + 1 + 6 + 16 + 1 + 2
+    got, batches = [], []
+    while len(got) < len(sizes):
+        batch = consumer.read_batch(256, timeout=1.0)
+        assert batch, f"only {len(got)} of {len(sizes)} messages"
+        batches.append([len(m.payload) for m in batch])
+        for m in batch:  # checked before the next call releases the views
+            assert bytes(m.payload) == pattern(m.seq, len(m.payload))
+            got.append((m.seq, len(m.payload), m.records))
+    assert got == [(s, size, records_for(size, 64)) for s, size in zip(seqs, sizes)]
+    if policy == "block" and not best_effort:
+        assert batches == [sizes]  # in place: everything available in one batch
+    else:
+        assert all(len(b) == 1 for b in batches if max(b) > bus.max_payload)
+        assert batches == [[8], [150], [8, 40], [300], [1000], [8], [41]]
+    assert consumer.read_batch(16, timeout=0) == [] and consumer.lost == 0
+
+
+def test_a_spanning_message_is_one_view_of_the_shared_records(name):
+    """On a block bus a holding reader's view of a message that spans records
+    is the bus's memory itself; a best-effort reader's is its own copy."""
+    bus = shmbus.Bus.create(name, capacity=16, record_size=128)
+    in_place = shmbus.Consumer(bus)
+    copying = shmbus.Consumer(bus, best_effort=True)
+    producer = shmbus.Producer(bus)
+    data = pattern(0, bus.max_message)
+    producer.publish(data)
+    ranges = bus_mapping(name)
+    assert ranges
+    view = in_place.next(1.0).payload
+    address = buffer_address(view)
+    assert inside(ranges, address, len(view)) and bytes(view) == data
+    copy = copying.next(1.0).payload
+    assert not inside(ranges, buffer_address(copy), 1) and bytes(copy) == data
+
+
+def test_numpy_reads_a_spanning_message_without_a_copy(name):
+    np = pytest.importorskip("numpy")
+    bus = shmbus.Bus.create(name, capacity=16, record_size=128)
+    consumer = shmbus.Consumer(bus)
+    producer = shmbus.Producer(bus)
+    values = np.arange(bus.max_message // 8, dtype=np.uint64)
+    producer.publish(values)
+    m = consumer.next(1.0)
+    assert m.records == 8
+    first = np.frombuffer(m.payload, dtype=np.uint64)
+    second = np.frombuffer(m.payload, dtype=np.uint64)
+    assert np.array_equal(first, values)
+    address = first.__array_interface__["data"][0]
+    assert np.shares_memory(first, second) and address == buffer_address(m.payload)
+    assert inside(bus_mapping(name), address, first.nbytes)  # the records in shared memory, not a copy
+    assert not first.flags.writeable
+
+
+def test_claim_of_a_large_size_and_too_large_errors(name):
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    consumer = shmbus.Consumer(bus)
+    producer = shmbus.Producer(bus)
+    too_many = bus.max_message + 1
+    for call in (lambda: producer.publish(b"x" * too_many), lambda: producer.claim(too_many)):
+        with pytest.raises(ValueError, match=f"bus '{name}': message of {too_many} bytes, max {bus.max_message}$"):
+            call()
+    with pytest.raises(ValueError, match=f"payload 2 is {too_many} bytes, max {bus.max_message}; nothing"):
+        producer.publish_batch([b"a", b"b" * 100, b"c" * too_many])
+    assert producer.next_seq == 0
+    # A claim of more than max_payload: one contiguous writable view.
+    view = producer.claim(bus.max_message)
+    assert len(view) == bus.max_message
+    view[:] = pattern(0, bus.max_message)
+    assert producer.commit() == 0 and producer.next_seq == 8
+    # Committing less than a large claim keeps the records claimed.
+    view = producer.claim(300)
+    view[:50] = pattern(8, 50)
+    assert producer.commit(50) == 8 and producer.next_seq == 8 + records_for(300, 64)
+    assert producer.publish(b"after") == 8 + records_for(300, 64)
+    m = consumer.next(1.0)
+    assert (m.seq, m.records, bytes(m.payload)) == (0, 8, pattern(0, bus.max_message))
+    m = consumer.next(1.0)
+    assert (m.seq, m.records, bytes(m.payload)) == (8, records_for(300, 64), pattern(8, 50))
+    m = consumer.next(1.0)
+    assert (m.seq, m.records, bytes(m.payload)) == (8 + records_for(300, 64), 1, b"after")

@@ -91,7 +91,8 @@ static void test_block_bus(void) {
   shmbus_message batch[16];
   shmbus_batch_result br;
   shmbus_snapshot* snap = NULL;
-  char big[200];
+  char big[1200];
+  char want[64];
   void* claim = NULL;
   uint64_t seq = 99;
   size_t published = 0;
@@ -113,6 +114,7 @@ static void test_block_bus(void) {
   CHECK_STATUS(shmbus_bus_get_info(opened, &info), SHMBUS_OK);
   CHECK(strcmp(info.name, bus_name) == 0);
   CHECK(info.capacity == 16 && info.record_size == 128 && info.max_payload == 104);
+  CHECK(info.max_message == 8 * 128 - 24); /* half the ring's records, one header */
   CHECK(info.policy == SHMBUS_POLICY_BLOCK && info.max_readers == 4);
 
   CHECK_STATUS(shmbus_consumer_open(bus, NULL, &early), SHMBUS_OK);
@@ -130,13 +132,17 @@ static void test_block_bus(void) {
   CHECK_STATUS(shmbus_producer_publish(p, NULL, 0, 0, NULL), SHMBUS_OK); /* empty message */
   CHECK_STATUS(shmbus_producer_publish(p, NULL, 3, 0, NULL), SHMBUS_INVALID_ARGUMENT);
   memset(big, 'x', sizeof big);
-  CHECK_STATUS(shmbus_producer_publish(p, big, 105, 0, NULL), SHMBUS_TOO_LARGE);
-  CHECK(strstr(shmbus_last_error(), "max 104") != NULL);
+  CHECK_STATUS(shmbus_producer_publish(p, big, 1001, 0, NULL), SHMBUS_TOO_LARGE);
+  CHECK(strstr(shmbus_last_error(), "1001 bytes, max 1000") != NULL);
+  CHECK(strstr(shmbus_last_error(), bus_name) != NULL);
   CHECK_STATUS(shmbus_producer_publish(p, big, 104, 0, NULL), SHMBUS_OK);
 
   /* Claim, write in place, commit part of it. */
   CHECK_STATUS(shmbus_producer_commit(p, 0), SHMBUS_NO_CLAIM);
-  CHECK_STATUS(shmbus_producer_claim(p, 105, 0, &claim, NULL), SHMBUS_TOO_LARGE);
+  CHECK_STATUS(shmbus_producer_claim(p, 1001, 0, &claim, NULL), SHMBUS_TOO_LARGE);
+  snprintf(want, sizeof want, "1001 bytes, max %u", (unsigned)info.max_message);
+  CHECK(strstr(shmbus_last_error(), want) != NULL);
+  CHECK(claim == NULL);
   CHECK_STATUS(shmbus_producer_claim(p, 64, 0, &claim, &seq), SHMBUS_OK);
   CHECK(claim != NULL && seq == 3);
   CHECK_STATUS(shmbus_producer_publish(p, "x", 1, 0, NULL), SHMBUS_CLAIM_PENDING);
@@ -158,7 +164,7 @@ static void test_block_bus(void) {
 
   /* The earliest reader sees everything, byte-exact and in order. */
   CHECK_STATUS(shmbus_consumer_next(early, one_second, &m), SHMBUS_READ_MESSAGE);
-  CHECK(m.seq == 0 && m.size == 5 && memcmp(m.data, "hello", 5) == 0);
+  CHECK(m.seq == 0 && m.size == 5 && memcmp(m.data, "hello", 5) == 0 && m.records == 1 && m.reserved == 0);
   CHECK_STATUS(shmbus_consumer_next(early, one_second, &m), SHMBUS_READ_MESSAGE);
   CHECK(m.seq == 1 && m.size == 0);
   CHECK_STATUS(shmbus_consumer_next(early, one_second, &m), SHMBUS_READ_MESSAGE);
@@ -171,6 +177,7 @@ static void test_block_bus(void) {
   }
   CHECK(br.lost == 0 && br.corrupt == 0 && br.end_of_stream == 0);
   CHECK_STATUS(shmbus_consumer_next(early, 0, &m), SHMBUS_READ_TIMEOUT);
+  CHECK(m.records == 0 && m.data == NULL && m.size == 0);
   CHECK(shmbus_consumer_cursor(early) == 7 && shmbus_consumer_delivered(early) == 7);
 
   /* A reader from a retained sequence, and one from a sequence not yet published. */
@@ -197,7 +204,7 @@ static void test_block_bus(void) {
     CHECK(snap->head == 7 && snap->published == 7);
     CHECK(snap->producer_attached == 1 && snap->producer_pid == (int32_t)getpid());
     CHECK(snap->producer_liveness == SHMBUS_ALIVE && snap->producer_closed == 0);
-    CHECK(snap->info.capacity == 16);
+    CHECK(snap->info.capacity == 16 && snap->info.max_payload == 104 && snap->info.max_message == 1000);
     CHECK(snap->reader_count == 2);
     for (k = 0; k < snap->reader_count; ++k) {
       const shmbus_reader_view* r = &snap->readers[k];
@@ -461,6 +468,167 @@ static void test_hold_limit(void) {
   CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);
 }
 
+/* Bytes of message `seq` in the spanning test: its sequence in every byte
+ * position, so a view of the wrong message or the wrong records differs. */
+static void fill_pattern(unsigned char* to, size_t n, uint64_t seq) {
+  size_t k;
+  for (k = 0; k < n; ++k) to[k] = (unsigned char)(seq * 131 + k * 7 + k / 64);
+}
+
+static int has_pattern(const void* data, size_t n, uint64_t seq) {
+  unsigned char want[512];
+  if (n > sizeof want) return 0;
+  fill_pattern(want, n, seq);
+  return memcmp(data, want, n) == 0;
+}
+
+struct expected {
+  uint64_t seq;
+  size_t size;
+  uint32_t records;
+};
+
+/* Messages longer than one record (max_payload) take consecutive records:
+ * publish, claim + commit and publish_batch write them, next and read_batch
+ * deliver each as one contiguous view, byte-exact, with `records` saying
+ * where the next message's sequence starts. On a block bus the holding
+ * reader reads in place, the best-effort one a checked copy; on an
+ * overwrite bus both copy. */
+static void test_spanning_messages(uint32_t policy) {
+  shmbus_bus_options o;
+  shmbus_consumer_options co;
+  shmbus_bus* bus = NULL;
+  shmbus_producer* p = NULL;
+  shmbus_consumer *by_next = NULL, *by_batch = NULL;
+  shmbus_bus_info info;
+  shmbus_message m;
+  shmbus_message batch[16];
+  shmbus_batch_result br;
+  unsigned char payload[512];
+  unsigned char small_a[8], small_b[8], batch_big[200];
+  const void* items[3];
+  size_t sizes[3], published = 0, got = 0, k;
+  void* claim = NULL;
+  uint64_t seq = 0;
+  int64_t n;
+  int rounds = 0;
+  /* 16 records of 64 bytes: max_payload 40, max_message 8 x 64 - 24 = 488. */
+  const struct expected want[] = {
+      {0, 5, 1},    /* publish, one record */
+      {1, 100, 2},  /* publish: 24 + 100 bytes take 2 records */
+      {3, 300, 6},  /* claim(300), commit */
+      {9, 40, 1},   /* exactly max_payload: one record */
+      {10, 8, 1},   /* publish_batch: small, spanning, small */
+      {11, 200, 4},
+      {15, 8, 1}};
+  const size_t count = sizeof want / sizeof want[0];
+
+  shmbus_bus_options_init(&o);
+  o.capacity = 16;
+  o.record_size = 64;
+  o.policy = policy;
+  CHECK_STATUS(shmbus_bus_create(bus_name2, &o, &bus), SHMBUS_OK);
+  if (!bus) return;
+  CHECK_STATUS(shmbus_bus_get_info(bus, &info), SHMBUS_OK);
+  CHECK(info.max_payload == 40 && info.max_message == 488 && info.reserved == 0);
+  CHECK_STATUS(shmbus_consumer_open(bus, NULL, &by_next), SHMBUS_OK);
+  shmbus_consumer_options_init(&co);
+  co.name = "batch";
+  co.best_effort = 1; /* a checked copy also on the block bus */
+  CHECK_STATUS(shmbus_consumer_open(bus, &co, &by_batch), SHMBUS_OK);
+  CHECK_STATUS(shmbus_producer_open(bus, NULL, &p), SHMBUS_OK);
+  if (!by_next || !by_batch || !p) goto done;
+
+  fill_pattern(payload, 5, 0);
+  CHECK_STATUS(shmbus_producer_publish(p, payload, 5, 0, &seq), SHMBUS_OK);
+  CHECK(seq == 0);
+  fill_pattern(payload, 100, 1);
+  CHECK_STATUS(shmbus_producer_publish(p, payload, 100, 0, &seq), SHMBUS_OK);
+  CHECK(seq == 1 && shmbus_producer_next_seq(p) == 3);
+  CHECK_STATUS(shmbus_producer_claim(p, 300, 0, &claim, &seq), SHMBUS_OK);
+  CHECK(seq == 3 && claim != NULL);
+  if (claim) fill_pattern((unsigned char*)claim, 300, 3); /* one contiguous writable span */
+  CHECK_STATUS(shmbus_producer_commit(p, 300), SHMBUS_OK);
+  CHECK(shmbus_producer_next_seq(p) == 9);
+  fill_pattern(payload, 40, 9);
+  CHECK_STATUS(shmbus_producer_publish(p, payload, 40, 0, &seq), SHMBUS_OK);
+  CHECK(seq == 9);
+  fill_pattern(small_a, sizeof small_a, 10);
+  fill_pattern(batch_big, sizeof batch_big, 11);
+  fill_pattern(small_b, sizeof small_b, 15);
+  items[0] = small_a;
+  items[1] = batch_big;
+  items[2] = small_b;
+  sizes[0] = sizeof small_a;
+  sizes[1] = sizeof batch_big;
+  sizes[2] = sizeof small_b;
+  CHECK_STATUS(shmbus_producer_publish_batch(p, items, sizes, 3, 0, &published), SHMBUS_OK);
+  CHECK(published == 3 && shmbus_producer_next_seq(p) == 16 && shmbus_bus_head(bus) == 16);
+
+  /* One at a time. */
+  for (k = 0; k < count; ++k) {
+    CHECK_STATUS(shmbus_consumer_next(by_next, one_second, &m), SHMBUS_READ_MESSAGE);
+    CHECK(m.seq == want[k].seq && m.size == want[k].size && m.records == want[k].records);
+    CHECK(m.data != NULL && has_pattern(m.data, m.size, m.seq));
+    if (k + 1 < count) CHECK(want[k + 1].seq == m.seq + m.records);
+  }
+  CHECK_STATUS(shmbus_consumer_next(by_next, 0, &m), SHMBUS_READ_TIMEOUT);
+  CHECK(shmbus_consumer_cursor(by_next) == 16 && shmbus_consumer_delivered(by_next) == count &&
+        shmbus_consumer_lost(by_next) == 0);
+
+  /* In batches: the same messages in order. A checked copy of a message
+   * longer than max_payload comes alone in its batch. */
+  while (got < count && rounds++ < 20) {
+    n = shmbus_consumer_read_batch(by_batch, batch, 16, one_second, &br);
+    CHECK(n >= 1 && br.lost == 0 && br.corrupt == 0);
+    if (n < 1) break;
+    for (k = 0; k < (size_t)n && got < count; ++k, ++got) {
+      const shmbus_message* b = &batch[k];
+      CHECK(b->seq == want[got].seq && b->size == want[got].size && b->records == want[got].records);
+      CHECK(b->data != NULL && has_pattern(b->data, b->size, b->seq));
+      if (b->size > info.max_payload) CHECK(n == 1);
+    }
+  }
+  CHECK(got == count);
+  CHECK(shmbus_consumer_read_batch(by_batch, batch, 16, 0, &br) == 0);
+  CHECK(shmbus_consumer_cursor(by_batch) == 16 && shmbus_consumer_lost(by_batch) == 0);
+
+  /* The longest message from sequence 28 would cross the end of the ring:
+   * it starts the next lap at 32, and the records between are padding that
+   * loses nothing. */
+  for (k = 16; k < 28; ++k) CHECK_STATUS(shmbus_producer_publish(p, "s", 1, 0, NULL), SHMBUS_OK);
+  for (k = 16; k < 28; ++k) {
+    CHECK_STATUS(shmbus_consumer_next(by_next, one_second, &m), SHMBUS_READ_MESSAGE);
+    CHECK(m.seq == k && m.records == 1);
+  }
+  CHECK(shmbus_consumer_read_batch(by_batch, batch, 16, one_second, &br) == 12);
+  fill_pattern(payload, 488, 32);
+  CHECK_STATUS(shmbus_producer_publish(p, payload, 488, 0, &seq), SHMBUS_OK);
+  CHECK(seq == 32 && shmbus_producer_next_seq(p) == 40);
+  CHECK_STATUS(shmbus_consumer_next(by_next, one_second, &m), SHMBUS_READ_MESSAGE);
+  CHECK(m.seq == 32 && m.size == 488 && m.records == 8 && has_pattern(m.data, m.size, 32));
+  CHECK(shmbus_consumer_read_batch(by_batch, batch, 16, one_second, &br) == 1);
+  CHECK(br.lost == 0 && batch[0].seq == 32 && batch[0].size == 488 && batch[0].records == 8 &&
+        has_pattern(batch[0].data, 488, 32));
+  CHECK(shmbus_consumer_lost(by_next) == 0 && shmbus_consumer_lost(by_batch) == 0);
+
+  /* One byte over max_message is refused, naming both sizes; so is a batch
+   * item (the ones before it are published). */
+  CHECK_STATUS(shmbus_producer_publish(p, payload, 489, 0, NULL), SHMBUS_TOO_LARGE);
+  CHECK(strstr(shmbus_last_error(), "489 bytes, max 488") != NULL);
+  sizes[1] = 489;
+  items[1] = payload;
+  CHECK_STATUS(shmbus_producer_publish_batch(p, items, sizes, 3, 0, &published), SHMBUS_TOO_LARGE);
+  CHECK(published == 1 && strstr(shmbus_last_error(), "489 bytes, max 488") != NULL);
+
+done:
+  shmbus_producer_destroy(p);
+  shmbus_consumer_destroy(by_next);
+  shmbus_consumer_destroy(by_batch);
+  shmbus_bus_close(bus);
+  CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);
+}
+
 int main(void) {
   snprintf(bus_name, sizeof bus_name, "c-api-test-%ld", (long)getpid());
   snprintf(bus_name2, sizeof bus_name2, "c-api-test-ow-%ld", (long)getpid());
@@ -472,6 +640,8 @@ int main(void) {
   test_evicted_reader_is_told();
   test_best_effort_reader();
   test_hold_limit();
+  test_spanning_messages(SHMBUS_POLICY_BLOCK);
+  test_spanning_messages(SHMBUS_POLICY_OVERWRITE);
   shmbus_bus_remove(bus_name, NULL);
   shmbus_bus_remove(bus_name2, NULL);
   if (failures) {

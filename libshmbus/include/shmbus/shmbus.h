@@ -79,7 +79,7 @@ typedef enum shmbus_status {
   SHMBUS_INVALID_ARGUMENT = 100, /* NULL handle or pointer, size or value out of range */
   SHMBUS_OUT_OF_MEMORY = 101,
   SHMBUS_INTERNAL = 102,         /* an unexpected C++ exception; see shmbus_last_error() */
-  SHMBUS_TOO_LARGE = 110,        /* payload longer than the bus's max payload */
+  SHMBUS_TOO_LARGE = 110,        /* payload longer than the bus's max_message */
   SHMBUS_CLOSED = 111,           /* the producer was closed or detached */
   SHMBUS_CLAIM_PENDING = 112,    /* publish or claim while a claim is open: commit it first */
   SHMBUS_NO_CLAIM = 113          /* commit without an open claim, or larger than the claim */
@@ -95,7 +95,7 @@ SHMBUS_API const char* shmbus_last_error(void);
 
 #define SHMBUS_FOREVER ((int64_t)-1)
 
-/* The library's version, e.g. "0.1.0". */
+/* The library's version, e.g. "0.3.0". */
 SHMBUS_API const char* shmbus_version(void);
 
 /* ---- Buses ------------------------------------------------------------- */
@@ -145,14 +145,20 @@ SHMBUS_API shmbus_status shmbus_bus_remove(const char* name, int* removed);
 /* 1 if a segment of that name exists, 0 if not or the name is invalid. */
 SHMBUS_API int shmbus_bus_exists(const char* name);
 
+/* Byte offsets: name 0, policy 204, capacity 208, record_size 216,
+ * max_payload 220, max_message 224, max_readers 228, layout_version 232,
+ * reserved 236, segment_size 240, creation_time_ns 248; 256 bytes in all. */
 typedef struct shmbus_bus_info {
   char name[201];           /* NUL-terminated */
   uint32_t policy;          /* shmbus_policy */
   uint64_t capacity;
   uint32_t record_size;
-  uint32_t max_payload;     /* largest payload a record carries */
+  uint32_t max_payload;     /* longest message that fits one record (record_size - 24) */
+  uint32_t max_message;     /* longest message the bus accepts: a longer one than max_payload takes
+                               consecutive records (at most half the ring, and at most 1 GiB) */
   uint32_t max_readers;
   uint32_t layout_version;
+  uint32_t reserved;        /* 0 */
   uint64_t segment_size;
   uint64_t creation_time_ns;  /* CLOCK_REALTIME */
 } shmbus_bus_info;
@@ -206,15 +212,18 @@ SHMBUS_API void shmbus_producer_options_init(shmbus_producer_options* options);
 SHMBUS_API shmbus_status shmbus_producer_open(shmbus_bus* bus, const shmbus_producer_options* options,
                                               shmbus_producer** out);
 
-/* Copies `size` bytes into the next record and publishes it. `seq` (may be
- * NULL) receives its sequence number. Returns SHMBUS_OK, SHMBUS_TOO_LARGE,
+/* Copies `size` bytes (up to the bus's max_message) into the next record
+ * and publishes it; a message longer than max_payload takes consecutive
+ * records. `seq` (may be NULL) receives its sequence number. Returns
+ * SHMBUS_OK, SHMBUS_TOO_LARGE (the reason names both sizes),
  * SHMBUS_TIMEOUT (block bus full for the whole timeout), SHMBUS_CLOSED,
  * SHMBUS_CLAIM_PENDING or SHMBUS_INVALID_ARGUMENT. */
 SHMBUS_API shmbus_status shmbus_producer_publish(shmbus_producer* producer, const void* data,
                                                  size_t size, int64_t timeout_ns, uint64_t* seq);
 
-/* Reserves the next record for `size` bytes to be written in place:
- * `*data` points into the shared segment, writable for `size` bytes until
+/* Reserves the next record (records, for `size` > max_payload) for `size`
+ * bytes, up to max_message, to be written in place: `*data` points into the
+ * shared segment, one contiguous span writable for `size` bytes until
  * shmbus_producer_commit(). `seq` may be NULL. Same statuses as publish. */
 SHMBUS_API shmbus_status shmbus_producer_claim(shmbus_producer* producer, size_t size,
                                                int64_t timeout_ns, void** data, uint64_t* seq);
@@ -223,9 +232,10 @@ SHMBUS_API shmbus_status shmbus_producer_claim(shmbus_producer* producer, size_t
  * SHMBUS_NO_CLAIM otherwise or when nothing is claimed). */
 SHMBUS_API shmbus_status shmbus_producer_commit(shmbus_producer* producer, size_t size);
 
-/* Publishes `count` messages in order with one head update. `*published`
- * (required) receives how many were published: all, or fewer on a timeout
- * or a too-large message (returned as SHMBUS_TIMEOUT / SHMBUS_TOO_LARGE). */
+/* Publishes `count` messages (each up to max_message) in order, with one
+ * head update per run of one-record messages. `*published` (required)
+ * receives how many were published: all, or fewer on a timeout or a
+ * too-large message (returned as SHMBUS_TIMEOUT / SHMBUS_TOO_LARGE). */
 SHMBUS_API shmbus_status shmbus_producer_publish_batch(shmbus_producer* producer,
                                                        const void* const* data, const size_t* sizes,
                                                        size_t count, int64_t timeout_ns,
@@ -311,7 +321,13 @@ typedef enum shmbus_end_reason {
 
 /* One message. `data` points into shared memory (block bus) or into the
  * consumer's own buffer (overwrite bus, best-effort reader); either way it is valid until the
- * next read call on the same consumer. */
+ * next read call on the same consumer, and one contiguous `size` bytes, also
+ * for a message that spans records.
+ * Sequence numbers count records: a message longer than the bus's
+ * max_payload takes `records` of them, and the next message's seq is at
+ * least seq + records.
+ * Byte offsets on LP64: seq 0, timestamp_ns 8, data 16, size 24, lost 32,
+ * end_reason 40, stale_view 44, records 48, reserved 52; 56 bytes in all. */
 typedef struct shmbus_message {
   uint64_t seq;
   uint64_t timestamp_ns;  /* CLOCK_REALTIME at publish, or 0 */
@@ -321,6 +337,9 @@ typedef struct shmbus_message {
   uint32_t end_reason;    /* shmbus_end_reason, with SHMBUS_READ_END_OF_STREAM */
   uint32_t stale_view;    /* with SHMBUS_READ_EVICTED and SHMBUS_READ_LET_GO: 1 if the message
                              the previous call returned was overwritten while it was held */
+  uint32_t records;       /* with SHMBUS_READ_MESSAGE: records the message takes (1 if it fits
+                             one); 0 otherwise */
+  uint32_t reserved;      /* 0 */
 } shmbus_message;
 
 /* The next message, waiting up to `timeout_ns`. */

@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
       shmbus_inspect(name, &snap) != SHMBUS_OK) {
     fprintf(stderr, "%s\n", shmbus_last_error());
   } else if (shmbus_consumer_next(c, 1000000000, &m) == SHMBUS_READ_MESSAGE && m.size == sizeof text &&
-             memcmp(m.data, text, sizeof text) == 0 && snap->head == 1 && snap->reader_count == 1) {
+             memcmp(m.data, text, sizeof text) == 0 && m.records == 1 && snap->head == 1 &&
+             snap->reader_count == 1 && snap->info.max_message == 32 * 128 - 24) {
     ok = 1;
   }
   printf("%s (C, shmbus %s): %s\n", name, shmbus_version(), ok ? "message received" : "wrong message");

@@ -27,7 +27,7 @@ void Verifier::on_message(const Message& m, SyntheticCheck check, const tools::S
       gaps_ += m.seq - want;  // judged against reported losses after the batch
     }
   }
-  expected_ = m.seq + 1;
+  expected_ = m.seq + m.records;  // a message that spans records takes several sequences
   switch (check) {
     case SyntheticCheck::ok:
       if (f.seq != m.seq) problem("message seq {} carries the payload of seq {}", m.seq, f.seq);

@@ -345,13 +345,16 @@ Event Client::next(std::chrono::milliseconds wait) {
     DecodeStatus s = DecodeStatus::ok;
     switch (fh.type) {
       case FrameType::batch:
-        s = decode_batch(body_, welcome_.max_payload, ev.batch);
-        if (s == DecodeStatus::ok && ev.batch.first_seq() != next_seq_) {
-          throw ClientError(fmt::format("{}: batch starts at seq {}, expected {}", where_,
+        s = decode_batch(body_, BatchLimits{welcome_.max_message, welcome_.record_size}, ev.batch);
+        // A batch starts where the stream is, or after sequences that hold
+        // no message (the padding a bus puts before a message that spans
+        // records, when the rest of its lap is too short); never before.
+        if (s == DecodeStatus::ok && ev.batch.first_seq() < next_seq_) {
+          throw ClientError(fmt::format("{}: batch starts at seq {}, before the expected {}", where_,
                                         ev.batch.first_seq(), next_seq_));
         }
         if (s == DecodeStatus::ok) {
-          next_seq_ += ev.batch.count();
+          next_seq_ = ev.batch.end_seq();
           ev.kind = Event::Kind::batch;
           return ev;
         }

@@ -129,6 +129,47 @@ class Mirror {
     }
   }
 
+  // The longest message a ring of `capacity` records of `record_size` bytes
+  // accepts (the bus's rule: a span of up to half the ring, less one
+  // record header, and at most 1 GiB).
+  static std::uint32_t max_message_for(std::uint64_t capacity, std::uint32_t record_size) {
+    const std::uint64_t half = capacity / 2 > 0 ? capacity / 2 : 1;
+    const std::uint64_t bytes = half * record_size - kRecordHeader;
+    return bytes < kMaxMessage ? static_cast<std::uint32_t>(bytes) : kMaxMessage;
+  }
+
+  // The smallest capacity from `from` on (doubling) whose ring takes
+  // messages of `length` bytes in records of `record_size`.
+  static std::uint64_t capacity_for(std::uint64_t from, std::uint32_t record_size, std::uint32_t length) {
+    std::uint64_t cap = std::max<std::uint64_t>(from, 2);
+    while (cap < (std::uint64_t{1} << 40) && max_message_for(cap, record_size) < length) cap *= 2;
+    return cap;
+  }
+
+  // Sequence numbers count records: the local bus keeps the source's only
+  // if its messages take as many records, i.e. with the same record size.
+  // A local ring smaller than the source's is accepted with a warning: a
+  // source of messages that fit one record mirrors into it exactly; a
+  // message longer than the local bus takes, or one that spans records and
+  // would cross a local lap's end where the source's did not, stops the
+  // mirror (stream()).
+  void check_geometry(const BusInfo& info, const Welcome& w) const {
+    if (info.record_size != w.record_size) {
+      throw std::runtime_error(fmt::format(
+          "bus '{}': has records of {} bytes, the remote bus of {}: sequence numbers count records, so the "
+          "local bus needs the remote's record size: recreate it with a record size of {}",
+          o_.bus, info.record_size, w.record_size, w.record_size));
+    }
+    if (info.max_message < w.max_message) {
+      log_always(fmt::format(
+          "warning: bus '{}' accepts messages of at most {} bytes (capacity {}), the remote bus up to {}: the "
+          "mirror stops at a longer one, or at a message that spans records where the local ring's lap ends "
+          "and the remote's does not; a capacity of {} or more takes them all",
+          o_.bus, info.max_message, info.capacity, w.max_message,
+          capacity_for(info.capacity, w.record_size, w.max_message)));
+    }
+  }
+
   // Creates the local bus on the first welcome if it does not exist; aligns
   // its next sequence with the stream's first.
   void attach_local(const Welcome& w) {
@@ -142,13 +183,7 @@ class Mirror {
       bo.trust = o_.trust;
       producer_.emplace(Bus::open_or_create(o_.bus, bo));
     }
-    const BusInfo& info = producer_->bus().info();
-    if (info.max_payload < w.max_payload) {
-      throw std::runtime_error(fmt::format(
-          "bus '{}': carries at most {} bytes per message, the remote bus up to {}: recreate it with a "
-          "record size of {} or more",
-          o_.bus, info.max_payload, w.max_payload, w.record_size));
-    }
+    check_geometry(producer_->bus().info(), w);
     const std::uint64_t next = producer_->next_seq();
     if (w.first_seq < next) {
       // The source starts before what we already have: it was recreated or
@@ -192,29 +227,71 @@ class Mirror {
         case Event::Kind::batch:
           break;
       }
-      if (ev.batch.first_seq() != producer_->next_seq()) {
-        skip_to(ev.batch.first_seq(), "out of order");  // the client checks order; not expected
-      }
+      // Each message goes where the local producer puts it: its next
+      // sequence, or the start of the next lap when a message that spans
+      // records would cross the ring's end (the bus pads the rest of the
+      // lap). That is the source's sequence when the source's lap ends are
+      // the local ones; a message further on is republished there after a
+      // skip_to (sequences the source's padding took on a ring whose laps
+      // end elsewhere, or that a bad server skipped); one the local bus
+      // would place later than the source did cannot keep its sequence.
+      const std::uint64_t cap = producer_->bus().info().capacity;
+      const std::uint32_t record_size = producer_->bus().info().record_size;
+      std::uint64_t at = producer_->next_seq();
       payloads.clear();
-      for (BatchMessage m : ev.batch) payloads.push_back(m.payload);
-      std::size_t done = 0;
-      while (done < payloads.size()) {
-        c.keep_alive();  // a long wait for local readers must not look like a dead subscriber
-        const std::size_t k = producer_->publish_batch(std::span(payloads).subspan(done), kStep);
-        done += k;
-        if (k == 0) {  // full for a whole step (a slow local reader), or worse: ask why
-          const PublishResult r = producer_->publish(payloads[done], kStep);
-          if (r) {
-            ++done;
-          } else if (r.status != PublishStatus::timeout) {
-            throw std::runtime_error(
-                fmt::format("bus '{}': cannot publish seq {}: {}", o_.bus, producer_->next_seq(), to_string(r.status)));
-          }
+      const std::uint32_t max_message = producer_->bus().info().max_message;
+      for (BatchMessage m : ev.batch) {
+        if (m.payload.size() > max_message) {
+          if (const auto end = publish_all(c, payloads)) return *end;
+          throw std::runtime_error(fmt::format(
+              "bus '{}': the remote's message at seq {} has {} bytes, more than the {} the local bus accepts "
+              "(capacity {}): recreate it with a capacity of {} or more (the remote bus takes up to {})",
+              o_.bus, m.seq, m.payload.size(), max_message, cap,
+              capacity_for(cap, record_size, c.welcome().max_message), c.welcome().max_message));
         }
-        if (done < payloads.size() && stopping()) return MirrorEnd::stopped;
+        const std::uint64_t k = records_for(m.payload.size(), record_size);
+        const std::uint64_t place = at % cap + k <= cap ? at : (at | (cap - 1)) + 1;
+        if (m.seq < place) {
+          throw std::runtime_error(fmt::format(
+              "bus '{}': the remote's message at seq {} ({} bytes, {} records) can only go at seq {} here: the "
+              "local ring (capacity {}) ends its laps elsewhere than the remote's; recreate it with the "
+              "remote's capacity",
+              o_.bus, m.seq, m.payload.size(), k, place, cap));
+        }
+        if (m.seq > place) {
+          if (const auto end = publish_all(c, payloads)) return *end;
+          payloads.clear();
+          skip_to(m.seq, "passed over by the remote without a loss frame: padding before a message that spans "
+                         "records, where the local ring's lap does not end");
+        }
+        payloads.push_back(m.payload);
+        at = m.seq + k;
       }
-      stats_.messages += payloads.size();
+      if (const auto end = publish_all(c, payloads)) return *end;
     }
+  }
+
+  // Publishes `payloads` in order, waiting for room (with heartbeats to the
+  // server meanwhile). Returns a value when it should stop instead.
+  std::optional<MirrorEnd> publish_all(Client& c, const std::vector<std::span<const std::byte>>& payloads) {
+    std::size_t done = 0;
+    while (done < payloads.size()) {
+      c.keep_alive();  // a long wait for local readers must not look like a dead subscriber
+      const std::size_t k = producer_->publish_batch(std::span(payloads).subspan(done), kStep);
+      done += k;
+      if (k == 0) {  // full for a whole step (a slow local reader), or worse: ask why
+        const PublishResult r = producer_->publish(payloads[done], kStep);
+        if (r) {
+          ++done;
+        } else if (r.status != PublishStatus::timeout) {
+          throw std::runtime_error(
+              fmt::format("bus '{}': cannot publish seq {}: {}", o_.bus, producer_->next_seq(), to_string(r.status)));
+        }
+      }
+      if (done < payloads.size() && stopping()) return MirrorEnd::stopped;
+    }
+    stats_.messages += payloads.size();
+    return std::nullopt;
   }
 
   const MirrorOptions& o_;

@@ -77,8 +77,9 @@ const char* to_string(DecodeStatus s) noexcept {
     case DecodeStatus::bad_version: return "unsupported protocol version";
     case DecodeStatus::bad_field: return "impossible field value";
     case DecodeStatus::bad_name: return "invalid bus name";
-    case DecodeStatus::bad_sequence: return "batch sequences not consecutive";
-    case DecodeStatus::payload_too_large: return "message longer than the max payload";
+    case DecodeStatus::bad_sequence: return "batch message before the end of the one before it";
+    case DecodeStatus::payload_too_large: return "message longer than the max message";
+    case DecodeStatus::bad_records: return "batch message records impossible for its length";
     case DecodeStatus::empty: return "empty batch or loss";
   }
   return "unknown decode status";
@@ -129,7 +130,7 @@ DecodeStatus decode_hello(std::span<const std::byte> body, Hello& out) noexcept 
 }
 
 //  welcome body: 0 u16 version | 2 u16 reserved | 4 u32 policy | 8 u32 record_size |
-//                12 u32 max_payload | 16 u32 heartbeat_ms | 20 u32 max_frame | 24 u64 first_seq
+//                12 u32 max_message | 16 u32 heartbeat_ms | 20 u32 max_frame | 24 u64 first_seq
 DecodeStatus decode_welcome(std::span<const std::byte> body, Welcome& out) noexcept {
   if (body.size() != kWelcomeSize) return DecodeStatus::bad_length;
   const std::byte* p = body.data();
@@ -138,13 +139,16 @@ DecodeStatus decode_welcome(std::span<const std::byte> body, Welcome& out) noexc
   if (get16(p + 2) != 0) return DecodeStatus::bad_reserved;
   out.policy = get32(p + 4);
   out.record_size = get32(p + 8);
-  out.max_payload = get32(p + 12);
+  out.max_message = get32(p + 12);
   out.heartbeat_ms = get32(p + 16);
   out.max_frame = get32(p + 20);
   out.first_seq = get64(p + 24);
   if (out.policy != 1 && out.policy != 2) return DecodeStatus::bad_field;
-  if (out.max_payload == 0 || out.max_payload >= out.record_size || out.heartbeat_ms == 0 ||
-      out.max_frame < kBatchFixed + kMessageHeader + out.max_payload) {
+  // A bus's records are 64 bytes or more, a multiple of 8, and its longest
+  // message is at least what one record holds and at most 1 GiB.
+  if (out.record_size < kMinRecordSize || out.record_size % 8 != 0 ||
+      out.max_message < out.record_size - kRecordHeader || out.max_message > kMaxMessage ||
+      out.heartbeat_ms == 0 || out.max_frame < kBatchFixed + kMessageHeader + out.max_message) {
     return DecodeStatus::bad_field;
   }
   return DecodeStatus::ok;
@@ -170,9 +174,8 @@ DecodeStatus decode_error(std::span<const std::byte> body, ErrorFrame& out) noex
 }
 
 //  batch body: 0 u32 count | 4 u32 reserved | 8 count x message
-//  message:    0 u64 seq | 8 u64 timestamp_ns | 16 u32 length | 20 u32 reserved | 24 payload
-DecodeStatus decode_batch(std::span<const std::byte> body, std::uint32_t max_payload,
-                          BatchView& out) noexcept {
+//  message:    0 u64 seq | 8 u64 timestamp_ns | 16 u32 length | 20 u32 records | 24 payload
+DecodeStatus decode_batch(std::span<const std::byte> body, BatchLimits limits, BatchView& out) noexcept {
   if (body.size() < kBatchFixed) return DecodeStatus::bad_length;
   const std::byte* p = body.data();
   const std::uint32_t count = get32(p);
@@ -181,20 +184,24 @@ DecodeStatus decode_batch(std::span<const std::byte> body, std::uint32_t max_pay
   // Each message takes at least its header: a count the body cannot hold is
   // refused before the loop (which is then bounded by the body's size too).
   if (count > (body.size() - kBatchFixed) / kMessageHeader) return DecodeStatus::bad_length;
+  if (limits.record_size <= kRecordHeader) return DecodeStatus::bad_field;
+  // The most records a message of the longest length takes; no sequence
+  // reaches 2^62 (the bus's own bound), so seq + records never overflows.
+  const std::uint64_t max_records = records_for(limits.max_message, limits.record_size);
+  constexpr std::uint64_t kMaxSequence = std::uint64_t{1} << 62;
   std::size_t at = kBatchFixed;
   std::uint64_t first = 0;
+  std::uint64_t end = 0;  // the sequence after the previous message's records
   for (std::uint32_t i = 0; i < count; ++i) {
     if (body.size() - at < kMessageHeader) return DecodeStatus::bad_length;
     const std::uint64_t seq = get64(p + at);
     const std::uint32_t len = get32(p + at + 16);
-    if (get32(p + at + 20) != 0) return DecodeStatus::bad_reserved;
-    if (i == 0) {
-      first = seq;
-      if (seq > UINT64_MAX - count) return DecodeStatus::bad_sequence;
-    } else if (seq != first + i) {
-      return DecodeStatus::bad_sequence;
-    }
-    if (len > max_payload) return DecodeStatus::payload_too_large;
+    const std::uint32_t records = get32(p + at + 20);
+    if (len > limits.max_message) return DecodeStatus::payload_too_large;
+    if (records < records_for(len, limits.record_size) || records > max_records) return DecodeStatus::bad_records;
+    if (seq >= kMaxSequence || (i > 0 && seq < end)) return DecodeStatus::bad_sequence;
+    if (i == 0) first = seq;
+    end = seq + records;
     at += kMessageHeader;
     if (body.size() - at < len) return DecodeStatus::bad_length;
     at += len;
@@ -203,6 +210,7 @@ DecodeStatus decode_batch(std::span<const std::byte> body, std::uint32_t max_pay
   out.messages_ = body.subspan(kBatchFixed);
   out.count_ = count;
   out.first_ = first;
+  out.end_ = end;
   return DecodeStatus::ok;
 }
 
@@ -211,6 +219,7 @@ BatchMessage BatchView::iterator::operator*() const noexcept {
   m.seq = get64(p_);
   m.timestamp_ns = get64(p_ + 8);
   m.payload = std::span<const std::byte>(p_ + kMessageHeader, get32(p_ + 16));
+  m.records = get32(p_ + 20);
   return m;
 }
 
@@ -266,7 +275,7 @@ void append_welcome(std::vector<std::byte>& out, const Welcome& w) {
   put16(p + 2, 0);
   put32(p + 4, w.policy);
   put32(p + 8, w.record_size);
-  put32(p + 12, w.max_payload);
+  put32(p + 12, w.max_message);
   put32(p + 16, w.heartbeat_ms);
   put32(p + 20, w.max_frame);
   put64(p + 24, w.first_seq);
@@ -306,14 +315,14 @@ void BatchBuilder::begin(std::vector<std::byte>& out) {
 }
 
 void BatchBuilder::add(std::vector<std::byte>& out, std::uint64_t seq, std::uint64_t timestamp_ns,
-                       std::span<const std::byte> payload) {
+                       std::span<const std::byte> payload, std::uint32_t records) {
   const std::size_t at = out.size();
   out.resize(at + kMessageHeader + payload.size());
   std::byte* p = out.data() + at;
   put64(p, seq);
   put64(p + 8, timestamp_ns);
   put32(p + 16, static_cast<std::uint32_t>(payload.size()));
-  put32(p + 20, 0);
+  put32(p + 20, records);
   if (!payload.empty()) std::memcpy(p + kMessageHeader, payload.data(), payload.size());
   ++count_;
 }
@@ -358,12 +367,14 @@ std::size_t decode_stream(std::span<const std::byte> bytes) noexcept {
       case FrameType::error: { ErrorFrame v; s = decode_error(body, v); break; }
       case FrameType::batch: {
         BatchView v;
-        s = decode_batch(body, kLimit, v);
+        s = decode_batch(body, BatchLimits{kLimit - kBatchFixed - kMessageHeader, kMinRecordSize}, v);
         if (s == DecodeStatus::ok) {
           std::uint64_t expect = v.first_seq();
           for (BatchMessage m : v) {
-            if (m.seq != expect++ || m.payload.size() > kLimit) __builtin_trap();
+            if (m.seq < expect || m.records == 0 || m.payload.size() > kLimit) __builtin_trap();
+            expect = m.seq + m.records;
           }
+          if (expect != v.end_seq()) __builtin_trap();
         }
         break;
       }

@@ -26,7 +26,10 @@
 
 namespace shmbus::bridge {
 
-inline constexpr std::uint16_t kProtocolVersion = 1;
+// 2: welcome carries the bus's max_message (was max_payload), and a batch
+//    message its `records` (was reserved): a message may span records, and
+//    sequence numbers count records.
+inline constexpr std::uint16_t kProtocolVersion = 2;
 inline constexpr std::size_t kFrameHeaderSize = 8;
 
 enum class FrameType : std::uint8_t {
@@ -68,8 +71,9 @@ enum class DecodeStatus : std::uint8_t {
   bad_version,     // hello/welcome with another protocol version
   bad_field,       // a field holds an impossible value (start kind, policy, empty bus...)
   bad_name,        // the bus name has characters a bus name may not have
-  bad_sequence,    // batch sequences not consecutive, or a sequence overflow
-  payload_too_large,  // a message longer than the announced max payload
+  bad_sequence,    // a batch message before the end of the one before it, or a sequence overflow
+  payload_too_large,  // a message longer than the announced max message
+  bad_records,     // a batch message's records impossible for its length
   empty,           // a batch of zero messages or a loss of zero
 };
 const char* to_string(DecodeStatus s) noexcept;
@@ -110,7 +114,7 @@ struct Welcome {
   std::uint16_t version = kProtocolVersion;
   std::uint32_t policy = 0;  // shmbus::Policy's value: 1 block, 2 overwrite
   std::uint32_t record_size = 0;
-  std::uint32_t max_payload = 0;
+  std::uint32_t max_message = 0;  // the longest message on the bus (it may span records)
   std::uint32_t heartbeat_ms = 0;
   std::uint32_t max_frame = 0;  // largest body the server sends
   std::uint64_t first_seq = 0;
@@ -127,11 +131,28 @@ struct Loss {
   std::uint64_t count = 0;  // >= 1
 };
 
+// Records a message of `length` bytes takes on a bus of `record_size`-byte
+// records (the bus's rule: a 24-byte header, then the payload).
+// (records of 64 bytes or more, a multiple of 8; no message above 1 GiB).
+inline constexpr std::uint32_t kRecordHeader = 24;
+inline constexpr std::uint32_t kMinRecordSize = 64;
+inline constexpr std::uint32_t kMaxMessage = 1u << 30;
+constexpr std::uint64_t records_for(std::uint64_t length, std::uint32_t record_size) noexcept {
+  return length + kRecordHeader <= record_size ? 1 : (length + kRecordHeader + record_size - 1) / record_size;
+}
+
+// Record size and longest message a welcome announced: what batches are checked against.
+struct BatchLimits {
+  std::uint32_t max_message = 0;
+  std::uint32_t record_size = 0;
+};
+
 // A validated batch body; iterate with for (BatchMessage m : batch).
 struct BatchMessage {
   std::uint64_t seq = 0;
   std::uint64_t timestamp_ns = 0;
   std::span<const std::byte> payload;
+  std::uint32_t records = 1;  // sequences the message takes; the next one is at seq + records or later
 };
 
 class BatchView {
@@ -151,19 +172,22 @@ class BatchView {
   iterator end() const noexcept;
   std::uint32_t count() const noexcept { return count_; }
   std::uint64_t first_seq() const noexcept { return first_; }
+  // The sequence after the last message's records.
+  std::uint64_t end_seq() const noexcept { return end_; }
 
  private:
-  friend DecodeStatus decode_batch(std::span<const std::byte>, std::uint32_t, BatchView&) noexcept;
+  friend DecodeStatus decode_batch(std::span<const std::byte>, BatchLimits, BatchView&) noexcept;
   std::span<const std::byte> messages_;
   std::uint32_t count_ = 0;
   std::uint64_t first_ = 0;
+  std::uint64_t end_ = 0;
 };
 
 // Body decoders: `body` is exactly the frame's body.
 [[nodiscard]] DecodeStatus decode_hello(std::span<const std::byte> body, Hello& out) noexcept;
 [[nodiscard]] DecodeStatus decode_welcome(std::span<const std::byte> body, Welcome& out) noexcept;
 [[nodiscard]] DecodeStatus decode_error(std::span<const std::byte> body, ErrorFrame& out) noexcept;
-[[nodiscard]] DecodeStatus decode_batch(std::span<const std::byte> body, std::uint32_t max_payload,
+[[nodiscard]] DecodeStatus decode_batch(std::span<const std::byte> body, BatchLimits limits,
                                         BatchView& out) noexcept;
 [[nodiscard]] DecodeStatus decode_loss(std::span<const std::byte> body, Loss& out) noexcept;
 // end and heartbeat: a sequence number.
@@ -184,7 +208,7 @@ class BatchBuilder {
  public:
   void begin(std::vector<std::byte>& out);
   void add(std::vector<std::byte>& out, std::uint64_t seq, std::uint64_t timestamp_ns,
-           std::span<const std::byte> payload);
+           std::span<const std::byte> payload, std::uint32_t records = 1);
   // Writes the header; a batch of zero messages is removed again.
   void finish(std::vector<std::byte>& out) noexcept;
   std::uint32_t count() const noexcept { return count_; }

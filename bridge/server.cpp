@@ -530,7 +530,7 @@ struct Session : std::enable_shared_from_this<Session> {
       }
       w.policy = static_cast<std::uint32_t>(bus.info().policy);
       w.record_size = bus.info().record_size;
-      w.max_payload = bus.info().max_payload;
+      w.max_message = bus.info().max_message;
     } catch (const Error& e) {
       const ErrorCode code = e.errc() == Errc::not_found      ? ErrorCode::unknown_bus
                              : e.errc() == Errc::not_retained ? ErrorCode::not_retained
@@ -538,7 +538,9 @@ struct Session : std::enable_shared_from_this<Session> {
       return fail(code, e.what(), &srv.counters.closed_handshake);
     }
     w.heartbeat_ms = static_cast<std::uint32_t>(srv.opt.heartbeat.count());
-    w.max_frame = std::max<std::uint32_t>(srv.opt.max_frame, kBatchFixed + kMessageHeader + w.max_payload);
+    // One message of the bus's longest always fits in a batch (max_message
+    // is at most 1 GiB: the sum fits a u32).
+    w.max_frame = std::max<std::uint32_t>(srv.opt.max_frame, kBatchFixed + kMessageHeader + w.max_message);
     w.first_seq = consumer->cursor();
     {
       std::lock_guard lk(m);
@@ -569,6 +571,7 @@ struct Session : std::enable_shared_from_this<Session> {
   void reader(Consumer& c, const Welcome& w) {
     std::vector<Message> batch(srv.opt.batch_messages);
     std::uint64_t next = w.first_seq;  // next sequence the subscriber should get
+    std::uint64_t owed = 0;            // lost by the reads, not yet in a loss frame
     Clock::time_point last_sent = Clock::now();
     BatchBuilder builder;
     const std::size_t limit = srv.opt.buffer_bytes;
@@ -636,22 +639,44 @@ struct Session : std::enable_shared_from_this<Session> {
           }
         }
       }
+      owed += r.lost;
       if (!got.empty()) {
-        // A batch frame holds consecutive sequences: a gap in what was read
-        // (a lap, or a gap marker) closes it and goes out as a loss frame.
+        // Sequences count records: a message takes msg.records of them. A
+        // jump before a message is either padding (the bus's producer
+        // filled the rest of a lap before a message that spans records: it
+        // loses nothing, and goes by silently) or a loss (a lap, or a gap
+        // marker: a loss frame). The consumer says how much it lost in all
+        // (`owed`, with what earlier reads lost after their last message),
+        // not where: a jump of padding's exact shape is padding unless the
+        // other jumps do not account for everything lost.
+        const std::uint64_t cap = c.bus().info().capacity;
+        auto padding_shaped = [cap](std::uint64_t from, const Message& msg) {
+          return msg.records > 1 && from % cap != 0 && msg.seq == (from | (cap - 1)) + 1 &&
+                 from % cap + msg.records > cap;
+        };
+        std::uint64_t other_jumps = 0;
+        {
+          std::uint64_t at = next;
+          for (const Message& msg : got) {
+            if (msg.seq > at && !padding_shaped(at, msg)) other_jumps += msg.seq - at;
+            at = std::max(at, msg.seq + msg.records);
+          }
+        }
+        const bool padding_lost_too = owed > other_jumps;
         builder.begin(pending);
         for (const Message& msg : got) {
-          if (msg.seq > next) {
+          if (msg.seq > next && (padding_lost_too || !padding_shaped(next, msg))) {
             builder.finish(pending);
             told_lost(Loss{next, msg.seq - next});
+            owed -= std::min(owed, msg.seq - next);
             builder.begin(pending);
           }
           if (builder.body_size(pending) + kMessageHeader + msg.payload.size() > max_body) {
             builder.finish(pending);
             builder.begin(pending);
           }
-          builder.add(pending, msg.seq, msg.timestamp_ns, msg.payload);
-          next = msg.seq + 1;
+          builder.add(pending, msg.seq, msg.timestamp_ns, msg.payload, msg.records);
+          next = msg.seq + msg.records;
         }
         builder.finish(pending);
         resume_seq = next;
@@ -659,11 +684,13 @@ struct Session : std::enable_shared_from_this<Session> {
         last_sent = Clock::now();
       } else if (r.lost > 0 && c.cursor() > next) {
         told_lost(Loss{next, c.cursor() - next});
+        owed -= std::min(owed, c.cursor() - next);
         next = c.cursor();
         resume_seq = next;
       }
       if (r.end_of_stream) {
-        if (c.cursor() > next) told_lost(Loss{next, c.cursor() - next});
+        // Padding crossed at the end (its message never came) lost nothing.
+        if (c.cursor() > next && owed > 0) told_lost(Loss{next, c.cursor() - next});
         append_seq_frame(pending, FrameType::end, c.cursor());
         finish_after_flush = true;
         stop_reader = true;

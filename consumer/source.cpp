@@ -190,9 +190,10 @@ PollResult TcpSource::poll(const MessageHandler& handler, std::size_t max, std::
       m.seq = bm.seq;
       m.timestamp_ns = bm.timestamp_ns;
       m.payload = bm.payload;
+      m.records = bm.records;
       handler(m);
       ++r.count;
-      next_ = bm.seq + 1;
+      next_ = bm.seq + bm.records;
       continue;
     }
     const bool have = r.count > 0 || r.lost > 0;

@@ -173,7 +173,9 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
   Bus bus = Bus::open_or_create(o.bus, bo);
   Producer producer(bus);  // exclusive; takes over after a crash
   DetachOnExit detach_on_exit{producer};
-  const std::uint32_t max_payload = bus.info().max_payload;
+  const std::uint32_t max_message = bus.info().max_message;
+  const std::uint32_t record_size = bus.info().record_size;
+  const std::uint64_t capacity = bus.info().capacity;
 
   Connection conn(o.connect);
   retry_transient([&] { conn.check_stream(o.stream); }, stop);
@@ -276,13 +278,44 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
           continue;
         }
         const int len = natsMsg_GetDataLength(m);
-        if (len < 0 || static_cast<std::uint32_t>(len) > max_payload) {
-          throw GatewayError(fmt::format("bus '{}': message {} has {} bytes, more than the bus's {}-byte records hold",
-                                         o.bus, *seq, len, max_payload));
+        if (len < 0 || static_cast<std::uint32_t>(len) > max_message) {
+          throw GatewayError(fmt::format("bus '{}': message {} has {} bytes, more than the {} the bus accepts "
+                                         "(capacity {}, records of {} bytes): recreate it with a larger capacity",
+                                         o.bus, *seq, len, max_message, capacity, record_size));
         }
-        if (*seq > next) {
+        // Sequence numbers count records: the message takes `k` here and
+        // took Shmbus-Records (1 if absent) on the source. It goes where
+        // the producer puts it: at its next sequence, or at the start of
+        // the next lap if it would cross the ring's end.
+        const char* records_value = nullptr;
+        natsMsgHeader_Get(m, kRecordsHeader, &records_value);
+        const std::optional<std::uint64_t> source_records = records_value != nullptr ? parse_seq(records_value)
+                                                                                     : std::optional<std::uint64_t>(1);
+        if (!source_records || *source_records == 0 || *source_records > (std::uint64_t{1} << 31)) {
+          throw GatewayError(fmt::format("stream '{}': message {} has an impossible {} header", o.stream, *seq,
+                                         kRecordsHeader));
+        }
+        const std::uint64_t k = records_for(static_cast<std::uint64_t>(len), record_size);
+        if (k > *source_records) {
+          // The message after it would land inside it here.
+          throw GatewayError(fmt::format(
+              "bus '{}': message {} ({} bytes) takes {} records of {} bytes here, {} on the source bus: "
+              "sequence numbers count records, so the bus needs records at least as large as the source's",
+              o.bus, *seq, len, k, record_size, *source_records));
+        }
+        const std::uint64_t place = placement(next, k, capacity);
+        if (*seq < place || (*seq > place && placement(*seq, k, capacity) != *seq)) {
+          throw GatewayError(fmt::format(
+              "bus '{}': message {} ({} bytes, {} records) cannot keep its sequence here: the ring (capacity {}) "
+              "would put it at {}, its laps ending elsewhere than the source's; recreate the bus with the source "
+              "bus's capacity",
+              o.bus, *seq, len, k, capacity, *seq < place ? place : placement(*seq, k, capacity)));
+        }
+        if (*seq > place) {
           // Publishes under the source's sequence: the skipped ones are a
-          // gap local readers count as lost (Producer::skip_to).
+          // gap local readers count as lost (Producer::skip_to): messages
+          // not in the stream, or padding the source put before a message
+          // that spans records where this ring's lap does not end.
           PublishStatus ps = PublishStatus::timeout;
           while (ps == PublishStatus::timeout && !stop())
             ps = producer.skip_to(*seq, std::chrono::milliseconds(100)).status;
@@ -304,6 +337,9 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
         }
         if (!r) {
           throw GatewayError(fmt::format("bus '{}': publish: {}", o.bus, to_string(r.status)));
+        }
+        if (r.seq != *seq) {  // the checks above rule it out; never a message under another sequence unsaid
+          throw GatewayError(fmt::format("bus '{}': message {} was published at sequence {}", o.bus, *seq, r.seq));
         }
         ++st.published;
         last_msg = m;

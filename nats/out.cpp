@@ -110,6 +110,10 @@ Resume find_resume(const Connection& c, const std::string& stream, const std::st
   natsMsgHeader_Get(last, kBusHeader, &bus_value);
   const std::optional<std::uint64_t> seq = parse_seq(seq_value);
   const std::string bus = bus_value != nullptr ? std::string(bus_value).substr(0, 256) : std::string();
+  const char* records_header = nullptr;
+  natsMsgHeader_Get(last, kRecordsHeader, &records_header);
+  const std::string records_text = records_header != nullptr ? std::string(records_header).substr(0, 32) : std::string();
+  const char* records_value = records_header != nullptr ? records_text.c_str() : nullptr;
   natsMsg_Destroy(last);
   if (!seq || bus.empty()) {
     throw GatewayError(fmt::format(
@@ -121,10 +125,29 @@ Resume find_resume(const Connection& c, const std::string& stream, const std::st
     r.other_bus = bus;
     return r;
   }
-  if (*seq == UINT64_MAX) throw GatewayError(fmt::format("stream '{}': impossible {} {}", stream, kSeqHeader, *seq));
+  // The next message is after the last one's records (one unless it says more).
+  const std::optional<std::uint64_t> records = parse_seq(records_value);
+  if (records_value != nullptr && (!records || *records == 0 || *records > (std::uint64_t{1} << 31))) {
+    throw GatewayError(fmt::format("stream '{}': impossible {} '{}' on the last message on '{}'", stream,
+                                   kRecordsHeader, std::string(records_value).substr(0, 32), subject));
+  }
+  const std::uint64_t k = records.value_or(1);
+  if (*seq > UINT64_MAX - k) throw GatewayError(fmt::format("stream '{}': impossible {} {}", stream, kSeqHeader, *seq));
   r.found = true;
-  r.seq = *seq + 1;
+  r.seq = *seq + k;
   return r;
+}
+
+// The bytes the headers of one message take on the wire: "NATS/1.0\r\n",
+// "Key: value\r\n" for each (Shmbus-Seq, -Time, -Bus, -Records, Nats-Msg-Id,
+// Nats-Expected-Last-Msg-Id, each value at most its given length) and the
+// blank line, rounded up generously.
+std::uint64_t headers_size(std::size_t identity, std::size_t msg_id, std::size_t prev_id) {
+  const std::uint64_t fixed = 10 + 2;
+  const std::uint64_t each = 4;
+  return fixed + (std::string_view(kSeqHeader).size() + 20 + each) + (std::string_view(kTimeHeader).size() + 20 + each) +
+         (std::string_view(kBusHeader).size() + identity + each) + (std::string_view(kRecordsHeader).size() + 20 + each) +
+         (11 + msg_id + each) + (25 + prev_id + each) + 64;
 }
 
 void create_stream_if_missing(const Connection& c, const std::string& stream, const std::string& subject) {
@@ -235,6 +258,7 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
   prev_id.reserve(std::max<std::size_t>(prev_id.size(), id_prefix + 24));
   std::array<char, 24> seq_text{};
   std::array<char, 24> time_text{};
+  std::array<char, 24> records_text{};
   std::array<Message, 256> batch{};
 
   auto last_progress = Clock::now();
@@ -317,7 +341,24 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
     if (o.count != 0) want = static_cast<std::size_t>(std::min<std::uint64_t>(want, o.count - done));
     const auto got = consumer.read_batch(std::span<Message>(batch.data(), want), pr, std::chrono::milliseconds(100));
     st.lost += pr.lost;
+    // The largest message (payload and headers) the server takes: its
+    // max_payload, as it announced it when (re)connecting.
+    const std::uint64_t max_payload =
+        static_cast<std::uint64_t>(std::max<std::int64_t>(natsConnection_GetMaxPayload(conn.nc()), 0));
     for (const Message& m : got) {
+      // The server refuses a message (payload and headers) above its
+      // max_payload. Nothing is lost silently: `out` stops before it with
+      // everything earlier acknowledged, and a restart resumes at it.
+      const std::uint64_t header_bytes = headers_size(identity.size(), msg_id.size() + 20, prev_id.size());
+      if (max_payload != 0 && m.payload.size() + header_bytes > max_payload) {  // 0: not connected now
+        if (!settled()) break;  // a failed publish before it: resync first, then meet it again
+        if (stop()) break;
+        throw GatewayError(fmt::format(
+            "bus '{}': message {} has {} bytes, which with the gateway's {} bytes of headers is more than the "
+            "NATS server's max_payload of {}: raise max_payload in the nats-server configuration, or publish "
+            "smaller messages; everything before it is in stream '{}', and `out` resumes at it",
+            o.bus, m.seq, m.payload.size(), header_bytes, max_payload, o.stream));
+      }
       natsMsg* msg = nullptr;
       natsStatus s = natsMsg_Create(&msg, subject.c_str(), nullptr, reinterpret_cast<const char*>(m.payload.data()),
                                     static_cast<int>(m.payload.size()));
@@ -326,6 +367,10 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
       if (s == NATS_OK) s = natsMsgHeader_Set(msg, kSeqHeader, seq_text.data());
       if (s == NATS_OK) s = natsMsgHeader_Set(msg, kTimeHeader, time_text.data());
       if (s == NATS_OK) s = natsMsgHeader_Set(msg, kBusHeader, identity.c_str());
+      if (s == NATS_OK && m.records > 1) {
+        format_u64(records_text.data(), m.records);
+        s = natsMsgHeader_Set(msg, kRecordsHeader, records_text.data());
+      }
       if (s != NATS_OK) {
         natsMsg_Destroy(msg);
         throw GatewayError(fmt::format("cannot build a message: {}", status_text(s)));
@@ -358,7 +403,7 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
         break;  // the rest of the batch is republished after the resync
       }
       ++st.published;
-      st.next_seq = m.seq + 1;
+      st.next_seq = m.seq + m.records;
       prev_id.assign(msg_id);
     }
     if (!got.empty()) last_data = Clock::now();

@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 #include <shmbus/shmbus.hpp>
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "bridge/log.hpp"
 #include "bridge/mirror.hpp"
@@ -136,6 +139,203 @@ TEST(BridgeMirror, KeepsSourceSequencesAndReportsAGapItCannotFillAsAnExactLoss) 
   EXPECT_EQ(m.last.next_seq, 5000u);
   server.stop();
   st.join();
+}
+
+// Message i of `size` bytes: bytes that differ with i and with the offset.
+std::vector<std::byte> large_payload(std::size_t i, std::size_t size) {
+  std::vector<std::byte> v(size);
+  std::uint64_t x = 0x9E3779B97F4A7C15ULL * (i + 1);
+  for (std::size_t k = 0; k < size; ++k) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    v[k] = static_cast<std::byte>(x);
+  }
+  return v;
+}
+
+struct SentMessage {
+  std::uint64_t seq;
+  std::size_t index, size;
+};
+
+// Publishes messages of 1 byte to 4 MiB, four rounds (the 16 MiB ring wraps
+// and a span meets the end of a lap), once the mirror's subscription holds
+// the source; then closes it.
+std::vector<SentMessage> publish_large(Bus& src) {
+  const std::uint32_t max_payload = src.info().max_payload;
+  const std::vector<std::size_t> sizes = {1,       100,       max_payload, max_payload + 1, 3000,
+                                          64 << 10, 1u << 20, 4u << 20,    0,               max_payload - 1};
+  std::vector<SentMessage> sent;
+  Producer p(src, ProducerOptions{.wait_for_readers = 1, .wait_for_readers_timeout = 10s});
+  std::size_t i = 0;
+  for (int round = 0; round < 4; ++round) {
+    for (std::size_t size : sizes) {
+      const PublishResult r = p.publish(large_payload(i, size));
+      EXPECT_TRUE(r) << size;
+      sent.push_back(SentMessage{r.seq, i++, size});
+    }
+  }
+  p.close();
+  return sent;
+}
+
+struct LocalRead {
+  std::vector<SentMessage> got;  // seq, index unused, size
+  std::vector<std::vector<std::byte>> payloads;
+  std::uint64_t lost = 0;
+  bool ended = false;
+};
+
+LocalRead read_local(Consumer& local) {
+  LocalRead r;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!r.ended && std::chrono::steady_clock::now() < deadline) {
+    const PollResult p = local.poll(
+        [&](const Message& m) {
+          r.got.push_back(SentMessage{m.seq, m.records, m.payload.size()});
+          r.payloads.emplace_back(m.payload.begin(), m.payload.end());
+        },
+        16, 100ms);
+    r.lost += p.lost;
+    r.ended = p.end_of_stream;
+  }
+  return r;
+}
+
+// A source bus of 16 MiB (records of 1 KiB) served with --slow block.
+struct LargeSource {
+  Names n;
+  Bus src;
+  Server server;
+  std::thread st;
+  static ServeOptions serve_options(const std::string& bus) {
+    ServeOptions so;
+    so.bus = bus;
+    so.slow = SlowPolicy::block;  // the source waits for the mirror
+    return so;
+  }
+  LargeSource()
+      : src(Bus::create(n.src, BusOptions{16384, 1024, Policy::block, 8})), server(serve_options(n.src)) {
+    st = std::thread([this] { server.run(); });
+  }
+  ~LargeSource() {
+    server.stop();
+    st.join();
+  }
+  MirrorOptions mirror_options() const {
+    MirrorOptions mo;
+    mo.remote.port = server.port();
+    mo.remote.bus = n.src;
+    mo.bus = n.dst;
+    mo.backoff_max = 100ms;
+    return mo;
+  }
+};
+
+TEST(BridgeMirror, MessagesThatSpanRecordsKeepTheirSequencesAndBytes) {
+  set_quiet(true);
+  LargeSource s;
+  // The local bus as the mirror would make it (the source's geometry), made
+  // first so that a reader holds it from the first message on.
+  Bus dst = Bus::create(s.n.dst, BusOptions{16384, 1024, Policy::block, 8});
+  Consumer local(dst);
+  RunningMirror m(s.mirror_options());
+  std::vector<SentMessage> sent;
+  std::thread producer([&] { sent = publish_large(s.src); });
+  const LocalRead r = read_local(local);
+  producer.join();
+  m.t.join();
+  EXPECT_TRUE(r.ended);
+  EXPECT_EQ(m.end, MirrorEnd::end_of_stream);
+  EXPECT_EQ(r.lost, 0u);  // the local bus pads where the source did: nothing looks lost
+  EXPECT_EQ(m.last.gaps, 0u);
+  ASSERT_EQ(r.got.size(), sent.size());
+  std::size_t padded = 0;
+  for (std::size_t k = 0; k < sent.size(); ++k) {
+    EXPECT_EQ(r.got[k].seq, sent[k].seq) << k;
+    EXPECT_EQ(r.got[k].index, records_for(sent[k].size, 1024)) << k;  // records
+    EXPECT_TRUE(r.payloads[k] == large_payload(sent[k].index, sent[k].size)) << k;
+    if (k > 0 && sent[k].seq > sent[k - 1].seq + records_for(sent[k - 1].size, 1024)) ++padded;
+  }
+  EXPECT_GT(padded, 0u);
+}
+
+// A local ring twice the source's ends its laps elsewhere: the sequences
+// the source's padding took are skipped (local readers see them as lost);
+// every message keeps its sequence.
+TEST(BridgeMirror, ALargerLocalRingKeepsSequencesAndCountsTheSourcesPaddingAsAGap) {
+  set_quiet(true);
+  LargeSource s;
+  Bus dst = Bus::create(s.n.dst, BusOptions{32768, 1024, Policy::block, 8});
+  Consumer local(dst);
+  RunningMirror m(s.mirror_options());
+  std::vector<SentMessage> sent;
+  std::thread producer([&] { sent = publish_large(s.src); });
+  const LocalRead r = read_local(local);
+  producer.join();
+  m.t.join();
+  EXPECT_TRUE(r.ended);
+  ASSERT_EQ(r.got.size(), sent.size());
+  std::uint64_t padding = 0;
+  for (std::size_t k = 0; k < sent.size(); ++k) {
+    EXPECT_EQ(r.got[k].seq, sent[k].seq) << k;
+    EXPECT_TRUE(r.payloads[k] == large_payload(sent[k].index, sent[k].size)) << k;
+    if (k > 0) padding += sent[k].seq - (sent[k - 1].seq + records_for(sent[k - 1].size, 1024));
+  }
+  EXPECT_GT(padding, 0u);
+  EXPECT_EQ(r.lost, padding);
+  EXPECT_EQ(m.last.lost, padding);
+}
+
+// Sequence numbers count records: a local bus with other records is refused
+// with both sizes.
+TEST(BridgeMirror, RefusesALocalBusWithOtherRecords) {
+  set_quiet(true);
+  LargeSource s;
+  Bus dst = Bus::create(s.n.dst, BusOptions{16384, 512, Policy::block, 8});
+  try {
+    run_mirror(s.mirror_options(), [] { return false; }, 0ms, {});
+    ADD_FAILURE() << "mirror accepted records of 512 bytes for a source of 1024";
+  } catch (const std::runtime_error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("records of 512 bytes, the remote bus of 1024"), std::string::npos) << w;
+  }
+  EXPECT_EQ(dst.head(), 0u);
+}
+
+// A local ring half the source's takes messages up to 4 MiB - 24 bytes: the
+// mirror republishes everything before the first longer one, then stops
+// with both sizes and the capacity that takes it; its local bus's next
+// sequence is that message's, where a mirror into a larger bus resumes.
+TEST(BridgeMirror, StopsAtAMessageLongerThanTheLocalBusTakes) {
+  set_quiet(true);
+  LargeSource s;
+  Bus dst = Bus::create(s.n.dst, BusOptions{8192, 1024, Policy::block, 8});
+  std::thread producer([&] { (void)publish_large(s.src); });
+  std::string error;
+  std::atomic<bool> stop{false};
+  std::thread watchdog([&] {  // a mirror that never stops fails the test instead of hanging it
+    for (int i = 0; i < 300 && !stop; ++i) std::this_thread::sleep_for(100ms);
+    stop = true;
+  });
+  try {
+    run_mirror(s.mirror_options(), [&] { return stop.load(); }, 0ms, {});
+  } catch (const std::runtime_error& e) {
+    error = e.what();
+  }
+  stop = true;
+  watchdog.join();
+  s.server.stop();  // the source waits for the mirror's subscription no more
+  producer.join();
+  // Messages 0..6 take 1+1+1+2+3+65+1025 records; the eighth has 4 MiB.
+  const std::uint64_t seq = 1 + 1 + 1 + 2 + 3 + 65 + 1025;
+  EXPECT_NE(error.find(fmt::format("message at seq {} has {} bytes, more than the {} the local bus accepts "
+                                   "(capacity 8192): recreate it with a capacity of 16384 or more",
+                                   seq, 4u << 20, dst.info().max_message)),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(dst.head(), seq);
 }
 
 }  // namespace

@@ -89,9 +89,9 @@ TEST(BridgeProtocol, HelloRefusesEveryMalformedField) {
   ASSERT_EQ(decode_hello(good, out), DecodeStatus::ok);
 
   auto b = good;
-  b[0] = std::byte{2};  // version 2
+  b[0] = std::byte{1};  // version 1: its batches had no records
   EXPECT_EQ(decode_hello(b, out), DecodeStatus::bad_version);
-  EXPECT_EQ(out.version, 2u);
+  EXPECT_EQ(out.version, 1u);
   b = good;
   b[2] = std::byte{3};  // start kind
   EXPECT_EQ(decode_hello(b, out), DecodeStatus::bad_field);
@@ -128,7 +128,7 @@ TEST(BridgeProtocol, WelcomeRoundTripAndChecks) {
   Welcome in;
   in.policy = 1;
   in.record_size = 256;
-  in.max_payload = 232;
+  in.max_message = 8 * 256 - 24;
   in.heartbeat_ms = 1000;
   in.max_frame = 1u << 20;
   in.first_seq = 42;
@@ -138,7 +138,7 @@ TEST(BridgeProtocol, WelcomeRoundTripAndChecks) {
   ASSERT_EQ(decode_welcome(body_of(f), out), DecodeStatus::ok);
   EXPECT_EQ(out.policy, 1u);
   EXPECT_EQ(out.record_size, 256u);
-  EXPECT_EQ(out.max_payload, 232u);
+  EXPECT_EQ(out.max_message, 8u * 256 - 24);
   EXPECT_EQ(out.heartbeat_ms, 1000u);
   EXPECT_EQ(out.max_frame, 1u << 20);
   EXPECT_EQ(out.first_seq, 42u);
@@ -147,10 +147,37 @@ TEST(BridgeProtocol, WelcomeRoundTripAndChecks) {
   append_welcome(f, in);
   EXPECT_EQ(decode_welcome(body_of(f), out), DecodeStatus::bad_field);
   in.policy = 2;
-  in.max_frame = 100;  // cannot carry one full message
+  // A frame that holds one message of the longest, and no more, is enough.
+  in.max_frame = kBatchFixed + kMessageHeader + in.max_message;
   f.clear();
   append_welcome(f, in);
-  EXPECT_EQ(decode_welcome(body_of(f), out), DecodeStatus::bad_field);
+  EXPECT_EQ(decode_welcome(body_of(f), out), DecodeStatus::ok);
+  auto refused = [&](Welcome bad) {
+    std::vector<std::byte> g;
+    append_welcome(g, bad);
+    Welcome o;
+    return decode_welcome(body_of(g), o);
+  };
+  Welcome bad = in;
+  bad.max_frame = kBatchFixed + kMessageHeader + in.max_message - 1;  // cannot carry the longest message
+  EXPECT_EQ(refused(bad), DecodeStatus::bad_field);
+  bad = in;
+  bad.max_message = 256 - 24 - 1;  // less than one record holds
+  EXPECT_EQ(refused(bad), DecodeStatus::bad_field);
+  bad = in;
+  bad.max_message = (1u << 30) + 1;  // above 1 GiB
+  bad.max_frame = UINT32_MAX;
+  EXPECT_EQ(refused(bad), DecodeStatus::bad_field);
+  bad = in;
+  bad.record_size = 260;  // not a multiple of 8
+  EXPECT_EQ(refused(bad), DecodeStatus::bad_field);
+  bad = in;
+  bad.record_size = 56;  // below a bus's smallest record
+  bad.max_message = 32;
+  EXPECT_EQ(refused(bad), DecodeStatus::bad_field);
+  bad = in;
+  bad.version = 1;
+  EXPECT_EQ(refused(bad), DecodeStatus::bad_version);
   EXPECT_EQ(decode_welcome(body_of(f).first(31), out), DecodeStatus::bad_length);
 }
 
@@ -192,14 +219,16 @@ TEST(BridgeProtocol, BatchRoundTripKeepsSequencesTimestampsAndPayloads) {
   EXPECT_EQ(h.type, FrameType::batch);
   EXPECT_EQ(h.length, f.size() - kFrameHeaderSize);
   BatchView v;
-  ASSERT_EQ(decode_batch(body_of(f), 64, v), DecodeStatus::ok);
+  ASSERT_EQ(decode_batch(body_of(f), BatchLimits{64, 128}, v), DecodeStatus::ok);
   EXPECT_EQ(v.count(), 3u);
   EXPECT_EQ(v.first_seq(), 1000u);
+  EXPECT_EQ(v.end_seq(), 1003u);
   std::vector<std::string> payloads;
   std::uint64_t seq = 1000, ts = 11;
   for (BatchMessage m : v) {
     EXPECT_EQ(m.seq, seq++);
     EXPECT_EQ(m.timestamp_ns, ts++);
+    EXPECT_EQ(m.records, 1u);
     payloads.emplace_back(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
   }
   EXPECT_EQ(payloads, (std::vector<std::string>{"a", "", "hello"}));
@@ -213,35 +242,77 @@ TEST(BridgeProtocol, EmptyBatchIsNotWritten) {
   EXPECT_EQ(f.size(), 1u);
 }
 
-TEST(BridgeProtocol, BatchRefusesGapsOverlongPayloadsAndLies) {
+// Messages that span records: each takes `records` sequences; the next one
+// starts at seq + records, or later after padding (sequences holding no message).
+TEST(BridgeProtocol, BatchCarriesMessagesThatSpanRecords) {
+  const std::string big(1000, 'x');  // 1000 + 24 bytes in records of 128: 8 records
+  std::vector<std::byte> f;
+  BatchBuilder b;
+  b.begin(f);
+  b.add(f, 100, 1, bytes("a"));
+  b.add(f, 101, 2, bytes(big), 8);
+  b.add(f, 112, 3, bytes(big), 8);  // after 3 sequences of padding
+  b.finish(f);
+  const BatchLimits limits{2024, 128};
+  BatchView v;
+  ASSERT_EQ(decode_batch(body_of(f), limits, v), DecodeStatus::ok);
+  EXPECT_EQ(v.first_seq(), 100u);
+  EXPECT_EQ(v.end_seq(), 120u);
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> got;
+  for (BatchMessage m : v) got.emplace_back(m.seq, m.records);
+  EXPECT_EQ(got, (std::vector<std::pair<std::uint64_t, std::uint32_t>>{{100, 1}, {101, 8}, {112, 8}}));
+  EXPECT_EQ(records_for(1000, 128), 8u);
+  EXPECT_EQ(records_for(104, 128), 1u);
+  EXPECT_EQ(records_for(105, 128), 2u);
+
+  const std::vector<std::byte> good(f.begin() + kFrameHeaderSize, f.end());
+  const std::size_t second = kBatchFixed + kMessageHeader + 1;  // the second message's header
+  auto with_u32 = [&](std::size_t at, std::uint32_t x) {
+    auto c = good;
+    for (int i = 0; i < 4; ++i) c[at + i] = static_cast<std::byte>(x >> (8 * i));
+    return c;
+  };
+  // Fewer records than its length takes, none, or more than the longest message takes.
+  EXPECT_EQ(decode_batch(with_u32(second + 20, 7), limits, v), DecodeStatus::bad_records);
+  EXPECT_EQ(decode_batch(with_u32(kBatchFixed + 20, 0), limits, v), DecodeStatus::bad_records);
+  EXPECT_EQ(decode_batch(with_u32(kBatchFixed + 20, 17), limits, v), DecodeStatus::bad_records);
+  // The third message inside the second's records.
+  EXPECT_EQ(decode_batch(with_u32(second + kMessageHeader + 1000, 108), limits, v), DecodeStatus::bad_sequence);
+  // Longer than the longest message.
+  EXPECT_EQ(decode_batch(good, BatchLimits{999, 128}, v), DecodeStatus::payload_too_large);
+}
+
+TEST(BridgeProtocol, BatchRefusesDisorderOverlongPayloadsAndLies) {
   const auto f = three_message_batch(5);
   const std::vector<std::byte> good(f.begin() + kFrameHeaderSize, f.end());
+  const BatchLimits limits{64, 128};
   BatchView v;
-  EXPECT_EQ(decode_batch(good, 4, v), DecodeStatus::payload_too_large);  // "hello" > 4
+  EXPECT_EQ(decode_batch(good, BatchLimits{4, 128}, v), DecodeStatus::payload_too_large);  // "hello" > 4
   auto b = good;
-  b[kBatchFixed + kMessageHeader + 1] = std::byte{9};  // second message's seq 6 -> 9
-  EXPECT_EQ(decode_batch(b, 64, v), DecodeStatus::bad_sequence);
+  b[kBatchFixed + kMessageHeader + 1] = std::byte{5};  // second message's seq 6 -> 5: on the first
+  EXPECT_EQ(decode_batch(b, limits, v), DecodeStatus::bad_sequence);
   b = good;
   b[0] = std::byte{4};  // count 4, only 3 present
-  EXPECT_EQ(decode_batch(b, 64, v), DecodeStatus::bad_length);
+  EXPECT_EQ(decode_batch(b, limits, v), DecodeStatus::bad_length);
   b = good;
   b[0] = b[1] = b[2] = b[3] = std::byte{0xFF};  // count 4 G: refused before any loop
-  EXPECT_EQ(decode_batch(b, 64, v), DecodeStatus::bad_length);
+  EXPECT_EQ(decode_batch(b, limits, v), DecodeStatus::bad_length);
   b = good;
   b[0] = std::byte{0};
-  EXPECT_EQ(decode_batch(b, 64, v), DecodeStatus::empty);
+  EXPECT_EQ(decode_batch(b, limits, v), DecodeStatus::empty);
   b = good;
   b.push_back(std::byte{0});
-  EXPECT_EQ(decode_batch(b, 64, v), DecodeStatus::bad_length);
+  EXPECT_EQ(decode_batch(b, limits, v), DecodeStatus::bad_length);
   b = good;
-  b[kBatchFixed + 16] = std::byte{0xFF};  // first payload length 255: runs past the body
-  EXPECT_EQ(decode_batch(b, 1 << 20, v), DecodeStatus::bad_length);
+  b[kBatchFixed + 16] = std::byte{100};  // first payload length 100 (one record): runs past the body
+  EXPECT_EQ(decode_batch(b, BatchLimits{1 << 20, 128}, v), DecodeStatus::bad_length);
   b = good;
-  b[kBatchFixed + 20] = std::byte{1};
-  EXPECT_EQ(decode_batch(b, 64, v), DecodeStatus::bad_reserved);
-  // Sequences that would wrap around 2^64.
-  const auto w = three_message_batch(UINT64_MAX - 1);
-  EXPECT_EQ(decode_batch(body_of(w), 64, v), DecodeStatus::bad_sequence);
+  b[4] = std::byte{1};
+  EXPECT_EQ(decode_batch(b, limits, v), DecodeStatus::bad_reserved);
+  // Sequences at 2^62 or beyond (no bus gets there), or that would wrap around 2^64.
+  EXPECT_EQ(decode_batch(body_of(three_message_batch(UINT64_MAX - 1)), limits, v), DecodeStatus::bad_sequence);
+  EXPECT_EQ(decode_batch(body_of(three_message_batch(std::uint64_t{1} << 62)), limits, v),
+            DecodeStatus::bad_sequence);
 }
 
 TEST(BridgeProtocol, LossRoundTripAndChecks) {

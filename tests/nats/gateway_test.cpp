@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <bit>
 #include <string>
+#include <vector>
 
 #include "nats_fixture.hpp"
 
@@ -244,6 +245,121 @@ TEST(NatsGateway, PermissionDeniedIsOneLineAndExit1) {
     expect_one_line_exit(args, 1, "permission denied by the server", 30s);
   }
   Bus::remove(bus);
+}
+
+// Message i of `size` bytes: bytes that differ with i and with the offset.
+std::vector<std::byte> large_payload(std::size_t i, std::size_t size) {
+  std::vector<std::byte> v(size);
+  std::uint64_t x = 0x9E3779B97F4A7C15ULL * (i + 1);
+  for (std::size_t k = 0; k < size; ++k) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    v[k] = static_cast<std::byte>(x);
+  }
+  return v;
+}
+
+std::uint64_t records_of(std::size_t size) { return size + 24 <= 1024 ? 1 : (size + 24 + 1023) / 1024; }
+
+// Messages longer than one record (up to ~1 MB, under the server's default
+// max_payload) through `out`, the stream and `in`: bus B holds each one byte
+// for byte under the sequence it had on bus A, the padding A put before a
+// span at the end of a lap included (B has A's geometry, so it pads there too).
+TEST(NatsGateway, MessagesThatSpanRecordsKeepTheirSequencesAndBytes) {
+  NatsServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string tag = std::to_string(::getpid());
+  const std::string a = "nt-sa-" + tag, b = "nt-sb-" + tag, stream = "NTS" + tag;
+  ASSERT_TRUE(server.create_stream(stream, "shmbus." + a));
+  Bus bus_a = Bus::create(a, BusOptions{4096, 1024, Policy::block, 8});  // 4 MiB ring
+  Bus bus_b = Bus::create(b, BusOptions{4096, 1024, Policy::block, 8});
+  const std::vector<std::size_t> sizes = {1, 1000, 1001, 3000, 64 << 10, 500000, 1000000, 0};
+  constexpr int kRounds = 4;  // ~6,000 records: A's ring wraps and a span meets the end of a lap
+  const std::string out_log = log_path("span-out"), in_log = log_path("span-in");
+  Process out({kNats, "out", a, "--server", server.url(), "--stream", stream, "--stats-interval", "0"}, out_log);
+  struct Sent {
+    std::uint64_t seq;
+    std::size_t index, size;
+  };
+  std::vector<Sent> sent;
+  {
+    // `out`'s reader holds A: nothing is overwritten before it is published.
+    Producer p(bus_a, ProducerOptions{.wait_for_readers = 1, .wait_for_readers_timeout = 20s});
+    std::size_t i = 0;
+    for (int round = 0; round < kRounds; ++round) {
+      for (std::size_t size : sizes) {
+        const PublishResult r = p.publish(large_payload(i, size), 30s);
+        ASSERT_TRUE(r) << size;
+        sent.push_back(Sent{r.seq, i++, size});
+      }
+    }
+    p.close();
+  }
+  EXPECT_TRUE(exited_ok(out.wait(60s))) << "shmbus-nats out: " << out.log_text();
+  EXPECT_EQ(server.stream_messages(stream), static_cast<std::int64_t>(sent.size()));
+  std::size_t padded = 0;
+  for (std::size_t k = 1; k < sent.size(); ++k) padded += sent[k].seq > sent[k - 1].seq + records_of(sent[k - 1].size);
+  EXPECT_GT(padded, 0u);
+
+  Consumer local(bus_b);  // attached before anything is published to B
+  Process in({kNats, "in", b, "--server", server.url(), "--stream", stream, "--durable", "gw", "--stats-interval", "0",
+              "--count", std::to_string(sent.size())},
+             in_log);
+  std::size_t k = 0;
+  std::uint64_t lost = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (k < sent.size() && std::chrono::steady_clock::now() < deadline) {
+    const ReadResult r = local.next(100ms);
+    if (r.status == ReadStatus::lost) lost += r.lost;
+    if (r.status != ReadStatus::message) continue;
+    EXPECT_EQ(r.message.seq, sent[k].seq) << k;
+    EXPECT_EQ(r.message.records, records_of(sent[k].size)) << k;
+    const auto want = large_payload(sent[k].index, sent[k].size);
+    EXPECT_TRUE(std::equal(r.message.payload.begin(), r.message.payload.end(), want.begin(), want.end()))
+        << "message " << k << ", " << sent[k].size << " bytes";
+    ++k;
+  }
+  EXPECT_EQ(k, sent.size());
+  EXPECT_EQ(lost, 0u);
+  EXPECT_TRUE(exited_ok(in.wait(30s))) << "shmbus-nats in: " << in.log_text();
+  for (const auto& n : {a, b}) Bus::remove(n);
+  ::unlink(out_log.c_str());
+  ::unlink(in_log.c_str());
+}
+
+// A bus message above the server's max_payload (1 MiB by default): `out`
+// publishes what comes before it, then stops with one line naming both
+// sizes and what to do, exit 1; a restart meets it again (nothing skipped).
+TEST(NatsGateway, AMessageAboveTheServersMaxPayloadStopsOutWithOneLine) {
+  NatsServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string a = "nt-big-" + std::to_string(::getpid()), stream = "NTB" + std::to_string(::getpid());
+  ASSERT_TRUE(server.create_stream(stream, "shmbus." + a));
+  Bus bus_a = Bus::create(a, BusOptions{4096, 1024, Policy::block, 8});  // messages up to 2 MiB - 24
+  {
+    Producer p(bus_a);
+    ASSERT_TRUE(p.publish(large_payload(0, 5000)));
+    ASSERT_TRUE(p.publish(large_payload(1, 1536 << 10)));  // at seq 5
+    ASSERT_TRUE(p.publish(large_payload(2, 10)));
+    p.close();
+  }
+  const std::vector<std::string> args = {kNats, "out", a, "--server", server.url(), "--stream", stream};
+  for (int run = 0; run < 2; ++run) {
+    expect_one_line_exit(args, 1,
+                         "bus '" + a + "': message 5 has 1572864 bytes, which with the gateway's", 30s);
+    EXPECT_EQ(server.stream_messages(stream), 1);
+  }
+  const std::string log = log_path("big");
+  Process p(args, log);
+  p.wait(30s);
+  const std::string text = p.log_text();
+  EXPECT_NE(text.find("is more than the NATS server's max_payload of 1048576: raise max_payload in the "
+                      "nats-server configuration, or publish smaller messages"),
+            std::string::npos)
+      << text;
+  ::unlink(log.c_str());
+  Bus::remove(a);
 }
 
 // A bad command line: one line, exit 2, nothing attempted.

@@ -188,18 +188,29 @@ struct Producer::Impl : detail::Attachment {
   }
 
   // A takeover at `s` whose predecessor died writing a gap (skip_to's, or
-  // the padding before a span): markers above s are committed, the lowest
-  // is not. Readers may have crossed the committed ones already, so the gap
-  // is finished rather than written over. Returns where to go on.
+  // the padding before a span): it writes markers highest first, so some
+  // above s may be committed while s is not. A reader that lands on one
+  // crosses the gap, so the gap is finished rather than written over: the
+  // lowest committed marker above s (within the ring, and a bounded look)
+  // names it. Returns where to go on.
   std::uint64_t finish_interrupted_gap(std::uint64_t s) noexcept {
-    layout::RecordHeader* above = ring.record(s + 1);
-    if (detail::RecordRing::load_tag(above) != detail::committed_tag(s + 1) ||
-        !detail::RecordRing::is_header(ring.span_mark(s + 1)))
-      return s;
-    const std::optional<detail::Gap> gap = ring.read_gap(above, s + 1);
-    if (!gap || gap->to - s > cap) return s;
-    ring.write_gap_marker(s, *gap, 0, shared_writes(), detail::RecordRing::load_length(above));
-    return ring.committed_end(gap->to);
+    const std::uint64_t look = std::min<std::uint64_t>(cap - 1, std::uint64_t{1} << 16);
+    for (std::uint64_t m = s + 1; m <= s + look; ++m) {
+      layout::RecordHeader* r = ring.record(m);
+      if (detail::RecordRing::load_tag(r) != detail::committed_tag(m) ||
+          !detail::RecordRing::is_header(ring.span_mark(m)))
+        continue;
+      // Only a gap's markers are committed out of order.
+      const std::optional<detail::Gap> gap = ring.read_gap(r, m);
+      if (!gap || gap->to - s > cap) return s;
+      const std::uint32_t kind = detail::RecordRing::load_length(r);
+      const bool shared = shared_writes();
+      if (shared)
+        for (std::uint64_t q = s; q < m; ++q) detail::RecordRing::begin_write(ring.record(q), q);
+      for (std::uint64_t q = m; q-- > s;) ring.write_gap_marker(q, *gap, 0, shared, kind);
+      return ring.committed_end(gap->to);
+    }
+    return s;
   }
 
   // Asks for the lines of the record prefetch_ahead after `s` (see the top

@@ -151,10 +151,9 @@ class Producer {
   // waits, like publish(), until the records it overwrites have been read.
   // Returns {ok, seq}; {invalid} if seq < next_seq() or seq >= 2^62 (no bus
   // gets that far; a consumer refuses such a head); timeout or closed as
-  // publish() does. A producer killed inside skip_to: a takeover continues
-  // after the gap if its lowest marker was committed, else before it; in
-  // the latter case a reader that already crossed part of the gap has
-  // counted it as lost and waits for the new producer to reach its end.
+  // publish() does. A producer killed inside skip_to: a takeover finishes
+  // the gap and continues after it if any of its markers within one ring of
+  // where it began was committed, else continues before it.
   [[nodiscard]] PublishResult skip_to(std::uint64_t seq, std::chrono::nanoseconds timeout = forever) noexcept;
 
   // Marks end-of-stream, wakes every waiter and gives up the producer role.

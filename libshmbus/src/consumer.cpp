@@ -198,58 +198,78 @@ struct Consumer::Impl : detail::Attachment {
 
   // One attempt at record `cursor`. `out` is filled for Step::message (and
   // its seq for Step::corrupt); `copy_to` receives the payload when checked.
-  Step try_read(Message& out, Dest dst) noexcept {
+  [[gnu::always_inline]] Step try_read(Message& out, Dest dst) noexcept {
     Step s = try_read_once(out, dst);
     while (s == Step::moved) [[unlikely]] s = try_read_once(out, dst);
     return s;
   }
 
-  Step try_read_once(Message& out, Dest dst) noexcept {
+  // Kept small enough to inline into next(): the common cases (a one-record
+  // message in place, a checked copy) here, the rest out of line.
+  [[gnu::always_inline]] Step try_read_once(Message& out, Dest dst) noexcept {
     const std::uint64_t c = cursor;
     layout::RecordHeader* r = ring.record(c);
     const std::uint64_t t = detail::RecordRing::load_tag(r);
-    if (t == detail::committed_tag(c)) [[likely]] {
-      std::uint32_t len;
-      std::uint64_t ts;
-      std::uint64_t k;  // slots the message takes; 0: a gap marker or corrupt
-      const std::byte* src;
-      detail::RecordRing::Copy copied;  // checked only
-      if (checked) {
-        // The producer may be rewriting the record now: a checked copy.
-        if (!ring.copy_checked(c, t, dst.at, dst.room, copied)) return lapped(c, out);
-        if (copied.no_room) [[unlikely]] {
-          out.payload = std::span<const std::byte>(static_cast<const std::byte*>(nullptr), copied.length);
-          return Step::no_room;
-        }
-        len = copied.length;
-        ts = copied.timestamp_ns;
-        k = copied.gap ? 0 : copied.records;
-        src = dst.at;
-      } else {
-        // In place: no writer is on a record we have not read.
-        len = detail::RecordRing::load_length(r);
-        ts = detail::RecordRing::load_timestamp(r);
-        k = detail::RecordRing::load_records(r);
-        src = detail::RecordRing::payload(r);
-        if (len > max_payload || k != 1) [[unlikely]]
-          k = len <= ring.max_message() ? ring.checked_records(c, len, static_cast<std::uint32_t>(k)) : 0;
-      }
-      if (k == 0) [[unlikely]] {
-        const std::optional<detail::Gap> gap = checked ? copied.gap : ring.read_gap(r, c);
-        if (gap) return cross_gap(c, *gap);
-        out.seq = c;
-        cursor = c + 1;
-        return Step::corrupt;
-      }
-      out.seq = c;
-      out.timestamp_ns = ts;
-      out.payload = std::span<const std::byte>(src, len);
-      out.records = static_cast<std::uint32_t>(k);
-      cursor = c + k;
-      ++delivered;
-      eos_reported = false;
-      return Step::message;
+    if (t != detail::committed_tag(c)) [[unlikely]] return not_committed(c, t, out);
+    if (checked) return read_checked(c, t, out, dst);
+    // In place: no writer is on a record we have not read.
+    const std::uint32_t len = detail::RecordRing::load_length(r);
+    const std::uint32_t k = detail::RecordRing::load_records(r);
+    if ((len > max_payload) | (k != 1)) [[unlikely]] return read_in_place_unusual(c, r, len, k, out);
+    out.seq = c;
+    out.timestamp_ns = detail::RecordRing::load_timestamp(r);
+    out.payload = std::span<const std::byte>(detail::RecordRing::payload(r), len);
+    out.records = 1;
+    cursor = c + 1;
+    ++delivered;
+    eos_reported = false;
+    return Step::message;
+  }
+
+  // In place, a message that spans records, a gap marker, or a corrupt record.
+  [[gnu::noinline]] Step read_in_place_unusual(std::uint64_t c, layout::RecordHeader* r, std::uint32_t len,
+                                               std::uint32_t records, Message& out) noexcept {
+    const std::uint64_t k = len <= ring.max_message() ? ring.checked_records(c, len, records) : 0;
+    if (k == 0) return gap_or_corrupt(c, ring.read_gap(r, c), out);
+    out.seq = c;
+    out.timestamp_ns = detail::RecordRing::load_timestamp(r);
+    out.payload = std::span<const std::byte>(detail::RecordRing::payload(r), len);
+    out.records = static_cast<std::uint32_t>(k);
+    cursor = c + k;
+    ++delivered;
+    eos_reported = false;
+    return Step::message;
+  }
+
+  // A checked copy of record `c` (tag `t`, committed): the producer may be
+  // rewriting it now.
+  Step read_checked(std::uint64_t c, std::uint64_t t, Message& out, Dest dst) noexcept {
+    detail::RecordRing::Copy copied;
+    if (!ring.copy_checked(c, t, dst.at, dst.room, copied)) return lapped(c, out);
+    if (copied.no_room) [[unlikely]] {
+      out.payload = std::span<const std::byte>(static_cast<const std::byte*>(nullptr), copied.length);
+      return Step::no_room;
     }
+    if (copied.gap || copied.records == 0) [[unlikely]] return gap_or_corrupt(c, copied.gap, out);
+    out.seq = c;
+    out.timestamp_ns = copied.timestamp_ns;
+    out.payload = std::span<const std::byte>(dst.at, copied.length);
+    out.records = static_cast<std::uint32_t>(copied.records);
+    cursor = c + copied.records;
+    ++delivered;
+    eos_reported = false;
+    return Step::message;
+  }
+
+  [[gnu::noinline]] Step gap_or_corrupt(std::uint64_t c, std::optional<detail::Gap> gap, Message& out) noexcept {
+    if (gap) return cross_gap(c, *gap);
+    out.seq = c;
+    cursor = c + 1;
+    return Step::corrupt;
+  }
+
+  // Record `c` does not hold `c`, committed (its tag is `t`).
+  [[gnu::noinline]] Step not_committed(std::uint64_t c, std::uint64_t t, Message& out) noexcept {
     if (detail::tag_state(t, c) == detail::TagState::not_yet) {
       // A checked reader may have landed inside a span (in place, a reader
       // only lands at attach and rejoin, and moves past the inside there).

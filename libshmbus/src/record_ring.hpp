@@ -260,6 +260,7 @@ class RecordRing {
   // impossible: fewer than its length needs, more than a span may take, or
   // across the end of the ring.
   std::uint64_t checked_records(std::uint64_t seq, std::uint32_t length, std::uint32_t records) const noexcept {
+    if (records == 1) [[likely]] return length <= max_payload() ? 1 : 0;  // no division on the common path
     if (records == 0 || records > max_span_ || records < records_for(length) || !fits_before_wrap(seq, records))
       return 0;
     return records;

@@ -320,8 +320,10 @@ void Producer::Impl::acquire_role() {
   std::uint64_t s = ring.committed_end(h->head.load(std::memory_order_acquire));
   s = finish_interrupted_gap(s);
   // One that died inside a span left the marks of its inside: what we write
-  // there next starts records (a span and its padding reach two spans ahead).
-  ring.clear_marks(s, s + std::min<std::uint64_t>(cap, 2 * ring.max_span()));
+  // there next starts records. Its span began at s, or after padding at the
+  // start of the next lap.
+  ring.clear_marks_after(s);
+  ring.clear_marks_after((s | (cap - 1)) + 1);
   next = s;
   h->head.store(s, std::memory_order_release);
   limit = 0;  // force a rescan before the first write

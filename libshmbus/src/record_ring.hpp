@@ -197,13 +197,15 @@ class RecordRing {
   std::uint64_t span_mark_seq(std::uint64_t seq) const noexcept {
     return spans_[slot_of(seq)].load(std::memory_order_acquire) - 1;
   }
-  // Forgets marks at [from, to) that name those very positions: a producer
-  // that died inside a span left them, and the records written there next
-  // are starts. Only by the producer, for sequences it has not yet written.
-  void clear_marks(std::uint64_t from, std::uint64_t to) const noexcept {
-    for (std::uint64_t p = from; p < to; ++p)
-      if (spans_[slot_of(p)].load(std::memory_order_relaxed) == p + 1)
-        spans_[slot_of(p)].store(0, std::memory_order_relaxed);
+  // Forgets the marks a span begun at `start` left inside it (the run of
+  // marks from start + 1 that name their own positions): a producer that
+  // died inside the span left them, and the records written there next are
+  // starts. Only by the producer, for sequences it has not yet written.
+  void clear_marks_after(std::uint64_t start) const noexcept {
+    for (std::uint64_t p = start + 1; p < start + max_span_; ++p) {
+      if (spans_[slot_of(p)].load(std::memory_order_relaxed) != p + 1) break;
+      spans_[slot_of(p)].store(0, std::memory_order_relaxed);
+    }
   }
   // The first position at or after `seq` (and before `end`) that is not
   // inside a span: where a reader that lands at `seq` can start.

@@ -320,7 +320,8 @@ struct Consumer::Impl : detail::Attachment {
     // skip nothing. Judged once committed.
     if (detail::is_busy(t) && h->head.load(std::memory_order_acquire) == 0) return Step::empty;
     if (!ring.same_slot(tseq, c)) {  // a tag that cannot be in this slot
-      if (stale_word) return Step::empty;
+      // A stale tag word, or one a takeover cleared since we loaded it.
+      if (stale_word || detail::RecordRing::load_tag(r) != t) return Step::empty;
       out.seq = c;
       cursor = c + 1;
       return Step::corrupt;

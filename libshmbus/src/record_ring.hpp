@@ -201,10 +201,15 @@ class RecordRing {
   // marks from start + 1 that name their own positions): a producer that
   // died inside the span left them, and the records written there next are
   // starts. Only by the producer, for sequences it has not yet written.
+  // Each such slot's tag word (the dead span's payload) becomes 0, "never
+  // written", before its mark goes: a reader that sees the mark gone and
+  // loads the tag again sees 0 (the release store pairs with span_mark()'s
+  // acquire load).
   void clear_marks_after(std::uint64_t start) const noexcept {
     for (std::uint64_t p = start + 1; p < start + max_span_; ++p) {
       if (spans_[slot_of(p)].load(std::memory_order_relaxed) != p + 1) break;
-      spans_[slot_of(p)].store(0, std::memory_order_relaxed);
+      record(p)->tag.store(0, std::memory_order_relaxed);
+      spans_[slot_of(p)].store(0, std::memory_order_release);
     }
   }
   // The first position at or after `seq` (and before `end`) that is not

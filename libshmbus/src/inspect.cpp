@@ -236,8 +236,10 @@ std::vector<Problem> Inspector::check() const {
     layout::RecordHeader* r = ring.record(i);
     // The inside of a span of the last ring has no header (its start is
     // checked below); an older mark only says the tag word may be stale.
-    const std::uint64_t mark = seg.base() != nullptr ? ring.span_mark_seq(i) : 0;
-    if (mark + 1 != 0 && ring.same_slot(mark, i) && mark < layout::kMaxSequence && mark + cap >= h0) continue;
+    // The position the slot's mark names (all ones when unmarked, which is
+    // past kMaxSequence like any impossible mark).
+    const std::uint64_t inside = ring.span_mark_seq(i);
+    if (inside < layout::kMaxSequence && ring.same_slot(inside, i) && inside + cap >= h0) continue;
     const std::uint64_t t = detail::RecordRing::load_tag(r);
     const std::uint32_t len = detail::RecordRing::load_length(r);
     const bool gap = t != 0 && !detail::is_busy(t) && ring.read_gap(r, detail::tag_seq(t)).has_value();

@@ -25,6 +25,7 @@
 #include "bridge/log.hpp"
 #include "bridge/protocol.hpp"
 #include "bridge/server.hpp"
+#include "large_payload.hpp"
 
 namespace shmbus::bridge {
 namespace {
@@ -227,18 +228,7 @@ TEST_F(BridgeServer, ForwardsEveryMessageInOrderWithItsSequenceThenEndOfStream) 
   EXPECT_TRUE(r.payloads_ok);
 }
 
-// Message i of `size` bytes: bytes that differ with i and with the offset.
-std::vector<std::byte> large_payload(std::size_t i, std::size_t size) {
-  std::vector<std::byte> v(size);
-  std::uint64_t x = 0x9E3779B97F4A7C15ULL * (i + 1);
-  for (std::size_t k = 0; k < size; ++k) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    v[k] = static_cast<std::byte>(x);
-  }
-  return v;
-}
+using shmbus::test::large_payload;
 
 // Messages from 1 byte to 4 MiB, several of them longer than one record:
 // every one arrives byte for byte under the sequence the bus gave it, with

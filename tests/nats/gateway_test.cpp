@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "nats_fixture.hpp"
+#include "large_payload.hpp"
 
 namespace shmbus::nats::test {
 namespace {
@@ -247,18 +248,7 @@ TEST(NatsGateway, PermissionDeniedIsOneLineAndExit1) {
   Bus::remove(bus);
 }
 
-// Message i of `size` bytes: bytes that differ with i and with the offset.
-std::vector<std::byte> large_payload(std::size_t i, std::size_t size) {
-  std::vector<std::byte> v(size);
-  std::uint64_t x = 0x9E3779B97F4A7C15ULL * (i + 1);
-  for (std::size_t k = 0; k < size; ++k) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    v[k] = static_cast<std::byte>(x);
-  }
-  return v;
-}
+using shmbus::test::large_payload;
 
 std::uint64_t records_of(std::size_t size) { return size + 24 <= 1024 ? 1 : (size + 24 + 1023) / 1024; }
 

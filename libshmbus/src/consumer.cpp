@@ -294,7 +294,8 @@ struct Consumer::Impl : detail::Attachment {
     if (!checked && !slot_is_ours()) return Step::taken;
     // The slot's span mark first: what its tag word holds may be a span's
     // payload.
-    switch (ring.span_mark(c)) {
+    const detail::RecordRing::Mark m = ring.span_mark(c);
+    switch (m) {
       case detail::RecordRing::Mark::inside: {
         // We landed inside a span (its start was gone already): its other
         // sequences are lost with it.
@@ -308,11 +309,16 @@ struct Consumer::Impl : detail::Attachment {
       case detail::RecordRing::Mark::start:
       case detail::RecordRing::Mark::earlier: break;
     }
-    // The slot was inside a span on an earlier lap: its tag word may still
-    // hold that span's payload, so a tag no lap explains means "not yet".
-    const bool stale_word = ring.span_mark(c) == detail::RecordRing::Mark::earlier;
     layout::RecordHeader* r = ring.record(c);
     const std::uint64_t t = detail::RecordRing::load_tag(r);
+    // A later span may have taken the slot since we looked at its mark, and
+    // `t` be that span's payload: the producer stores a span's marks before
+    // its payload (RecordRing::mark_span()), so after the acquire load of
+    // `t` the mark says so. Look again then.
+    if (ring.span_mark(c) != m) return Step::empty;
+    // The slot was inside a span on an earlier lap: its tag word may still
+    // hold that span's payload, so a tag no lap explains means "not yet".
+    const bool stale_word = m == detail::RecordRing::Mark::earlier;
     if (detail::tag_state(t, c) != detail::TagState::passed) return Step::empty;  // raced with nothing: read again
     const std::uint64_t tseq = detail::tag_seq(t);
     // Being written while no message was ever published: a bus starting at a
@@ -361,7 +367,7 @@ struct Consumer::Impl : detail::Attachment {
       if (from_tag) {
         const std::uint64_t t = detail::RecordRing::load_tag(ring.record(c));
         if (detail::is_busy(t) || detail::tag_seq(t) != found ||
-            ring.span_mark(c) == detail::RecordRing::Mark::earlier)
+            ring.span_mark(c) != detail::RecordRing::Mark::start)
           return Step::empty;
       }
       out.seq = c;

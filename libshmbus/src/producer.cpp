@@ -499,6 +499,12 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
   std::uint64_t last_hold_look = w.start();
   std::uint64_t next_hold_look = hold == 0 ? UINT64_MAX : w.start() + hold_period;
   h->producer_waits.fetch_add(1, std::memory_order_relaxed);
+  // Who holds us back, named from the wait's first moment (a wait may be
+  // one of many short ones), and before the wait shows: an inspector that
+  // sees us waiting finds the slot (liveness checks below refresh it).
+  std::uint32_t first_holder = UINT32_MAX;
+  min_active_cursor(last_seq, &first_holder);
+  h->blocked_on_slot.store(first_holder == UINT32_MAX ? 0 : first_holder + 1, std::memory_order_relaxed);
   h->wait_start_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
   bool ok = false;
   for (;; w.tick()) {

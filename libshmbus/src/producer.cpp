@@ -184,6 +184,7 @@ struct Producer::Impl : detail::Attachment {
                                      static_cast<std::uint32_t>(k));
     publish_head(*s + k);
     prefetch_ahead_of(*s + k - 1);
+    prefetch_next_span(*s + k, k);
     return {PublishStatus::ok, *s};
   }
 
@@ -222,6 +223,21 @@ struct Producer::Impl : detail::Attachment {
     // A big record's own lines follow one another: the first few are enough
     // for the hardware prefetcher to take over.
     const std::uintptr_t end = at + std::min<std::uint64_t>(ring.record_size(), kPrefetchBytes);
+    for (std::uintptr_t line = at & ~std::uintptr_t{layout::kCacheLine - 1}; line < end; line += layout::kCacheLine)
+      detail::prefetch_for_write(reinterpret_cast<const void*>(line));
+  }
+
+  // After a span of `k` records ending before `n`: the lines the next
+  // message of its size will store to first, fetched for writing now. A
+  // span moves past what prefetch_ahead_of() reached for the message
+  // before, so without this its header and its marks (one line per eight
+  // records) each cost a miss on the way to the reader.
+  void prefetch_next_span(std::uint64_t n, std::uint64_t k) const noexcept {
+    if (!overwrite && n >= limit) return;
+    detail::prefetch_for_write(ring.record(n));
+    const std::uint64_t marks = std::min<std::uint64_t>(k, cap - (n & (cap - 1)));
+    const auto at = reinterpret_cast<std::uintptr_t>(ring.mark_slot(n));
+    const std::uintptr_t end = at + std::min<std::uint64_t>(marks * sizeof(layout::SpanMark), kPrefetchBytes);
     for (std::uintptr_t line = at & ~std::uintptr_t{layout::kCacheLine - 1}; line < end; line += layout::kCacheLine)
       detail::prefetch_for_write(reinterpret_cast<const void*>(line));
   }
@@ -693,6 +709,7 @@ void Producer::commit(std::size_t size) noexcept {
                                    p.now_stamp(), p.claim_records);
   p.publish_head(s + p.claim_records);
   p.prefetch_ahead_of(s + p.claim_records - 1);
+  if (p.claim_records > 1) p.prefetch_next_span(s + p.claim_records, p.claim_records);
 }
 
 void Producer::commit() noexcept { commit(impl_ ? impl_->claim_size : 0); }

@@ -46,6 +46,7 @@
 
 #include "layout.hpp"
 #include "shared_copy.hpp"
+#include "span_marks.hpp"
 
 namespace shmbus::detail {
 
@@ -166,8 +167,11 @@ class RecordRing {
   // byte stored after this over one of those slots' headers also sees its
   // mark (pairs with the acquire fence in unchanged(), and with the acquire
   // load of a tag word the payload rewrote).
+  // Where the span mark of `seq`'s slot is stored.
+  layout::SpanMark* mark_slot(std::uint64_t seq) const noexcept { return spans_ + slot_of(seq); }
   void mark_span(std::uint64_t seq, std::uint64_t records) const noexcept {
-    for (std::uint64_t p = seq + 1; p < seq + records; ++p) spans_[slot_of(p)].store(p + 1, std::memory_order_relaxed);
+    // One run of the table: a span never crosses the end of the ring.
+    store_mark_run(spans_ + slot_of(seq + 1), seq + 1, records - 1);
     std::atomic_thread_fence(std::memory_order_release);
   }
 

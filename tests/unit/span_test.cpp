@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "layout.hpp"
+#include "span_marks.hpp"
 #include "test_support.hpp"
 
 namespace shmbus::test {
@@ -411,3 +412,26 @@ TEST(Spans, CheckedReadersRacingAWriterOfMixedSizesNeverSeeATornMessage) {
 
 }  // namespace
 }  // namespace shmbus::test
+
+// The marks of a span are stored in vector runs with a scalar head and
+// tail: every alignment of the run's start and every length around the
+// vector widths stores exactly the marks of the run, each whole, and
+// nothing beside it.
+TEST(Spans, AMarkRunStoresEveryMarkOfItsRunAndNothingElse) {
+  constexpr std::size_t kTable = 128;
+  alignas(64) shmbus::layout::SpanMark table[kTable];
+  for (std::size_t start = 0; start < 16; ++start) {
+    for (std::uint64_t count = 0; count <= 70; ++count) {
+      for (auto& m : table) m.store(0xdeadbeefdeadbeefull, std::memory_order_relaxed);
+      const std::uint64_t first = 1'000'000'007ull + start;
+      shmbus::detail::store_mark_run(table + start, first, count);
+      for (std::size_t i = 0; i < kTable; ++i) {
+        const std::uint64_t got = table[i].load(std::memory_order_relaxed);
+        if (i >= start && i < start + count)
+          ASSERT_EQ(got, first + (i - start) + 1) << "start " << start << " count " << count << " at " << i;
+        else
+          ASSERT_EQ(got, 0xdeadbeefdeadbeefull) << "start " << start << " count " << count << " at " << i;
+      }
+    }
+  }
+}

@@ -53,8 +53,9 @@ WaitCounters read_wait_counters(const std::string& bus) {
 void warn_if_different(const Options& o, const BusInfo& info, const CLI::App& app) {
   std::string diffs;
   auto given = [&](const char* name) { return app.get_option(name)->count() > 0; };
-  if (given("--capacity") && info.capacity != o.capacity) {
-    diffs += fmt::format(", capacity {} (asked {})", info.capacity, o.capacity);
+  const std::uint64_t asked = o.capacity != 0 ? o.capacity : default_capacity_for(o.record_size);
+  if (given("--capacity") && info.capacity != asked) {
+    diffs += fmt::format(", capacity {} (asked {})", info.capacity, asked);
   }
   if (given("--record-size") && info.record_size != o.record_size) {
     diffs += fmt::format(", record size {} (asked {})", info.record_size, o.record_size);
@@ -83,6 +84,8 @@ BusOptions create_options(const Options& o, const SizeRange& sizes, const CLI::A
     const std::uint32_t fit = sizes.min <= max_record_size ? record_size_for(static_cast<std::uint32_t>(sizes.min)) : 0;
     bo.record_size = fit != 0 ? fit : BusOptions{}.record_size;
   }
+  // The default ring, sized in bytes, for the record size chosen above.
+  if (bo.capacity == 0) bo.capacity = default_capacity_for(bo.record_size);
   bo.policy = o.policy;
   bo.max_readers = o.max_readers;
   bo.mode = static_cast<mode_t>(std::stoul(o.mode, nullptr, 8));

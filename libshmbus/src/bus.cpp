@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +23,12 @@ const char* to_string(Policy p) noexcept {
 
 std::uint32_t max_payload_for(std::uint32_t record_size) noexcept {
   return record_size > layout::kRecordHeaderSize ? record_size - layout::kRecordHeaderSize : 0;
+}
+
+std::uint64_t default_capacity_for(std::uint32_t record_size) noexcept {
+  if (record_size == 0) return default_min_capacity;
+  const std::uint64_t fit = std::bit_floor(std::max<std::uint64_t>(default_ring_bytes / record_size, 1));
+  return std::max(fit, default_min_capacity);
 }
 
 std::uint32_t record_size_for(std::uint32_t payload) noexcept {

@@ -240,6 +240,8 @@ const char* shmbus_last_error(void) { return last_error.c_str(); }
 
 const char* shmbus_version(void) { return SHMBUS_VERSION; }
 
+uint64_t shmbus_default_capacity(uint32_t record_size) { return shmbus::default_capacity_for(record_size); }
+
 void shmbus_bus_options_init(shmbus_bus_options* options) {
   if (!options) return;
   const shmbus::BusOptions d;

@@ -64,7 +64,7 @@ std::string describe(const bip::interprocess_exception& e) {
 void validate_options(std::string_view name, const BusOptions& o) {
   if (!is_pow2(o.capacity) || o.capacity < 2 || o.capacity > max_capacity)
     fail(Errc::invalid_options, name,
-         "capacity " + num(o.capacity) + " is not a power of two between 2 and 2^32");
+         "capacity " + num(o.capacity) + " is not a power of two between 2 and 2^32 (or 0, the default)");
   if (o.record_size < layout::kMinRecordSize || o.record_size > max_record_size ||
       o.record_size % layout::kRecordAlign != 0)
     fail(Errc::invalid_options, name,
@@ -252,8 +252,10 @@ std::vector<std::string> remove_dead_temporaries(std::string_view bus) {
   return removed;
 }
 
-std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions& o) {
+std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions& requested) {
   validate_name(name);
+  BusOptions o = requested;
+  if (o.capacity == 0) o.capacity = default_capacity_for(o.record_size);
   validate_options(name, o);
   const std::string path = segment_path(name);
   const std::uint64_t size = segment_size_for(o);

@@ -101,7 +101,7 @@ static void test_block_bus(void) {
   size_t sizes[3];
 
   shmbus_bus_options_init(&o);
-  CHECK(o.capacity == 65536 && o.record_size == 256 && o.policy == SHMBUS_POLICY_BLOCK && o.mode == 0600);
+  CHECK(o.capacity == 0 && shmbus_default_capacity(256) == 16384 && o.record_size == 256 && o.policy == SHMBUS_POLICY_BLOCK && o.mode == 0600);
   o.capacity = 16;
   o.record_size = 128;
   o.max_readers = 4;

@@ -717,8 +717,8 @@ errors_create_leaves_nothing)  # a --create run that fails leaves no segment it 
     "$PRODUCER" "$bus" --create --count 10 --size 300 --capacity 8 --record-size 64
   [[ $LAST_RC -eq 2 ]] || fail "--size 300 --capacity 8 --record-size 64: exit $LAST_RC, want 2"
   no_segment "$bus" "--size 300 --capacity 8 --record-size 64"
-  # No record holds 20 MB: the default record size (256), and spans of half the default ring.
-  expect_failure size_any_record "^shmbus-producer: bus '$bus': --size 20000000 is longer than the bus's max message of 8388584 bytes \(capacity 65536, record size 256" \
+  # No record holds 20 MB: the default record size (256), and spans of half the default ring (4 MiB).
+  expect_failure size_any_record "^shmbus-producer: bus '$bus': --size 20000000 is longer than the bus's max message of 2097128 bytes \(capacity 16384, record size 256" \
     "$PRODUCER" "$bus" --create --count 10 --size 20000000
   [[ $LAST_RC -eq 2 ]] || fail "--size 20000000: exit $LAST_RC, want 2"
   no_segment "$bus" "--size 20000000"

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cstdio>
 #include <latch>
 #include <set>
@@ -76,15 +77,34 @@ TEST(BusLifecycle, SegmentLivesInDevShmUnderThePrefixedName) {
 
 TEST(BusLifecycle, DefaultOptionsAreDocumentedValues) {
   BusOptions o;
-  EXPECT_EQ(o.capacity, 65536u);
+  EXPECT_EQ(o.capacity, 0u);  // sized in bytes: default_capacity_for()
   EXPECT_EQ(o.record_size, 256u);
   EXPECT_EQ(o.policy, Policy::block);
   EXPECT_EQ(o.max_readers, 16u);
   EXPECT_EQ(o.mode, mode_t{0600});
   ScopedName name("defaults");
   Bus bus = Bus::create(name);
-  EXPECT_EQ(bus.info().capacity, 65536u);
+  EXPECT_EQ(bus.info().capacity, default_ring_bytes / 256);
   EXPECT_EQ(bus.info().segment_size, file_size(name.path()));
+}
+
+TEST(BusLifecycle, TheDefaultRingIsSizedInBytesWithAFloorOfRecords) {
+  // Whatever the record size, a default ring takes default_ring_bytes (a
+  // power of two of records below it), never fewer than default_min_capacity.
+  EXPECT_EQ(default_capacity_for(64), default_ring_bytes / 64);
+  EXPECT_EQ(default_capacity_for(192), std::bit_floor(default_ring_bytes / 192));
+  EXPECT_EQ(default_capacity_for(1088), std::bit_floor(default_ring_bytes / 1088));
+  EXPECT_EQ(default_capacity_for(max_record_size), default_min_capacity);
+  for (std::uint32_t rs = 64; rs <= max_record_size; rs += 8) {
+    const std::uint64_t c = default_capacity_for(rs);
+    ASSERT_TRUE(std::has_single_bit(c)) << rs;
+    ASSERT_TRUE(c * rs <= default_ring_bytes || c == default_min_capacity) << rs;
+    ASSERT_TRUE(2 * c * rs > default_ring_bytes || c == default_min_capacity) << rs;
+  }
+  ScopedName name("bigrecords");
+  Bus bus = Bus::create(name, {.capacity = 0, .record_size = 4160});
+  EXPECT_EQ(bus.info().capacity, std::bit_floor(default_ring_bytes / 4160));
+  EXPECT_LE(bus.info().capacity * 4160, default_ring_bytes);
 }
 
 TEST(BusLifecycle, CreateIsExclusive) {
@@ -171,7 +191,6 @@ BusOptions with(void (*edit)(BusOptions&)) {
 
 TEST(BusOptionsValidation, ImpossibleOptionsAreRejectedBeforeAnythingIsCreated) {
   const BadOptions cases[] = {
-      {"capacity 0", with([](BusOptions& o) { o.capacity = 0; })},
       {"capacity 1", with([](BusOptions& o) { o.capacity = 1; })},
       {"capacity 3", with([](BusOptions& o) { o.capacity = 3; })},
       {"capacity 1000", with([](BusOptions& o) { o.capacity = 1000; })},

@@ -48,8 +48,21 @@ struct Trust {
   std::vector<gid_t> groups;  // also use segments whose group is one of these
 };
 
+// The ring a bus gets when BusOptions::capacity is 0 (the default), in bytes
+// of records: sized to stay in the caches of the cores that write and read
+// it rather than to a count of records, so big records do not make a ring
+// that lives in memory (docs/bench.md, "The default ring").
+inline constexpr std::uint64_t default_ring_bytes = std::uint64_t{4} << 20;
+// Never fewer records than this by default, however large they are.
+inline constexpr std::uint64_t default_min_capacity = 64;
+
+// The capacity BusOptions::capacity = 0 stands for: the most records of
+// `record_size` bytes that fit default_ring_bytes (a power of two), at least
+// default_min_capacity. 256-byte records: 16,384 (4 MiB).
+std::uint64_t default_capacity_for(std::uint32_t record_size) noexcept;
+
 struct BusOptions {
-  std::uint64_t capacity = 65536;  // records in the ring; a power of two, >= 2
+  std::uint64_t capacity = 0;      // records in the ring; a power of two, >= 2; 0: default_capacity_for(record_size)
   std::uint32_t record_size = 256; // bytes per record, header included; a multiple of 8
   Policy policy = Policy::block;
   std::uint32_t max_readers = 16;  // reader slots, 1..1024

@@ -108,7 +108,8 @@ typedef enum shmbus_policy {
 } shmbus_policy;
 
 typedef struct shmbus_bus_options {
-  uint64_t capacity;     /* records in the ring, a power of two >= 2 (default 65536) */
+  uint64_t capacity;     /* records in the ring, a power of two >= 2; 0 (the default): as many as
+                            fit 4 MiB, at least 64 (shmbus_default_capacity()) */
   uint32_t record_size;  /* bytes per record, 24-byte header included, multiple of 8 (default 256) */
   uint32_t policy;       /* shmbus_policy (default SHMBUS_POLICY_BLOCK) */
   uint32_t max_readers;  /* reader slots, 1..1024 (default 16) */
@@ -117,6 +118,8 @@ typedef struct shmbus_bus_options {
 
 /* Fills `options` with the defaults above. */
 SHMBUS_API void shmbus_bus_options_init(shmbus_bus_options* options);
+/* The capacity a bus of `record_size`-byte records gets when its options say 0. */
+SHMBUS_API uint64_t shmbus_default_capacity(uint32_t record_size);
 
 /* Creates a bus exclusively (SHMBUS_ALREADY_EXISTS if it exists). `options`
  * may be NULL for the defaults. The whole segment is reserved up front. */

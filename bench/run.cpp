@@ -91,6 +91,7 @@ std::vector<std::vector<Config>> plan(Options& o) {
     o.pp_warmup = std::min<std::uint64_t>(o.pp_warmup, 200);
     o.catchup_count = std::min<std::uint64_t>(o.catchup_count, 20'000);
     o.idle_seconds = std::min(o.idle_seconds, 1.0);
+    o.size_bytes = std::min<std::uint64_t>(o.size_bytes, std::uint64_t{64} << 20);
   }
   if (o.runs < 1) throw Usage("--runs must be >= 1");
   if (o.policy != "block" && o.policy != "overwrite") throw Usage("--policy: block or overwrite");
@@ -162,6 +163,8 @@ std::vector<std::vector<Config>> plan(Options& o) {
         groups.emplace_back();
         for (auto t : cts) groups.back().push_back({t, Mode::catchup, 1, size});
       }
+    } else if (ms == "sizes") {
+      // Not a matrix of transports: run_sizes() runs it (sizes.hpp).
     } else if (ms == "idle") {
       groups.emplace_back();
       for (auto t : idle_ts) groups.back().push_back({t, Mode::idle, 1, 128});
@@ -240,7 +243,7 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
   cfg.capacity = o.capacity;
   if (cf.mode == Mode::catchup) {  // the bus holds the whole backlog
     const std::uint64_t need = std::bit_ceil(cfg.count);
-    cfg.capacity = std::max<std::uint64_t>(cfg.capacity ? cfg.capacity : 65536, need);
+    cfg.capacity = std::max<std::uint64_t>(cfg.capacity, need);
   }
   cfg.lib_timestamps = o.lib_timestamps == "off" ? 0 : o.lib_timestamps == "precise" ? 2 : 1;
   cfg.queue_depth = o.queue_depth;

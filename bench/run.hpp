@@ -41,6 +41,9 @@ struct Options {
   std::vector<std::uint32_t> pp_sizes{128};
   std::vector<std::uint32_t> catchup_sizes{128};
   std::vector<std::string> idle_transports{"shmbus"};
+  // --modes sizes (sizes.hpp): message sizes, and bytes moved per throughput run.
+  std::vector<std::uint64_t> size_axis{64, 128, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304};
+  std::uint64_t size_bytes = std::uint64_t{1} << 30;
   std::uint64_t count = 1'000'000;
   std::uint64_t rate = 100'000;
   std::uint64_t rate_count = 200'000;

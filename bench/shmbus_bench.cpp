@@ -18,6 +18,7 @@
 #include "tools/common/program.hpp"
 #include "report.hpp"
 #include "run.hpp"
+#include "sizes.hpp"
 
 int main(int argc, char** argv) {
   using namespace bench;
@@ -42,7 +43,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--modes", o.modes,
                  "full, rate, pingpong, idle; also catchup (bridge and tcp only: a backlog of --catchup-count "
-                 "messages already on the bus, or already encoded for the socket, read from start to end)")
+                 "messages already on the bus, or already encoded for the socket, read from start to end) and "
+                 "sizes (shmbus by message size, --size-axis, 1 → 1 on the default bus: throughput with every "
+                 "byte written and read beside one core's memcpy of the same bytes, and claim()/commit() "
+                 "hand-off latency; --runs, --pp-count, --pp-warmup, --cpus apply)")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--consumers", o.consumers, "consumer counts (full speed)")->delimiter(',')->capture_default_str();
@@ -59,6 +63,12 @@ int main(int argc, char** argv) {
   app.add_option("--pp-sizes", o.pp_sizes, "message sizes in ping-pong mode")->delimiter(',')->capture_default_str();
   app.add_option("--catchup-count", o.catchup_count, "messages in the backlog of a catchup run")
       ->capture_default_str();
+  app.add_option("--size-axis", o.size_axis, "message sizes in bytes of the sizes mode, 16 .. 1 GiB")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--size-bytes", o.size_bytes,
+                 "sizes mode: bytes per throughput run (at most --count messages, at least 64)")
+      ->capture_default_str();
   app.add_option("--catchup-sizes", o.catchup_sizes, "message sizes in catchup mode")
       ->delimiter(',')
       ->capture_default_str();
@@ -71,7 +81,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--spin-us", o.spin_us, "shmbus spin phase in µs (default: the library's)");
   app.add_option("--yield-us", o.yield_us, "shmbus yield phase in µs (default: the library's)");
-  app.add_option("--capacity", o.capacity, "shmbus ring capacity in records (default: the library's, 65536)");
+  app.add_option("--capacity", o.capacity, "shmbus ring capacity in records (default: the library's, as many records as fit 4 MiB)");
   app.add_option("--queue-depth", o.queue_depth, "message_queue depth in messages")->capture_default_str();
   app.add_option("--stamp-every", o.stamp_every,
                  "full speed: every Nth message carries its send time, and its latency is the sample "
@@ -122,6 +132,11 @@ int main(int argc, char** argv) {
 
     std::size_t total_runs = 0;
     for (const auto& g : groups) total_runs += g.size() * static_cast<std::size_t>(o.runs);
+    nlohmann::json size_rows;
+    if (std::find(o.modes.begin(), o.modes.end(), "sizes") != o.modes.end()) {
+      size_rows = run_sizes(o);
+      doc["sizes"] = size_rows;
+    }
     std::vector<Row> rows;
     std::size_t done = 0;
     int serial = 0;
@@ -152,15 +167,19 @@ int main(int argc, char** argv) {
       doc["seconds"] = static_cast<double>(mono_ns() - t_start) / 1e9;
     }
 
-    print_table(o, rows);
-    print_vs_tcp(o, rows);
+    if (!rows.empty()) {
+      print_table(o, rows);
+      print_vs_tcp(o, rows);
+    }
     doc["results"] = results_json(rows);
     if (!o.json_path.empty()) {
       std::ofstream f(o.json_path);
       f << doc.dump(2) << "\n";
       if (!f) throw std::runtime_error("cannot write " + o.json_path);
     }
-    const auto failed_rows = std::count_if(rows.begin(), rows.end(), [](const Row& r) { return r.failed != 0; });
+    auto failed_rows = std::count_if(rows.begin(), rows.end(), [](const Row& r) { return r.failed != 0; });
+    for (const auto& r : size_rows)
+      if (!r["error"].get<std::string>().empty()) ++failed_rows;
     if (failed_rows) {
       std::fprintf(stderr, "shmbus-bench: %d configuration(s) FAILED (see the status column)\n",
                    static_cast<int>(failed_rows));

@@ -6,7 +6,9 @@
 writes OUTDIR/throughput.png (full-speed msgs/s per consumer by message size
 and consumer count, one bar per transport, log scale) and OUTDIR/latency.png
 (one-way latency percentiles by transport: ping-pong, and fixed offered rate
-when the run has it). Uses matplotlib when it can be imported (Debian:
+when the run has it), and, for a run with `--modes sizes`, OUTDIR/sizes.png
+(throughput in GB/s by message size beside one core's memcpy, and the
+claim()/commit() hand-off latency by size; matplotlib only). Uses matplotlib when it can be imported (Debian:
 python3-matplotlib; run with /usr/bin/python3 if a virtualenv or pyenv shadows
 it), else gnuplot (Debian: gnuplot-nox). Standard library only otherwise.
 """
@@ -157,6 +159,48 @@ def plot_gnuplot(doc, rows, out):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def human(n):
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def plot_sizes_matplotlib(doc, out):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in doc.get("sizes", []) if not r.get("error")]
+    if not rows:
+        return
+    xs = [r["size"] for r in rows]
+    med = [r["median"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=90)
+    left.plot(xs, [m["memcpy_bytes_per_s"] / 1e9 for m in med], "o--", color="#7f7f7f",
+              label="memcpy, one core (the ceiling)")
+    left.plot(xs, [m["shmbus_bytes_per_s"] / 1e9 for m in med], "o-", color=COLOR["shmbus"],
+              label="shmbus 1 → 1, every byte written and read")
+    left.set_ylabel("GB/s (median)")
+    left.set_title("Throughput by message size", fontsize=9)
+    right.plot(xs, [m["handoff_p50_ns"] for m in med], "o-", color=COLOR["shmbus"], label="p50")
+    right.plot(xs, [m["handoff_p99_ns"] for m in med], "o--", color="#ff9896", label="p99")
+    right.set_yscale("log")
+    right.set_ylabel("one-way ns")
+    right.set_title("claim()/commit() hand-off latency by message size", fontsize=9)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([human(x) for x in xs], fontsize=7, rotation=45)
+        ax.grid(which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("shmbus by message size, default bus\n" + subtitle(doc), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "sizes.png"))
+    plt.close(fig)
+
+
 def main():
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__.strip())
@@ -167,6 +211,7 @@ def main():
     try:
         import matplotlib  # noqa: F401
         plot_matplotlib(doc, rows, out)
+        plot_sizes_matplotlib(doc, out)
         tool = "matplotlib"
     except ImportError:
         if not shutil.which("gnuplot"):

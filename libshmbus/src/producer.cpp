@@ -115,7 +115,8 @@ struct Producer::Impl : detail::Attachment {
     release_role(mark_closed);
     closed = true;
   }
-  void recompute_limit(std::uint64_t s) noexcept;
+  // `holder` (if given): the slot of the reader furthest behind, below s.
+  void recompute_limit(std::uint64_t s, std::uint32_t* holder = nullptr) noexcept;
   std::uint64_t min_active_cursor(std::uint64_t upper, std::uint32_t* holder) noexcept;
   bool wait_for_space(std::uint64_t last_seq, std::chrono::nanoseconds timeout) noexcept;
   // True once sequences up to `last_seq` may be written: at once in
@@ -386,10 +387,10 @@ std::uint64_t Producer::Impl::min_active_cursor(std::uint64_t upper, std::uint32
   return m;
 }
 
-void Producer::Impl::recompute_limit(std::uint64_t s) noexcept {
+void Producer::Impl::recompute_limit(std::uint64_t s, std::uint32_t* holder) noexcept {
   // Keep at least capacity - chunk records protected for late joiners.
   const std::uint64_t keep_floor = s + chunk > cap ? s + chunk - cap : 0;
-  std::uint64_t floor = std::min(min_active_cursor(s, nullptr), keep_floor);
+  std::uint64_t floor = std::min(min_active_cursor(s, holder), keep_floor);
   // Publish the floor, then look again (see the handshake at the top).
   h->oldest.store(floor, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the joining reader's fence
@@ -515,19 +516,26 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
   std::uint64_t last_hold_look = w.start();
   std::uint64_t next_hold_look = hold == 0 ? UINT64_MAX : w.start() + hold_period;
   h->producer_waits.fetch_add(1, std::memory_order_relaxed);
-  // Who holds us back, named from the wait's first moment (a wait may be
-  // one of many short ones), and before the wait shows: an inspector that
-  // sees us waiting finds the slot (liveness checks below refresh it).
-  std::uint32_t first_holder = UINT32_MAX;
-  min_active_cursor(last_seq, &first_holder);
-  h->blocked_on_slot.store(first_holder == UINT32_MAX ? 0 : first_holder + 1, std::memory_order_relaxed);
+  // Who holds us back: the reader furthest behind, named from the wait's
+  // first moment (a wait may be one of many short ones) and before the wait
+  // shows, so that an inspector that sees us waiting finds it; and named
+  // again whenever another is furthest behind (one that was behind with
+  // the one we really wait for catches up). Stored only when it changes.
+  std::uint32_t shown = UINT32_MAX;
+  min_active_cursor(last_seq, &shown);
+  h->blocked_on_slot.store(shown == UINT32_MAX ? 0 : shown + 1, std::memory_order_relaxed);
   h->wait_start_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
   bool ok = false;
   for (;; w.tick()) {
-    recompute_limit(last_seq);
+    std::uint32_t holder = UINT32_MAX;
+    recompute_limit(last_seq, &holder);
     if (last_seq < limit) {
       ok = true;
       break;
+    }
+    if (holder != shown) {
+      shown = holder;
+      h->blocked_on_slot.store(holder == UINT32_MAX ? 0 : holder + 1, std::memory_order_relaxed);
     }
     if (closed) break;
     if (h->removed.load(std::memory_order_relaxed) != 0) {  // removed by force while we waited
@@ -535,11 +543,8 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
       break;
     }
     // Outside the spin phase (a short wait must stay free of system calls),
-    // once per liveness period: show who holds us back, reclaim it if dead.
+    // once per liveness period: reclaim a holder that died.
     if (w.liveness_due()) {
-      std::uint32_t holder = UINT32_MAX;
-      min_active_cursor(last_seq, &holder);
-      h->blocked_on_slot.store(holder == UINT32_MAX ? 0 : holder + 1, std::memory_order_relaxed);
       reclaim_dead_holders(needed_floor);
       continue;
     }

@@ -9,10 +9,20 @@ Views: Consumer.next() returns a Message whose payload is one memoryview of
 the whole message -- zero-copy on a `block` bus (it reads the records in
 shared memory; numpy.frombuffer of it copies nothing either), the
 consumer's own copy on an `overwrite` bus or for a best-effort reader. It
-is valid until the next call on that consumer,
-which releases it: using it afterwards raises ValueError. Copy it with
-bytes(view) to keep it. Views derived from it (slices, numpy arrays) cannot
-be revoked: they keep the mapping alive but may show a newer message.
+is valid until the next call on that consumer, which releases it: using it
+afterwards raises ValueError. Views derived from it (slices, numpy arrays)
+cannot be revoked: they keep the mapping alive, never crash, but from the
+next call on show whatever that memory holds later (on a `block` bus the
+record once the producer reuses it, on an `overwrite` bus the next message
+copied there). Keep one with bytes(view), or make the Consumer with
+copy=True: every message is then its own bytes, valid for as long as it is
+referenced, at the cost of one copy.
+
+Claims: Producer.claim() returns a writable view of the record itself.
+commit() releases it, and refuses (BufferError, the claim stays open) while
+anything made from it -- a numpy array, a slice -- still exports it: a write
+through it after the commit would change a message consumers may already
+have read. Delete those first (`del array`).
 
 Waiting: next(), publish() and claim() wait with the GIL released and handle
 signals at least every 100 ms, so Ctrl-C raises KeyboardInterrupt. Timeouts
@@ -47,6 +57,9 @@ class EndOfStream(Exception):
     reason: Literal["closed", "producer_died", "removed"]
 
 class Bus:
+    """A handle on a named bus (/dev/shm/shmbus.NAME). A context manager:
+    leaving it closes the handle. Producers, Consumers and views made from
+    it hold their own, so closing it ends nothing they do."""
     @staticmethod
     def create(name: str, *, capacity: int = 65536, record_size: int = 256,
                policy: Policy = "block", max_readers: int = 16, mode: int = 0o600) -> Bus:
@@ -93,6 +106,15 @@ class Bus:
     @property
     def oldest(self) -> int:
         """Oldest sequence number still retained."""
+    @property
+    def closed(self) -> bool:
+        """True once close() was called."""
+    def close(self) -> None:
+        """Lets go of this handle (a second call does nothing): every other
+        use of it raises ValueError, except .name, .closed and repr(). The
+        bus stays; Bus.remove() removes it."""
+    def __enter__(self) -> Bus: ...
+    def __exit__(self, *args: Any) -> None: ...
 
 class Producer:
     """The bus's one producer (Error if a live process holds the role; a dead
@@ -121,11 +143,16 @@ class Producer:
     def claim(self, size: int, timeout: Optional[float] = None) -> memoryview:
         """The next record's payload, writable in place, `size` bytes (up to
         Bus.max_message: one contiguous view over the records a longer one
-        than Bus.max_payload takes). Valid until commit(), which releases it."""
+        than Bus.max_payload takes). Valid until commit(), which releases it.
+        Anything made from it (numpy.frombuffer, a slice) must be gone by
+        then: commit() refuses otherwise."""
     def commit(self, size: Optional[int] = None) -> int:
         """Publishes the claimed record (its first `size` bytes, default all);
         returns its sequence number. ValueError (the claim stays open) if
-        `size` is more than was claimed."""
+        `size` is more than was claimed; BufferError (the claim stays open,
+        its own view released) while a buffer made from the claim's view --
+        a numpy array, a slice -- is still alive, since writing through it
+        would change the published message."""
     def close(self) -> None:
         """Marks end-of-stream and gives up the producer role."""
     def detach(self) -> None:
@@ -149,7 +176,8 @@ class Message(Tuple[int, int, memoryview]):
     @property
     def payload(self) -> memoryview:
         """One contiguous view of the whole message, valid until the next
-        call on the consumer."""
+        call on the consumer (which releases it; arrays made from it then
+        show later data), or for good with Consumer(copy=True)."""
     @property
     def records(self) -> int:
         """Records the message takes: 1, or more for one longer than Bus.max_payload."""
@@ -160,14 +188,19 @@ class Consumer:
     in .lost and .corrupt."""
     def __init__(self, bus: Bus, *, name: str = "consumer",
                  start: Literal["earliest", "latest", "sequence", "resume"] = "earliest",
-                 start_seq: int = 0, durable: bool = False, best_effort: bool = False) -> None:
+                 start_seq: int = 0, durable: bool = False, best_effort: bool = False,
+                 copy: bool = False) -> None:
         """durable: hold `name` exclusively (Error name_in_use otherwise) and
         leave the cursor in the bus under it when detaching or dying.
         start="resume" (implies durable) continues where that name stopped,
         or at the oldest record for a new name.
         best_effort: never hold a block bus's producer back; when lapped, the
         messages it missed are skipped and counted in .lost (as on an
-        overwrite bus)."""
+        overwrite bus).
+        copy: every message's payload is a view of its own bytes object, never
+        released or reused, so numpy arrays made from it keep their values
+        after the next call (one copy per message). Without it a payload and
+        anything made from it are valid until the next call only."""
     @overload
     def next(self, timeout: None = None) -> Message: ...
     @overload

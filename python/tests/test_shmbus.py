@@ -766,3 +766,87 @@ def test_claim_of_a_large_size_and_too_large_errors(name):
     assert (m.seq, m.records, bytes(m.payload)) == (8, records_for(300, 64), pattern(8, 50))
     m = consumer.next(1.0)
     assert (m.seq, m.records, bytes(m.payload)) == (8 + records_for(300, 64), 1, b"after")
+
+
+def test_commit_refuses_while_an_array_made_from_the_claim_lives(name):
+    """A numpy array on a claim's view reaches the record itself: commit()
+    refuses while it lives, so no write through it lands in a published
+    message; once it is gone the claim commits what it wrote."""
+    np = pytest.importorskip("numpy")
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    consumer = shmbus.Consumer(bus)
+    producer = shmbus.Producer(bus)
+    view = producer.claim(8)
+    array = np.frombuffer(view, dtype=np.uint64)
+    array[0] = 111
+    with pytest.raises(BufferError, match=f"bus '{name}': the claim's view is still exported .1 buffer"):
+        producer.commit()
+    assert producer.next_seq == 0  # nothing published; the claim is still open
+    with pytest.raises(RuntimeError, match="commit"):
+        producer.publish(b"x")
+    del array
+    assert producer.commit() == 0
+    assert np.frombuffer(consumer.next(1.0).payload, dtype=np.uint64)[0] == 111
+    with pytest.raises(ValueError):
+        view[0] = 1  # released by the commit
+    # A slice shares the view's buffer: the same rule.
+    view = producer.claim(8)
+    part = view[:4]
+    part[:] = b"abcd"
+    with pytest.raises(BufferError, match="still exported"):
+        producer.commit(4)
+    del part
+    assert producer.commit(4) == 1
+    assert bytes(consumer.next(1.0).payload) == b"abcd"
+
+
+@pytest.mark.parametrize("policy", ["block", "overwrite"])
+def test_a_copying_consumer_hands_out_messages_that_outlive_the_next_call(name, policy):
+    """Without copy, a payload (and an array made from it) is valid until the
+    next call: on an overwrite bus such an array then shows the next message.
+    With copy=True every payload is its own bytes and keeps its values."""
+    np = pytest.importorskip("numpy")
+    bus = shmbus.Bus.create(name, capacity=4, record_size=64, policy=policy)
+    plain = shmbus.Consumer(bus, name="plain")
+    copying = shmbus.Consumer(bus, name="copying", copy=True)
+    producer = shmbus.Producer(bus)
+    for i in (1, 2, 3):
+        producer.publish(np.array([i], dtype=np.uint64))
+    m = plain.next(1.0)
+    early = np.frombuffer(m.payload, dtype=np.uint64)
+    plain.next(1.0)
+    with pytest.raises(ValueError):
+        bytes(m.payload)
+    if policy == "overwrite":
+        assert early[0] == 2  # the consumer's own buffer holds the next message now
+    kept = [copying.next(1.0) for _ in range(2)] + copying.read_batch(timeout=1.0)
+    arrays = [np.frombuffer(k.payload, dtype=np.uint64) for k in kept]
+    assert copying.next(0.01) is None
+    producer.publish_batch([np.array([i], dtype=np.uint64) for i in (4, 5, 6, 7)], timeout=0.01)
+    for _ in range(3):
+        plain.next(1.0)
+    assert [int(a[0]) for a in arrays] == [1, 2, 3]
+    assert [bytes(k.payload) for k in kept] == [struct.pack("<Q", i) for i in (1, 2, 3)]
+    assert all(k.payload.readonly for k in kept)
+
+
+def test_a_bus_closes_and_is_a_context_manager(name):
+    with shmbus.Bus.create(name, capacity=8, record_size=64) as bus:
+        assert not bus.closed
+        consumer = shmbus.Consumer(bus)
+        producer = shmbus.Producer(bus)
+    assert bus.closed and bus.name == name and repr(bus) == f"<shmbus.Bus '{name}', closed>"
+    for use in (lambda: bus.head, lambda: bus.capacity, lambda: shmbus.Consumer(bus),
+                lambda: shmbus.Producer(bus)):
+        with pytest.raises(ValueError, match=f"bus '{name}': this Bus is closed"):
+            use()
+    bus.close()  # again: nothing
+    # What was made from it carries on, and the bus stays.
+    producer.publish(b"after")
+    assert bytes(consumer.next(1.0).payload) == b"after"
+    assert consumer.bus.head == 1 and not consumer.bus.closed
+    assert shmbus.Bus.exists(name)
+    reopened = shmbus.Bus.open(name)
+    reopened.close()
+    assert reopened.closed
+

@@ -850,3 +850,29 @@ def test_a_bus_closes_and_is_a_context_manager(name):
     reopened.close()
     assert reopened.closed
 
+
+
+def test_a_snapshot_names_the_reader_holding_a_waiting_publish(name):
+    """publish() waits in slices (to handle signals between them): another
+    process looking at any moment sees one wait, held back by the reader
+    that does not read, since the wait began."""
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    lazy = shmbus.Consumer(bus, name="lazy")
+    producer = shmbus.Producer(bus)
+    for _ in range(16):
+        producer.publish(b"x")
+    waiting = threading.Thread(target=lambda: pytest.raises(TimeoutError, producer.publish, b"y", timeout=1.5))
+    waiting.start()
+    time.sleep(0.1)
+    look = ("import shmbus, sys, time\n"
+            "seen = []\n"
+            "for _ in range(50):\n"
+            "    p = shmbus.Inspector(sys.argv[1]).snapshot()['producer']\n"
+            "    seen.append((p['waiting_for_space'], p['blocked_on_slot']))\n"
+            "    time.sleep(0.017)\n"
+            "print(seen)\n")
+    out = subprocess.run([sys.executable, "-c", look, name], check=True, capture_output=True, text=True,
+                         env=os.environ)
+    waiting.join()
+    seen = eval(out.stdout)
+    assert seen == [(True, lazy.slot)] * 50

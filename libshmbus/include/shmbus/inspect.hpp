@@ -26,8 +26,14 @@ struct ProducerView {
   std::uint32_t pid_namespace = 0;  // inode of its PID namespace, 0 if unknown (a label)
   Liveness liveness = Liveness::dead;
   bool closed = false;            // end-of-stream was marked
-  bool waiting_for_space = false; // blocked on a full ring (block policy)
-  std::optional<std::uint32_t> blocked_on_slot;  // the reader holding it back
+  // Blocked on a full ring (block policy): from the first publish or claim
+  // that found no room until one finds room or the role is given up. Calls
+  // that time out in between do not end the wait: a caller that retries (the
+  // Python module waits in 100 ms slices) is one wait, since waiting_since_ns.
+  bool waiting_for_space = false;
+  // The reader holding it back: named when the wait begins, looked at again
+  // every 50 ms while it lasts.
+  std::optional<std::uint32_t> blocked_on_slot;
   std::uint64_t waiting_since_ns = 0;  // CLOCK_REALTIME the current wait began, 0 if not waiting
   std::uint32_t takeovers = 0;    // producers that took the bus over
   std::uint64_t max_hold_ns = 0;  // its hold limit (ProducerOptions::max_hold), 0 = none

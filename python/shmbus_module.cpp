@@ -634,10 +634,14 @@ py::dict reader_dict(const shmbus::ReaderView& r, std::uint64_t head) {
   d["sleeping"] = r.sleeping;
   d["best_effort"] = r.best_effort;
   d["let_go_ns"] = r.let_go_ns;
+  d["stopped"] = r.stopped;
   return d;
 }
 
+// The snapshot as shmbus-inspect show --json reports it: the library's
+// diagnose() decides what the producer waits for and what to warn of.
 py::dict snapshot_dict(const shmbus::Snapshot& s) {
+  const shmbus::Diagnosis diagnosis = shmbus::diagnose(s);
   py::dict d;
   d["name"] = s.info.name;
   d["policy"] = shmbus::to_string(s.info.policy);
@@ -666,8 +670,10 @@ py::dict snapshot_dict(const shmbus::Snapshot& s) {
   p["pid"] = s.producer.pid;
   p["liveness"] = shmbus::to_string(s.producer.liveness);
   p["closed"] = s.producer.closed;
-  p["waiting_for_space"] = s.producer.waiting_for_space;
-  p["blocked_on_slot"] = s.producer.blocked_on_slot ? py::cast(*s.producer.blocked_on_slot) : py::none();
+  p["stopped"] = s.producer.stopped;
+  // A dead producer's last wait says nothing any more.
+  p["waiting_for_space"] = s.producer.waiting_for_space && diagnosis.producer_alive;
+  p["blocked_on_slot"] = diagnosis.blocked_on_slot ? py::cast(*diagnosis.blocked_on_slot) : py::none();
   p["takeovers"] = s.producer.takeovers;
   d["producer"] = p;
   py::list readers;
@@ -685,6 +691,15 @@ py::dict snapshot_dict(const shmbus::Snapshot& s) {
   }
   d["bookmarks"] = bookmarks;
   d["removed"] = s.removed;
+  py::list warnings;
+  for (const shmbus::Warning& w : diagnosis.warnings) {
+    py::dict wd;
+    wd["kind"] = w.kind;
+    wd["slot"] = w.slot ? py::cast(*w.slot) : py::none();
+    wd["message"] = w.message;
+    warnings.append(wd);
+  }
+  d["warnings"] = warnings;
   return d;
 }
 
@@ -1004,5 +1019,6 @@ PYBIND11_MODULE(_shmbus, m) {
       .def(py::init([](const std::string& name) { return shmbus::Inspector::open(name); }), py::arg("name"))
       .def(
           "snapshot", [](const shmbus::Inspector& i) { return snapshot_dict(i.snapshot()); },
-          "The bus as a dict: geometry, head, oldest, counters, producer, readers, bookmarks (typed in the stubs).");
+          "The bus as a dict: geometry, head, oldest, counters, producer, readers, bookmarks, warnings (typed in "
+          "the stubs; the judgement shmbus-inspect show --json makes).");
 }

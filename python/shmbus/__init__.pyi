@@ -261,7 +261,14 @@ class ProducerInfo(TypedDict):
     attached: bool
     pid: int
     liveness: Literal["alive", "dead", "unknown"]
+    # Alive but stopped (SIGSTOP, a debugger); told only of a process of
+    # this PID namespace, by its /proc.
+    stopped: bool
     closed: bool
+    # A live producer blocked on a full block ring: from the first publish
+    # that found no room until one finds room (retries in between are one
+    # wait), and the slot of the reader holding it back (None: none found,
+    # or that slot was freed or taken since).
     waiting_for_space: bool
     blocked_on_slot: Optional[int]
     takeovers: int
@@ -270,6 +277,7 @@ class ReaderInfo(TypedDict):
     slot: int
     pid: int
     liveness: Literal["alive", "dead", "unknown"]
+    stopped: bool  # alive but stopped (SIGSTOP, a debugger), as for the producer
     name: str
     cursor: int
     lag: int
@@ -287,6 +295,11 @@ class BookmarkInfo(TypedDict):
     updated_ns: int
     held: bool
     holder_pid: int
+
+class WarningInfo(TypedDict):
+    kind: Literal["dead_reader", "producer_dead", "producer_blocked", "reader_let_go", "reader_lagging"]
+    slot: Optional[int]  # the reader it is about
+    message: str  # the line shmbus-inspect show prints after "warning: "
 
 class Snapshot(TypedDict):
     name: str
@@ -307,6 +320,7 @@ class Snapshot(TypedDict):
     readers: List[ReaderInfo]
     bookmarks: List[BookmarkInfo]
     removed: bool
+    warnings: List[WarningInfo]  # most urgent first, as shmbus-inspect show lists them
 
 class Inspector:
     """Reads a bus's header, counters and reader table without attaching."""
@@ -317,8 +331,9 @@ class Inspector:
         last_publish_ns, counters: {published, producer_waits,
         producer_wait_ns, wakeups, readers_reclaimed, readers_let_go,
         data_sleepers},
-        producer: {attached, pid, liveness, closed, waiting_for_space,
-        blocked_on_slot, takeovers}, readers: [{slot, pid, liveness, name,
-        cursor, lag, delivered, lost, attach_time_ns, last_active_ns,
+        producer: {attached, pid, liveness, stopped, closed, waiting_for_space,
+        blocked_on_slot, takeovers}, readers: [{slot, pid, liveness, stopped,
+        name, cursor, lag, delivered, lost, attach_time_ns, last_active_ns,
         sleeping, best_effort, let_go_ns}], bookmarks: [{name, cursor, updated_ns, held,
-        holder_pid}], removed}"""
+        holder_pid}], removed, warnings: [{kind, slot, message}]}: what
+        shmbus-inspect show --json reports, judged by the same library code."""

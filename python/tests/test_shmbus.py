@@ -1,7 +1,8 @@
 """The Python module against itself and against the C++ programs.
 
 Run by ctest with PYTHONPATH pointing at the built module and
-SHMBUS_PRODUCER / SHMBUS_CONSUMER at the programs."""
+SHMBUS_PRODUCER / SHMBUS_CONSUMER / SHMBUS_INSPECT at the programs."""
+import json
 import os
 import signal
 import struct
@@ -876,3 +877,64 @@ def test_a_snapshot_names_the_reader_holding_a_waiting_publish(name):
     waiting.join()
     seen = eval(out.stdout)
     assert seen == [(True, lazy.slot)] * 50
+
+
+def test_a_snapshot_has_the_inspectors_warnings_and_stopped_processes(name):
+    """snapshot() judges the bus as shmbus-inspect show --json does (the same
+    library code): stopped readers, dead ones, who holds the producer, the
+    warnings in the same words."""
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    attach = ("import shmbus, sys, time\n"
+              "c = shmbus.Consumer(shmbus.Bus.open(sys.argv[1]), name=sys.argv[2],\n"
+              "                    best_effort=sys.argv[2] == 'gone')\n"
+              "print(c.slot, flush=True)\n"
+              "time.sleep(60)\n")
+    readers = {}
+    # A best-effort reader: the producer does not wait for it, so it does not
+    # reclaim it either once it is dead.
+    for who in ("stuck", "gone"):
+        child = subprocess.Popen([sys.executable, "-c", attach, name, who], stdout=subprocess.PIPE, text=True,
+                                 env=os.environ)
+        readers[who] = (child, int(child.stdout.readline()))
+    stuck, stuck_slot = readers["stuck"]
+    gone, gone_slot = readers["gone"]
+    try:
+        os.kill(stuck.pid, signal.SIGSTOP)
+        os.kill(gone.pid, signal.SIGKILL)
+        gone.wait()
+        producer = shmbus.Producer(bus)
+        for _ in range(16):
+            producer.publish(b"x")
+        waiting = threading.Thread(target=lambda: pytest.raises(TimeoutError, producer.publish, b"y", timeout=1.0))
+        waiting.start()
+        time.sleep(0.2)
+        snap = shmbus.Inspector(name).snapshot()
+        cli = None
+        if os.environ.get("SHMBUS_INSPECT"):
+            out = subprocess.run([os.environ["SHMBUS_INSPECT"], "show", name, "--json", "--interval", "0"],
+                                 check=True, capture_output=True, text=True)
+            cli = json.loads(out.stdout)
+        waiting.join()
+    finally:
+        os.kill(stuck.pid, signal.SIGKILL)
+        stuck.wait()
+    by_slot = {r["slot"]: r for r in snap["readers"]}
+    assert by_slot[stuck_slot]["stopped"] and by_slot[stuck_slot]["liveness"] == "alive"
+    assert not by_slot[gone_slot]["stopped"] and by_slot[gone_slot]["liveness"] == "dead"
+    assert not snap["producer"]["stopped"] and snap["producer"]["waiting_for_space"]
+    assert snap["producer"]["blocked_on_slot"] == stuck_slot
+    kinds = [(w["kind"], w["slot"]) for w in snap["warnings"]]
+    assert kinds[0] == ("dead_reader", gone_slot)
+    assert ("producer_blocked", snap["producer"]["blocked_on_slot"]) in kinds
+    assert ("reader_lagging", stuck_slot) in kinds and ("reader_lagging", gone_slot) in kinds
+    [dead] = [w["message"] for w in snap["warnings"] if w["kind"] == "dead_reader"]
+    assert dead == (f"reader {gone_slot} 'gone' (pid {gone.pid}, dead) is dead but still holds its slot at "
+                    f"cursor 0; `shmbus-inspect gc {name}` reclaims it")
+    assert f"reader {stuck_slot} 'stuck' (pid {stuck.pid}, stopped) lags 16 messages (100.0% of the ring)" in [
+        w["message"] for w in snap["warnings"]]
+    if cli is not None:
+        assert snap["warnings"] == cli["warnings"]
+        assert [(r["slot"], r["stopped"]) for r in snap["readers"]] == [
+            (r["slot"], r["stopped"]) for r in cli["readers"]]
+        assert snap["producer"]["blocked_on_slot"] == cli["producer"]["blocked_on_slot"]
+

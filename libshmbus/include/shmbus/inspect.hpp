@@ -7,9 +7,11 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +39,9 @@ struct ProducerView {
   std::uint64_t waiting_since_ns = 0;  // CLOCK_REALTIME the current wait began, 0 if not waiting
   std::uint32_t takeovers = 0;    // producers that took the bus over
   std::uint64_t max_hold_ns = 0;  // its hold limit (ProducerOptions::max_hold), 0 = none
+  // Alive but stopped (SIGSTOP, a debugger): publishes nothing until resumed.
+  // Told only of a process of this PID namespace, by its /proc (false otherwise).
+  bool stopped = false;
 };
 
 struct ReaderView {
@@ -57,6 +62,9 @@ struct ReaderView {
                                   // (ConsumerOptions::hold_producer = false), or one
                                   // the producer let go
   std::uint64_t let_go_ns = 0;    // CLOCK_REALTIME the producer let it go (hold limit), 0 = never
+  // Alive but stopped (SIGSTOP, a debugger): reads nothing until resumed.
+  // Told only of a process of this PID namespace, by its /proc (false otherwise).
+  bool stopped = false;
 };
 
 // A durable reader name remembered in the bus (ConsumerOptions::durable).
@@ -91,6 +99,36 @@ struct Snapshot {
   std::vector<BookmarkView> bookmarks;  // remembered reader names
   bool removed = false;               // removed by force: every stream has ended
 };
+
+// Something in a snapshot a person should know of or act on.
+struct Warning {
+  // dead_reader, producer_dead, producer_blocked, reader_let_go, reader_lagging
+  std::string kind;
+  std::optional<std::uint32_t> slot;  // the reader it is about
+  std::string message;                // one line, naming who (and what to do)
+};
+
+// A snapshot judged, as shmbus-inspect shows it (and Python's
+// Inspector.snapshot() reports it).
+struct Diagnosis {
+  bool producer_alive = false;  // attached and alive
+  // The reader holding the alive producer back on a full ring: the slot the
+  // producer last named, while a reader in that slot is still behind (not
+  // one that gc freed or that a newcomer took since). Not necessarily a
+  // full ring behind: one message may need up to half the ring, after
+  // padding of up to half a ring (a span).
+  std::optional<std::uint32_t> blocked_on_slot;
+  // Most urgent first: dead readers, a dead producer, a blocked producer,
+  // readers let go, then readers more than half a ring behind.
+  std::vector<Warning> warnings;
+};
+Diagnosis diagnose(const Snapshot& s);
+
+// Untrusted bytes (a reader's name, a payload) for a person: printable ASCII
+// as it is, \n \t \r \\ \" escaped, any other byte as \xNN.
+std::string escape_ascii(std::span<const std::byte> bytes);
+// A reader's name as shown: escaped, "-" if empty.
+std::string display_name(std::string_view name);
 
 // A copy of one record, read with the same torn-read check a consumer uses.
 struct RecordView {

@@ -279,6 +279,11 @@ class ReaderInfo(TypedDict):
     liveness: Literal["alive", "dead", "unknown"]
     stopped: bool  # alive but stopped (SIGSTOP, a debugger), as for the producer
     name: str
+    # The next sequence it will read, as the reader last stored it: exact
+    # while it waits in next()/read_batch() and after a call that found
+    # nothing (next(0) -> None); a reader busy between calls, or that stopped
+    # calling, may show up to capacity/16 - 1 (at most 31) fewer than its own
+    # Consumer.cursor, never more. delivered is stored with it.
     cursor: int
     lag: int
     delivered: int

@@ -938,3 +938,31 @@ def test_a_snapshot_has_the_inspectors_warnings_and_stopped_processes(name):
             (r["slot"], r["stopped"]) for r in cli["readers"]]
         assert snap["producer"]["blocked_on_slot"] == cli["producer"]["blocked_on_slot"]
 
+
+def test_a_snapshot_shows_the_exact_cursor_of_a_reader_that_waits(name):
+    """A reader stores its cursor lazily (every capacity/16 reads, at most
+    32) but always before it waits: one waiting, or whose last call found
+    nothing, is shown where it is; one between calls at most 31 behind."""
+    bus = shmbus.Bus.create(name, capacity=1024, record_size=64)
+    consumer = shmbus.Consumer(bus, name="r")
+    producer = shmbus.Producer(bus)
+
+    def shown():
+        [r] = shmbus.Inspector(name).snapshot()["readers"]
+        return r["cursor"], r["delivered"], r["lag"]
+
+    for _ in range(10):
+        producer.publish(b"x")
+    for _ in range(10):
+        consumer.next(1.0)
+    cursor, delivered, _ = shown()
+    assert consumer.cursor == 10 and 10 - 31 <= cursor <= 10 and delivered == cursor
+    waiting = threading.Thread(target=consumer.next, args=(1.0,))
+    waiting.start()
+    time.sleep(0.2)
+    assert shown() == (10, 10, 0)
+    waiting.join()
+    producer.publish_batch([b"y"] * 40)
+    assert len(consumer.read_batch(timeout=1.0)) == 40
+    assert consumer.next(0) is None
+    assert shown() == (50, 50, 0)

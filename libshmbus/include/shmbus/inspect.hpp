@@ -52,8 +52,13 @@ struct ReaderView {
   std::uint64_t generation = 0;   // the slot's attachments and reclaims: tells one attachment from the next
   Liveness liveness = Liveness::dead;
   std::string name;
-  std::uint64_t cursor = 0;       // next sequence it will read
-  std::uint64_t delivered = 0;
+  // Next sequence it will read, as the reader last stored it (what the
+  // producer sees): exact while it waits, after a call that found nothing,
+  // and at detach; otherwise up to capacity/16 - 1 (at most 31) behind the
+  // reader's own Consumer::cursor(), never ahead (consumer.cpp: stored at
+  // the start of a call every capacity/16 reads, and before every wait).
+  std::uint64_t cursor = 0;
+  std::uint64_t delivered = 0;    // stored with the cursor
   std::uint64_t lost = 0;
   std::uint64_t attach_time_ns = 0;    // CLOCK_REALTIME
   std::uint64_t last_active_ns = 0;    // CLOCK_REALTIME of its last batch or wait

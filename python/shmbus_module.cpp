@@ -910,9 +910,11 @@ PYBIND11_MODULE(_shmbus, m) {
            "contiguous view over the records it takes); valid until commit().",
            py::arg("size"), py::arg("timeout") = py::none())
       .def("commit", &PyProducer::commit,
-           "Publishes the claimed record (its first `size` bytes, default all); returns its sequence number.",
+           "Publishes the claimed record (its first `size` bytes, default all); returns its sequence number. "
+           "BufferError (the claim stays open) while a numpy array or slice made from the claim's view lives.",
            py::arg("size") = py::none())
-      .def("close", &PyProducer::close, "Marks end-of-stream and gives up the producer role.")
+      .def("close", &PyProducer::close,
+           "Marks end-of-stream and gives up the producer role. An open claim is abandoned, never published.")
       .def("detach", &PyProducer::detach, "Gives up the role without end-of-stream (consumers wait for a new producer).")
       .def_property_readonly("next_seq", [](PyProducer& p) { return p.get().next_seq(); })
       .def_property_readonly("bus", [](const PyProducer& p) { return PyBus(p.bus); })
@@ -932,7 +934,9 @@ PYBIND11_MODULE(_shmbus, m) {
       .def("__exit__", [](PyProducer& p, py::args) { p.close(); });
 
   py::class_<PyConsumer>(m, "Consumer",
-                          "A reader slot: next(), read_batch(), iteration until end of stream; a context manager.")
+                          "A reader slot: next(), read_batch(), iteration until end of stream; a context manager. "
+                          "A message's view is valid until the next call; Consumer(bus, copy=True) gives each "
+                          "message its own bytes.")
       .def(py::init([](const PyBus& py_bus, const std::string& name, const std::string& start,
                        std::uint64_t start_seq, bool durable, bool best_effort, bool copy) {
              const shmbus::Bus& bus = py_bus.get();

@@ -154,7 +154,9 @@ class Producer:
         a numpy array, a slice -- is still alive, since writing through it
         would change the published message."""
     def close(self) -> None:
-        """Marks end-of-stream and gives up the producer role."""
+        """Marks end-of-stream and gives up the producer role. An open claim
+        is abandoned, never published; an array still made from its view
+        must not be written afterwards (the record is the next message's)."""
     def detach(self) -> None:
         """Gives up the role without end-of-stream (consumers wait for a new producer)."""
     @property

@@ -168,15 +168,14 @@ class ViewSlot {
   }
 
  private:
+  // memoryview.release(): refused (BufferError, cleared here) while the
+  // memoryview is exported further; see the header note.
   static void release(const py::object& mv) {
     PyObject* r = PyObject_CallMethod(mv.ptr(), "release", nullptr);
-    if (r == nullptr) PyErr_Clear();  // exported further (BufferError): see the header note
+    if (r == nullptr) PyErr_Clear();
     Py_XDECREF(r);
   }
 
- public:
-
- private:
   std::vector<std::pair<py::object, py::object>> handed_;
 };
 

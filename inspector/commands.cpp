@@ -480,10 +480,10 @@ int run_gc(const std::string& bus, const std::vector<std::string>& forget, bool 
     held_back |= before.attached && before.waiting_for_space && before.blocked_on_slot == r.slot;
   }
   // Only a live producer can continue; a stopped one does once resumed.
-  const Liveness producer_liveness = Inspector::open(bus, g_trust).snapshot().producer.liveness;
+  const ProducerView producer_now = Inspector::open(bus, g_trust).snapshot().producer;
+  const Liveness producer_liveness = producer_now.liveness;
   const bool producer_alive = is_alive(producer_liveness);
-  const bool producer_stopped = producer_alive && !in_other_pid_namespace(before.pid_namespace) &&
-                                process_stopped(before.pid, before.start_ticks);
+  const bool producer_stopped = producer_now.stopped;
   const bool unblocked = held_back && producer_alive;
   if (json_out) {
     json list = json::array();

@@ -26,11 +26,6 @@ bool same_reader(const ReaderView& a, const ReaderView& b) {
          a.attach_time_ns == b.attach_time_ns;
 }
 
-std::string reader_label(const ReaderReport& r) {
-  return fmt::format("reader {} '{}' ({}, {})", r.view.slot, display_name(r.view.name),
-                     pid_label(r.view.pid, r.view.pid_namespace), r.stopped ? "stopped" : to_string(r.view.liveness));
-}
-
 // Rows of cells; columns sized to fit. Cells in `right` columns are right
 // aligned (numbers). The last cell of a row is never padded, so a short row
 // can carry a long message.
@@ -104,25 +99,11 @@ std::string hms(std::uint64_t realtime_ns) {
 
 bool is_alive(Liveness l) noexcept { return l == Liveness::alive; }
 
-bool process_stopped(pid_t pid, std::uint64_t start_ticks) noexcept {
-  // The pid is the holder's own label: only a process of ours with that
-  // pid and the same start time is the holder (one in another PID
-  // namespace, or without /proc, is never judged stopped here).
-  if (start_ticks == 0) return false;
-  const std::optional<ProcessStat> s = process_stat(pid);
-  return s && (s->state == 'T' || s->state == 't') && s->start_ticks == start_ticks;
-}
-
 std::string reader_state(const ReaderReport& r) {
   std::string s = r.stopped ? std::string("stopped")
                             : std::string(to_string(r.view.liveness)) + (r.view.sleeping && r.alive ? ",asleep" : "");
   if (r.view.let_go_ns != 0) return s + ",let-go@" + hms(r.view.let_go_ns);
   return s + (r.view.best_effort ? ",best-effort" : "");
-}
-
-std::string display_name(const std::string& name) {
-  if (name.empty()) return "-";
-  return tools::escape_ascii(name);
 }
 
 std::string strip_bus_prefix(const std::string& bus, const std::string& message) {
@@ -141,7 +122,11 @@ BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
   const std::uint64_t cap = snap.info.capacity;
   r.retained = snap.head >= snap.oldest ? snap.head - snap.oldest : 0;
   r.publish_age_s = age_seconds(snap.last_publish_ns, now_ns);
-  r.producer_alive = snap.producer.attached && is_alive(snap.producer.liveness);
+  Diagnosis d = diagnose(snap);
+  r.producer_alive = d.producer_alive;
+  r.producer_stopped = snap.producer.stopped;
+  r.blocked_on_slot = d.blocked_on_slot;
+  r.warnings = std::move(d.warnings);
 
   std::vector<ReaderView> readers = snap.readers;
   std::sort(readers.begin(), readers.end(),
@@ -150,7 +135,7 @@ BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
     ReaderReport rr;
     rr.view = v;
     rr.alive = is_alive(v.liveness);
-    rr.stopped = rr.alive && !in_other_pid_namespace(v.pid_namespace) && process_stopped(v.pid, v.start_ticks);
+    rr.stopped = v.stopped;
     rr.lag = snap.head > v.cursor ? snap.head - v.cursor : 0;
     rr.lag_percent = percent_of(rr.lag, cap);
     rr.idle_s = age_seconds(v.last_active_ns, now_ns);
@@ -158,60 +143,6 @@ BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
     r.readers.push_back(std::move(rr));
   }
   r.fill_percent = percent_of(r.unread, cap);
-  r.producer_stopped = r.producer_alive && !in_other_pid_namespace(snap.producer.pid_namespace) &&
-                       process_stopped(snap.producer.pid, snap.producer.start_ticks);
-  if (r.producer_alive && snap.producer.waiting_for_space && snap.producer.blocked_on_slot) {
-    for (const ReaderReport& rr : r.readers) {
-      // Not necessarily a full ring behind: one message may need up to half
-      // the ring, after padding up to half a ring (a span).
-      if (rr.view.slot == *snap.producer.blocked_on_slot && rr.lag > 0) {
-        r.blocked_on_slot = rr.view.slot;
-      }
-    }
-  }
-
-  // Warnings, most urgent first: dead readers, then what they cause.
-  for (const ReaderReport& rr : r.readers) {
-    if (rr.alive) continue;
-    r.warnings.push_back(
-        {"dead_reader", rr.view.slot,
-         fmt::format("{} is dead but still holds its slot at cursor {}; "
-                     "`shmbus-inspect gc {}` reclaims it",
-                     reader_label(rr), rr.view.cursor, snap.info.name)});
-  }
-  const ProducerView& p = snap.producer;
-  if (p.attached && !is_alive(p.liveness)) {
-    r.warnings.push_back(
-        {"producer_dead", std::nullopt,
-         fmt::format("producer {} is {}: consumers drain what it committed, then see "
-                     "end-of-stream; a new producer can take the bus over",
-                     pid_label(p.pid, p.pid_namespace), to_string(p.liveness))});
-  }
-  if (r.producer_alive && p.waiting_for_space) {
-    std::string who = "a reader";
-    if (r.blocked_on_slot) {
-      for (const ReaderReport& rr : r.readers) {
-        if (rr.view.slot == *r.blocked_on_slot) who = reader_label(rr);
-      }
-    }
-    r.warnings.push_back({"producer_blocked", r.blocked_on_slot,
-                          fmt::format("producer {} is blocked on a full ring, held back by {}",
-                                      pid_label(p.pid, p.pid_namespace), who)});
-  }
-  for (const ReaderReport& rr : r.readers) {
-    if (rr.view.let_go_ns == 0) continue;
-    r.warnings.push_back(
-        {"reader_let_go", rr.view.slot,
-         fmt::format("{} was let go at {} UTC: the producer waited its hold limit for it; it no longer "
-                     "holds the producer and is lapped if it falls a ring behind",
-                     reader_label(rr), hms(rr.view.let_go_ns))});
-  }
-  for (const ReaderReport& rr : r.readers) {
-    if (cap == 0 || rr.lag * 2 <= cap) continue;
-    r.warnings.push_back({"reader_lagging", rr.view.slot,
-                          fmt::format("{} lags {} messages ({:.1f}% of the ring)", reader_label(rr),
-                                      rr.lag, rr.lag_percent)});
-  }
   return r;
 }
 
@@ -240,8 +171,7 @@ nlohmann::ordered_json to_json(const ReaderView& v) {
       {"start_ticks", v.start_ticks},
       {"liveness", to_string(v.liveness)},
       {"alive", is_alive(v.liveness)},
-      {"stopped", is_alive(v.liveness) && !in_other_pid_namespace(v.pid_namespace) &&
-                      process_stopped(v.pid, v.start_ticks)},
+      {"stopped", v.stopped},
       {"pid_namespace", v.pid_namespace == 0 ? json(nullptr) : json(v.pid_namespace)},
       {"other_pid_namespace", in_other_pid_namespace(v.pid_namespace)},
       {"cursor", v.cursor},

@@ -26,12 +26,6 @@ struct ReaderReport {
   std::optional<double> idle_s;  // since its last read or wait; empty if never
 };
 
-struct Warning {
-  std::string kind;  // dead_reader, producer_blocked, reader_lagging, producer_dead
-  std::optional<std::uint32_t> slot;
-  std::string message;
-};
-
 // What the retained records hold, walked in sequence order from the oldest
 // (shmbus-inspect show; a copy of every retained message, so not in watch).
 struct RingUse {
@@ -57,12 +51,9 @@ struct BusReport {
   std::optional<double> publish_age_s;   // since the newest record was published
   bool producer_alive = false;           // attached and alive
   bool producer_stopped = false;         // alive but stopped (SIGSTOP, a debugger)
-  // The reader holding the alive producer back on a full ring: the slot the
-  // producer last named, while a reader in that slot is still a full ring
-  // behind (not one that gc freed or that a newcomer took since).
-  std::optional<std::uint32_t> blocked_on_slot;
+  std::optional<std::uint32_t> blocked_on_slot;  // Diagnosis::blocked_on_slot
   std::vector<ReaderReport> readers;     // by slot
-  std::vector<Warning> warnings;
+  std::vector<Warning> warnings;         // diagnose(): the library's judgement
   std::optional<RingUse> ring_use;       // show only
 };
 
@@ -73,10 +64,6 @@ BusReport make_report(const Snapshot& before, const Snapshot& after, double seco
                       std::uint64_t now_ns);
 
 bool is_alive(Liveness l) noexcept;
-
-// True when process `pid` of this PID namespace, started at `start_ticks`,
-// is stopped (state T or t in /proc/PID/stat).
-bool process_stopped(pid_t pid, std::uint64_t start_ticks) noexcept;
 
 // What the STATE column shows: "alive", "alive,asleep", "stopped", "dead"
 // or "unknown".
@@ -91,9 +78,6 @@ nlohmann::ordered_json to_json(const ListEntry& e, std::uint64_t now_ns);
 std::string render_show(const BusReport& r);
 std::string render_watch_line(const BusReport& r);  // one line, no newline
 std::string render_list(const std::vector<ListEntry>& entries, std::uint64_t now_ns);
-
-// Reader names are untrusted bytes: printable, escaped, never empty.
-std::string display_name(const std::string& name);
 
 // A library message without its leading "bus 'NAME': ", for places that
 // already name the bus.

@@ -10,10 +10,13 @@
 //    on that consumer, which releases it: using it afterwards raises
 //    ValueError instead of reading a record the producer has reused. (Views
 //    derived from it -- slices, numpy arrays -- cannot be revoked; they keep
-//    the mapping alive, so they never crash, but may show newer data. Copy
-//    with bytes(view) to keep a message.)
+//    the mapping alive, so they never crash, but show whatever the memory
+//    holds later. Consumer(copy=True) gives every message its own bytes.)
 //  * Producer.claim(n) returns a writable memoryview of the next record (of
 //    the records it takes, for n > max_payload), released by commit().
+//    commit() refuses (BufferError, the claim stays open) while anything
+//    made from the view still exports it: a numpy array written after the
+//    commit would change a published message.
 //  * Waiting happens with the GIL released, in slices of at most 100 ms
 //    between which pending signals are handled: Ctrl-C interrupts a blocked
 //    next(), publish() or claim() with KeyboardInterrupt. A call that finds
@@ -103,7 +106,34 @@ struct View {
   std::size_t size = 0;
   bool writable = false;
   bool valid = true;
+  // Buffers exported now: one per managed buffer a memoryview of it holds
+  // (the memoryview we hand out, and every slice of it, share one), so 0
+  // once nothing made from it can reach the memory.
+  std::size_t exports = 0;
 };
+
+// View's buffer protocol (installed on the type at import): counts exports.
+int view_getbuffer(PyObject* self, Py_buffer* b, int flags) {
+  View* v = nullptr;
+  try {
+    v = &py::handle(self).cast<View&>();
+  } catch (...) {
+    PyErr_SetString(PyExc_BufferError, "not a shmbus view");
+    return -1;
+  }
+  // A revoked view exports nothing.
+  const int r = PyBuffer_FillInfo(b, self, v->valid ? v->data : nullptr,
+                                  static_cast<Py_ssize_t>(v->valid ? v->size : 0), v->writable ? 0 : 1, flags);
+  if (r == 0) ++v->exports;
+  return r;
+}
+
+void view_releasebuffer(PyObject* self, Py_buffer*) {
+  try {
+    --py::handle(self).cast<View&>().exports;
+  } catch (...) {
+  }
+}
 
 // Hands out memoryviews over Views (one per message of a call) and revokes
 // them all at the next call.
@@ -120,14 +150,32 @@ class ViewSlot {
   void revoke() {
     for (auto& [view, mv] : handed_) {
       view.cast<View&>().valid = false;  // a new memoryview of it is empty
-      PyObject* r = PyObject_CallMethod(mv.ptr(), "release", nullptr);
-      if (r == nullptr) PyErr_Clear();  // exported further (BufferError): see the header note
-      Py_XDECREF(r);
+      release(mv);
     }
     handed_.clear();  // keeps its capacity: a batch of the same size allocates nothing here
   }
 
+  // Releases the memoryviews handed out (those that are not exported
+  // further); returns how many buffers made from them still reach the
+  // memory: numpy arrays, slices, memoryviews of them.
+  std::size_t release_and_count() {
+    std::size_t n = 0;
+    for (auto& [view, mv] : handed_) {
+      release(mv);
+      n += view.cast<View&>().exports;
+    }
+    return n;
+  }
+
  private:
+  // memoryview.release(): refused (BufferError, cleared here) while the
+  // memoryview is exported further; see the header note.
+  static void release(const py::object& mv) {
+    PyObject* r = PyObject_CallMethod(mv.ptr(), "release", nullptr);
+    if (r == nullptr) PyErr_Clear();
+    Py_XDECREF(r);
+  }
+
   std::vector<std::pair<py::object, py::object>> handed_;
 };
 
@@ -202,12 +250,26 @@ shmbus::BusOptions bus_options(std::int64_t capacity, std::int64_t record_size, 
   return o;
 }
 
+// shmbus.Bus: this process's handle on a bus's mapping. close() lets go of
+// it; Producers, Consumers and views made from it hold their own, so the
+// mapping goes when the last of them does.
+struct PyBus {
+  explicit PyBus(shmbus::Bus b) : bus(std::move(b)), name(bus->name()) {}
+  std::optional<shmbus::Bus> bus;
+  std::string name;
+
+  const shmbus::Bus& get() const {
+    if (!bus) throw py::value_error("bus '" + name + "': this Bus is closed");
+    return *bus;
+  }
+};
+
 // Bus.create / Bus.open_or_create from keyword options.
 template <class F>
 auto bus_factory(F f) {
   return [f](const std::string& name, std::int64_t capacity, std::int64_t record_size, const std::string& policy,
              std::int64_t max_readers, std::int64_t mode) {
-    return f(name, bus_options(capacity, record_size, policy, max_readers, mode));
+    return PyBus(f(name, bus_options(capacity, record_size, policy, max_readers, mode)));
   };
 }
 constexpr const char* bus_doc = "capacity: records (power of two); record_size: bytes incl. 24-byte header";
@@ -337,6 +399,15 @@ struct PyProducer {
     if (size && *size > claim_size)
       throw py::value_error("bus '" + bus.name() + "': commit(" + std::to_string(*size) + ") after claim(" +
                             std::to_string(claim_size) + "): at most the claimed size (the claim stays open)");
+    if (const std::size_t n = claim_view.release_and_count(); n != 0) {
+      PyErr_SetString(PyExc_BufferError,
+                      ("bus '" + bus.name() + "': the claim's view is still exported (" + std::to_string(n) +
+                       " buffer" + (n == 1 ? "" : "s") +
+                       " made from it: a numpy array, a slice, ...); delete them before commit(), since a write "
+                       "through them afterwards would change the published message. The claim stays open")
+                          .c_str());
+      throw py::error_already_set();
+    }
     const std::uint64_t seq = claim_seq;
     claim_view.revoke();
     claimed = false;
@@ -368,6 +439,7 @@ struct PyConsumer {
   std::optional<shmbus::Consumer> consumer;
   shmbus::Bus bus;
   ViewSlot view;
+  bool copy = false;  // every payload is a view of its own bytes object
   bool overwrite = false;
   bool busy = false;
   bool closing = false;  // close() was called while next() waits: next() closes and raises
@@ -424,6 +496,17 @@ struct PyConsumer {
     throw py::stop_iteration("end of stream");  // translated to EndOfStream by the caller
   }
 
+  // The view a message is handed out as: of the bus's memory (or the
+  // consumer's copy), revoked at the next call; with `copy`, of a bytes
+  // object of its own that nothing revokes or reuses.
+  py::memoryview payload_of(const shmbus::Message& m) {
+    if (!copy) return view.make(bus, m.payload.data(), m.payload.size(), false);
+    const py::bytes own(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
+    PyObject* mv = PyMemoryView_FromObject(own.ptr());
+    if (mv == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::memoryview>(mv);
+  }
+
   // Up to `max` messages available now, waiting up to `timeout` for the
   // first: a list of (seq, timestamp_ns, memoryview), empty on a timeout.
   py::list read_batch(std::size_t max, std::optional<double> timeout) {
@@ -456,7 +539,7 @@ struct PyConsumer {
       py::list out(got.size());
       for (std::size_t i = 0; i < got.size(); ++i) {
         const shmbus::Message& m = got[i];
-        out[i] = make_message(m, view.make(bus, m.payload.data(), m.payload.size(), false));
+        out[i] = make_message(m, payload_of(m));
       }
       if (pr.end_of_stream) {
         end_reason = pr.end_reason;
@@ -486,7 +569,7 @@ struct PyConsumer {
       switch (r.status) {
         case shmbus::ReadStatus::message: {
           const auto& m = r.message;
-          return make_message(m, view.make(bus, m.payload.data(), m.payload.size(), false));
+          return make_message(m, payload_of(m));
         }
         case shmbus::ReadStatus::timeout: return py::none();
         case shmbus::ReadStatus::end_of_stream:
@@ -550,10 +633,14 @@ py::dict reader_dict(const shmbus::ReaderView& r, std::uint64_t head) {
   d["sleeping"] = r.sleeping;
   d["best_effort"] = r.best_effort;
   d["let_go_ns"] = r.let_go_ns;
+  d["stopped"] = r.stopped;
   return d;
 }
 
+// The snapshot as shmbus-inspect show --json reports it: the library's
+// diagnose() decides what the producer waits for and what to warn of.
 py::dict snapshot_dict(const shmbus::Snapshot& s) {
+  const shmbus::Diagnosis diagnosis = shmbus::diagnose(s);
   py::dict d;
   d["name"] = s.info.name;
   d["policy"] = shmbus::to_string(s.info.policy);
@@ -582,8 +669,10 @@ py::dict snapshot_dict(const shmbus::Snapshot& s) {
   p["pid"] = s.producer.pid;
   p["liveness"] = shmbus::to_string(s.producer.liveness);
   p["closed"] = s.producer.closed;
-  p["waiting_for_space"] = s.producer.waiting_for_space;
-  p["blocked_on_slot"] = s.producer.blocked_on_slot ? py::cast(*s.producer.blocked_on_slot) : py::none();
+  p["stopped"] = s.producer.stopped;
+  // A dead producer's last wait says nothing any more.
+  p["waiting_for_space"] = s.producer.waiting_for_space && diagnosis.producer_alive;
+  p["blocked_on_slot"] = diagnosis.blocked_on_slot ? py::cast(*diagnosis.blocked_on_slot) : py::none();
   p["takeovers"] = s.producer.takeovers;
   d["producer"] = p;
   py::list readers;
@@ -601,6 +690,15 @@ py::dict snapshot_dict(const shmbus::Snapshot& s) {
   }
   d["bookmarks"] = bookmarks;
   d["removed"] = s.removed;
+  py::list warnings;
+  for (const shmbus::Warning& w : diagnosis.warnings) {
+    py::dict wd;
+    wd["kind"] = w.kind;
+    wd["slot"] = w.slot ? py::cast(*w.slot) : py::none();
+    wd["message"] = w.message;
+    warnings.append(wd);
+  }
+  d["warnings"] = warnings;
   return d;
 }
 
@@ -671,14 +769,18 @@ PYBIND11_MODULE(_shmbus, m) {
     }
   });
 
-  py::class_<View>(m, "_View", py::buffer_protocol())
-      .def_buffer([](View& v) -> py::buffer_info {
-        // A revoked message exports nothing (pybind11 cannot raise from here).
-        return py::buffer_info(v.valid ? v.data : nullptr, 1, py::format_descriptor<std::uint8_t>::format(), 1,
-                               {static_cast<py::ssize_t>(v.valid ? v.size : 0)}, {1}, !v.writable);
-      });
+  {
+    // Our own buffer slots (pybind11's def_buffer cannot count releases).
+    const py::class_<View> view_type(m, "_View", py::buffer_protocol());
+    auto* t = reinterpret_cast<PyTypeObject*>(view_type.ptr());
+    t->tp_as_buffer->bf_getbuffer = view_getbuffer;
+    t->tp_as_buffer->bf_releasebuffer = view_releasebuffer;
+    PyType_Modified(t);
+  }
 
-  py::class_<shmbus::Bus>(m, "Bus", "A named bus (/dev/shm/shmbus.NAME): create, open or remove it; pickles by name.")
+  py::class_<PyBus>(m, "Bus",
+                    "A named bus (/dev/shm/shmbus.NAME): create, open or remove it; pickles by name. A context "
+                    "manager: leaving it closes this handle (Producers and Consumers made from it carry on).")
       .def_static("create", bus_factory(&shmbus::Bus::create), bus_doc, py::arg("name"), py::kw_only(),
                   py::arg("capacity") = 65536, py::arg("record_size") = 256, py::arg("policy") = "block",
                   py::arg("max_readers") = 16, py::arg("mode") = 0600)
@@ -690,7 +792,7 @@ PYBIND11_MODULE(_shmbus, m) {
                     shmbus::OpenOptions o;
                     o.ready_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(ready_timeout * 1000));
                     py::gil_scoped_release unlocked;
-                    return shmbus::Bus::open(name, o);
+                    return PyBus(shmbus::Bus::open(name, o));
                   },
                   py::arg("name"), py::arg("ready_timeout") = 2.0)
       .def_static(
@@ -720,35 +822,44 @@ PYBIND11_MODULE(_shmbus, m) {
           "removes the name (mapped users carry on).",
           py::arg("name"), py::kw_only(), py::arg("end_streams") = true)
       .def_static("exists", &shmbus::Bus::exists, "True if a bus of that name exists.", py::arg("name"))
-      .def_property_readonly("name", &shmbus::Bus::name)
-      .def_property_readonly("policy", [](const shmbus::Bus& b) { return shmbus::to_string(b.info().policy); })
-      .def_property_readonly("capacity", [](const shmbus::Bus& b) { return b.info().capacity; })
-      .def_property_readonly("record_size", [](const shmbus::Bus& b) { return b.info().record_size; })
-      .def_property_readonly("max_payload", [](const shmbus::Bus& b) { return b.info().max_payload; },
+      .def_property_readonly("name", [](const PyBus& b) { return b.name; })
+      .def_property_readonly("policy", [](const PyBus& b) { return shmbus::to_string(b.get().info().policy); })
+      .def_property_readonly("capacity", [](const PyBus& b) { return b.get().info().capacity; })
+      .def_property_readonly("record_size", [](const PyBus& b) { return b.get().info().record_size; })
+      .def_property_readonly("max_payload", [](const PyBus& b) { return b.get().info().max_payload; },
                              "The longest message that fits one record (record_size - 24).")
-      .def_property_readonly("max_message", [](const shmbus::Bus& b) { return b.info().max_message; },
+      .def_property_readonly("max_message", [](const PyBus& b) { return b.get().info().max_message; },
                              "The longest message the bus accepts: one longer than max_payload takes "
                              "consecutive records (at most half the ring, and at most 1 GiB).")
-      .def_property_readonly("max_readers", [](const shmbus::Bus& b) { return b.info().max_readers; })
-      .def_property_readonly("head", &shmbus::Bus::head)
-      .def_property_readonly("oldest", &shmbus::Bus::oldest)
+      .def_property_readonly("max_readers", [](const PyBus& b) { return b.get().info().max_readers; })
+      .def_property_readonly("head", [](const PyBus& b) { return b.get().head(); })
+      .def_property_readonly("oldest", [](const PyBus& b) { return b.get().oldest(); })
+      .def_property_readonly("closed", [](const PyBus& b) { return !b.bus; }, "True once close() was called.")
+      .def("close", [](PyBus& b) { b.bus.reset(); },
+           "Lets go of this handle on the bus (again: nothing). Producers, Consumers and views made from it keep "
+           "the bus mapped until they go; the bus itself stays (Bus.remove removes it).")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyBus& b, py::args) { b.bus.reset(); })
       // A Bus travels to another process (multiprocessing's spawn) by name,
       // and is opened again there.
-      .def(py::pickle([](const shmbus::Bus& b) { return py::make_tuple(b.name()); },
+      .def(py::pickle([](const PyBus& b) { return py::make_tuple(b.get().name()); },
                       [](const py::tuple& t) {
                         if (t.size() != 1) throw py::value_error("not a pickled shmbus.Bus");
-                        return shmbus::Bus::open(t[0].cast<std::string>());
+                        return PyBus(shmbus::Bus::open(t[0].cast<std::string>()));
                       }))
-      .def("__repr__", [](const shmbus::Bus& b) {
-        return "<shmbus.Bus '" + b.name() + "' " + shmbus::to_string(b.info().policy) + " " +
-               std::to_string(b.info().capacity) + " x " + std::to_string(b.info().record_size) + " B>";
+      .def("__repr__", [](const PyBus& b) {
+        if (!b.bus) return "<shmbus.Bus '" + b.name + "', closed>";
+        const shmbus::BusInfo& i = b.bus->info();
+        return "<shmbus.Bus '" + b.name + "' " + shmbus::to_string(i.policy) + " " + std::to_string(i.capacity) +
+               " x " + std::to_string(i.record_size) + " B>";
       });
 
   py::class_<PyProducer>(m, "Producer",
                           "The bus's one producer: publish(), publish_batch(), claim()/commit(); a context "
                           "manager (leaving it closes the stream).")
-      .def(py::init([](const shmbus::Bus& bus, const std::string& timestamps, std::uint32_t wait_for_readers,
+      .def(py::init([](const PyBus& py_bus, const std::string& timestamps, std::uint32_t wait_for_readers,
                        std::optional<double> wait_for_readers_timeout, std::optional<double> max_hold) {
+             const shmbus::Bus& bus = py_bus.get();
              shmbus::ProducerOptions o;
              if (timestamps == "off") o.timestamps = shmbus::Timestamps::off;
              else if (timestamps == "coarse") o.timestamps = shmbus::Timestamps::coarse;
@@ -798,12 +909,14 @@ PYBIND11_MODULE(_shmbus, m) {
            "contiguous view over the records it takes); valid until commit().",
            py::arg("size"), py::arg("timeout") = py::none())
       .def("commit", &PyProducer::commit,
-           "Publishes the claimed record (its first `size` bytes, default all); returns its sequence number.",
+           "Publishes the claimed record (its first `size` bytes, default all); returns its sequence number. "
+           "BufferError (the claim stays open) while a numpy array or slice made from the claim's view lives.",
            py::arg("size") = py::none())
-      .def("close", &PyProducer::close, "Marks end-of-stream and gives up the producer role.")
+      .def("close", &PyProducer::close,
+           "Marks end-of-stream and gives up the producer role. An open claim is abandoned, never published.")
       .def("detach", &PyProducer::detach, "Gives up the role without end-of-stream (consumers wait for a new producer).")
       .def_property_readonly("next_seq", [](PyProducer& p) { return p.get().next_seq(); })
-      .def_property_readonly("bus", [](const PyProducer& p) { return p.bus; })
+      .def_property_readonly("bus", [](const PyProducer& p) { return PyBus(p.bus); })
       .def("__repr__",
            [](const PyProducer& p) {
              return "<shmbus.Producer of '" + p.bus.name() + "'" +
@@ -820,9 +933,12 @@ PYBIND11_MODULE(_shmbus, m) {
       .def("__exit__", [](PyProducer& p, py::args) { p.close(); });
 
   py::class_<PyConsumer>(m, "Consumer",
-                          "A reader slot: next(), read_batch(), iteration until end of stream; a context manager.")
-      .def(py::init([](const shmbus::Bus& bus, const std::string& name, const std::string& start,
-                       std::uint64_t start_seq, bool durable, bool best_effort) {
+                          "A reader slot: next(), read_batch(), iteration until end of stream; a context manager. "
+                          "A message's view is valid until the next call; Consumer(bus, copy=True) gives each "
+                          "message its own bytes.")
+      .def(py::init([](const PyBus& py_bus, const std::string& name, const std::string& start,
+                       std::uint64_t start_seq, bool durable, bool best_effort, bool copy) {
+             const shmbus::Bus& bus = py_bus.get();
              shmbus::ConsumerOptions o;
              o.name = name;
              if (start == "earliest") o.start = shmbus::Start::earliest;
@@ -834,12 +950,14 @@ PYBIND11_MODULE(_shmbus, m) {
              o.durable = durable;
              o.hold_producer = !best_effort;
              auto c = std::make_unique<PyConsumer>(bus);
+             c->copy = copy;
              c->overwrite = bus.info().policy == shmbus::Policy::overwrite;
              c->consumer.emplace(bus, o);
              return c;
            }),
            py::arg("bus"), py::kw_only(), py::arg("name") = "consumer", py::arg("start") = "earliest",
-           py::arg("start_seq") = 0, py::arg("durable") = false, py::arg("best_effort") = false)
+           py::arg("start_seq") = 0, py::arg("durable") = false, py::arg("best_effort") = false,
+           py::arg("copy") = false)
       .def("next",
            [](PyConsumer& c, std::optional<double> timeout) -> py::object {
              try {
@@ -882,7 +1000,7 @@ PYBIND11_MODULE(_shmbus, m) {
       .def_property_readonly("resume_gap", [](PyConsumer& c) { return c.get().resume_gap(); })
       .def_property_readonly("end_reason",
                              [](const PyConsumer& c) { return shmbus::to_string(c.end_reason); })
-      .def_property_readonly("bus", [](const PyConsumer& c) { return c.bus; })
+      .def_property_readonly("bus", [](const PyConsumer& c) { return PyBus(c.bus); })
       .def("__repr__",
            [](const PyConsumer& c) {
              return "<shmbus.Consumer of '" + c.bus.name() + "'" +
@@ -904,5 +1022,6 @@ PYBIND11_MODULE(_shmbus, m) {
       .def(py::init([](const std::string& name) { return shmbus::Inspector::open(name); }), py::arg("name"))
       .def(
           "snapshot", [](const shmbus::Inspector& i) { return snapshot_dict(i.snapshot()); },
-          "The bus as a dict: geometry, head, oldest, counters, producer, readers, bookmarks (typed in the stubs).");
+          "The bus as a dict: geometry, head, oldest, counters, producer, readers, bookmarks, warnings (typed in "
+          "the stubs; the judgement shmbus-inspect show --json makes).");
 }

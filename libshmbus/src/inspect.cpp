@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "bookmarks.hpp"
 #include "reader_table.hpp"
@@ -45,6 +47,17 @@ std::string printable(std::string s) {
 
 std::string slot_name(const layout::ReaderSlot& r) { return printable(detail::stored_name(r.name)); }
 
+// Whether the live holder of a role, labelled `pid` (started at
+// `start_ticks`) in PID namespace `pid_ns`, is stopped: state T or t in
+// /proc/PID/stat. Only a process of ours with that pid and the same start
+// time is the holder; one in another PID namespace, or without /proc, is
+// never judged stopped.
+bool process_stopped(pid_t pid, std::uint64_t start_ticks, std::uint32_t pid_ns) noexcept {
+  if (start_ticks == 0 || in_other_pid_namespace(pid_ns)) return false;
+  const std::optional<ProcessStat> st = process_stat(pid);
+  return st && (st->state == 'T' || st->state == 't') && st->start_ticks == start_ticks;
+}
+
 Liveness liveness_of(detail::Holder h) {
   switch (h) {
     case detail::Holder::alive: return Liveness::alive;
@@ -75,7 +88,24 @@ ReaderView reader_view(const detail::Segment& seg, std::uint32_t i) {
   // producer that raced with a new one) is not this reader's.
   const std::uint64_t let_go = r.let_go_ns.load(std::memory_order_relaxed);
   v.let_go_ns = v.best_effort && let_go >= v.attach_time_ns ? let_go : 0;
+  v.stopped = v.liveness == Liveness::alive && process_stopped(v.pid, v.start_ticks, v.pid_namespace);
   return v;
+}
+
+// "reader 3 'name' (pid 1234, alive)", as warnings name a reader.
+std::string reader_label(const ReaderView& r) {
+  return "reader " + std::to_string(r.slot) + " '" + display_name(r.name) + "' (" +
+         pid_label(r.pid, r.pid_namespace) + ", " + (r.stopped ? "stopped" : to_string(r.liveness)) + ")";
+}
+
+// HH:MM:SS (UTC) of a CLOCK_REALTIME time.
+std::string utc_hms(std::uint64_t realtime_ns) {
+  const auto secs = static_cast<std::time_t>(realtime_ns / 1'000'000'000u);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  return buf;
 }
 
 // A slot is shown while it has an owner or counts for the producer.
@@ -121,6 +151,8 @@ Snapshot Inspector::snapshot() const {
   p.takeovers = h.takeovers.load(std::memory_order_relaxed);
   p.waiting_since_ns = h.wait_start_ns.load(std::memory_order_relaxed);
   p.max_hold_ns = p.attached ? h.max_hold_ns.load(std::memory_order_relaxed) : 0;
+  p.stopped = p.attached && p.liveness == Liveness::alive &&
+              process_stopped(p.pid, p.start_ticks, p.pid_namespace);
 
   for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
     if (in_use(*seg.reader(i))) s.readers.push_back(reader_view(seg, i));
@@ -147,6 +179,92 @@ Snapshot Inspector::snapshot() const {
   for (const ReaderView& r : s.readers) s.head = std::max(s.head, std::min(r.cursor, later));
   s.counters.published = s.head;
   return s;
+}
+
+Diagnosis diagnose(const Snapshot& s) {
+  Diagnosis d;
+  const std::uint64_t cap = s.info.capacity;
+  const ProducerView& p = s.producer;
+  d.producer_alive = p.attached && p.liveness == Liveness::alive;
+  std::vector<const ReaderView*> readers;
+  for (const ReaderView& r : s.readers) readers.push_back(&r);
+  std::sort(readers.begin(), readers.end(), [](const ReaderView* a, const ReaderView* b) { return a->slot < b->slot; });
+  const auto lag = [&s](const ReaderView& r) { return s.head > r.cursor ? s.head - r.cursor : 0; };
+  if (d.producer_alive && p.waiting_for_space && p.blocked_on_slot) {
+    for (const ReaderView* r : readers) {
+      if (r->slot == *p.blocked_on_slot && lag(*r) > 0) d.blocked_on_slot = r->slot;
+    }
+  }
+
+  for (const ReaderView* r : readers) {
+    if (r->liveness == Liveness::alive) continue;
+    d.warnings.push_back({"dead_reader", r->slot,
+                          reader_label(*r) + " is dead but still holds its slot at cursor " +
+                              std::to_string(r->cursor) + "; `shmbus-inspect gc " + s.info.name +
+                              "` reclaims it"});
+  }
+  if (p.attached && p.liveness != Liveness::alive) {
+    d.warnings.push_back({"producer_dead", std::nullopt,
+                          "producer " + pid_label(p.pid, p.pid_namespace) + " is " + to_string(p.liveness) +
+                              ": consumers drain what it committed, then see end-of-stream; a new producer "
+                              "can take the bus over"});
+  }
+  if (d.producer_alive && p.waiting_for_space) {
+    std::string who = "a reader";
+    for (const ReaderView* r : readers) {
+      if (d.blocked_on_slot && r->slot == *d.blocked_on_slot) who = reader_label(*r);
+    }
+    d.warnings.push_back({"producer_blocked", d.blocked_on_slot,
+                          "producer " + pid_label(p.pid, p.pid_namespace) +
+                              " is blocked on a full ring, held back by " + who});
+  }
+  for (const ReaderView* r : readers) {
+    if (r->let_go_ns == 0) continue;
+    d.warnings.push_back({"reader_let_go", r->slot,
+                          reader_label(*r) + " was let go at " + utc_hms(r->let_go_ns) +
+                              " UTC: the producer waited its hold limit for it; it no longer holds the "
+                              "producer and is lapped if it falls a ring behind"});
+  }
+  for (const ReaderView* r : readers) {
+    const std::uint64_t behind = lag(*r);
+    if (cap == 0 || behind * 2 <= cap) continue;
+    char percent[32];
+    std::snprintf(percent, sizeof percent, "%.1f", 100.0 * static_cast<double>(behind) / static_cast<double>(cap));
+    d.warnings.push_back({"reader_lagging", r->slot,
+                          reader_label(*r) + " lags " + std::to_string(behind) + " messages (" + percent +
+                              "% of the ring)"});
+  }
+  return d;
+}
+
+std::string escape_ascii(std::span<const std::byte> bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size());
+  for (std::byte x : bytes) {
+    const auto c = static_cast<unsigned char>(x);
+    switch (c) {
+      case '\n': out += "\\n"; continue;
+      case '\t': out += "\\t"; continue;
+      case '\r': out += "\\r"; continue;
+      case '\\': out += "\\\\"; continue;
+      case '"': out += "\\\""; continue;
+      default: break;
+    }
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+std::string display_name(std::string_view name) {
+  if (name.empty()) return "-";
+  return escape_ascii(std::as_bytes(std::span<const char>(name.data(), name.size())));
 }
 
 std::optional<RecordView> Inspector::record(std::uint64_t seq) const {

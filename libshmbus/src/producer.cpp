@@ -84,6 +84,11 @@ struct Producer::Impl : detail::Attachment {
   std::size_t claim_size = 0;
   std::uint32_t claim_records = 1;
   std::uint64_t next_liveness = 0;     // when to check the readers holding us back
+  // A wait for space is under way: header.blocked_on_slot and wait_start_ns
+  // describe it. It lasts across calls that time out (a caller that retries,
+  // as the Python module does every 100 ms, is one wait to the inspector)
+  // until a call finds room or the role is given up.
+  bool waiting = false;
   // With a hold limit: per reader slot, how long we have waited for the
   // attachment holding it without its cursor moving (our own memory; sized
   // once, at construction).
@@ -115,8 +120,9 @@ struct Producer::Impl : detail::Attachment {
     release_role(mark_closed);
     closed = true;
   }
-  // `holder` (if given): the slot of the reader furthest behind, below s.
+  // `holder`, if given: the reader with the lowest cursor below s (unchanged if none).
   void recompute_limit(std::uint64_t s, std::uint32_t* holder = nullptr) noexcept;
+  void end_wait() noexcept;
   std::uint64_t min_active_cursor(std::uint64_t upper, std::uint32_t* holder) noexcept;
   bool wait_for_space(std::uint64_t last_seq, std::chrono::nanoseconds timeout) noexcept;
   // True once sequences up to `last_seq` may be written: at once in
@@ -358,7 +364,10 @@ void Producer::Impl::release_role(bool mark_closed) noexcept {
     claim_open = false;
   }
   if (mark_closed) h->closed.store(1, std::memory_order_release);  // after every commit tag
+  // A wait that timed out last ends with the role.
+  waiting = false;
   h->blocked_on_slot.store(0, std::memory_order_relaxed);
+  h->wait_start_ns.store(0, std::memory_order_relaxed);
   h->max_hold_ns.store(0, std::memory_order_relaxed);
   // Cleared before the lock goes: a consumer that finds the lock free loads
   // the owner again and sees a producer that left, not one that died.
@@ -496,12 +505,26 @@ bool Producer::Impl::let_go(std::uint32_t i, std::uint64_t owner) noexcept {
   return true;
 }
 
+// The wait for space is over: room was found, or the role goes.
+void Producer::Impl::end_wait() noexcept {
+  if (!waiting) return;
+  waiting = false;
+  // Relaxed: labels for the inspector; they order nothing.
+  h->blocked_on_slot.store(0, std::memory_order_relaxed);
+  h->wait_start_ns.store(0, std::memory_order_relaxed);
+}
+
 // Waits until sequence `last_seq` may be written. Spin, then yield, then
 // sleep on space_futex; readers holding the ring are checked for liveness
 // once per liveness period, so a dead one is reclaimed within that bound.
+// A call that times out leaves the wait marked (see `waiting`).
 bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanoseconds timeout) noexcept {
-  recompute_limit(last_seq);
-  if (last_seq < limit) return true;
+  std::uint32_t holder = UINT32_MAX;
+  recompute_limit(last_seq, &holder);
+  if (last_seq < limit) {
+    end_wait();
+    return true;
+  }
 
   // A reader that stops between what we need and the chunk we asked for
   // never crosses the mark: look again after this at the latest.
@@ -515,27 +538,29 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
       hold == 0 ? UINT64_MAX : std::clamp<std::uint64_t>(hold / 8, 100'000, detail::kLivenessPeriodNs);
   std::uint64_t last_hold_look = w.start();
   std::uint64_t next_hold_look = hold == 0 ? UINT64_MAX : w.start() + hold_period;
-  h->producer_waits.fetch_add(1, std::memory_order_relaxed);
   // Who holds us back: the reader furthest behind, named from the wait's
-  // first moment (a wait may be one of many short ones) and before the wait
-  // shows, so that an inspector that sees us waiting finds it; and named
-  // again whenever another is furthest behind (one that was behind with
-  // the one we really wait for catches up). Stored only when it changes.
-  std::uint32_t shown = UINT32_MAX;
-  min_active_cursor(last_seq, &shown);
+  // first moment (the scan above found it) and before the wait shows, so
+  // that an inspector that sees us waiting finds it; and named again
+  // whenever another is furthest behind (one that was behind with the one
+  // we really wait for catches up). Stored only when it changes.
+  std::uint32_t shown = holder;
   h->blocked_on_slot.store(shown == UINT32_MAX ? 0 : shown + 1, std::memory_order_relaxed);
-  h->wait_start_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+  if (!waiting) {
+    waiting = true;
+    h->producer_waits.fetch_add(1, std::memory_order_relaxed);
+    h->wait_start_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+  }
   bool ok = false;
   for (;; w.tick()) {
-    std::uint32_t holder = UINT32_MAX;
-    recompute_limit(last_seq, &holder);
+    std::uint32_t furthest = UINT32_MAX;
+    recompute_limit(last_seq, &furthest);
     if (last_seq < limit) {
       ok = true;
       break;
     }
-    if (holder != shown) {
-      shown = holder;
-      h->blocked_on_slot.store(holder == UINT32_MAX ? 0 : holder + 1, std::memory_order_relaxed);
+    if (furthest != shown) {
+      shown = furthest;
+      h->blocked_on_slot.store(furthest == UINT32_MAX ? 0 : furthest + 1, std::memory_order_relaxed);
     }
     if (closed) break;
     if (h->removed.load(std::memory_order_relaxed) != 0) {  // removed by force while we waited
@@ -588,8 +613,14 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
     }
     if (ok) break;
   }
-  h->blocked_on_slot.store(0, std::memory_order_relaxed);
-  h->wait_start_ns.store(0, std::memory_order_relaxed);
+  if (ok || closed) {
+    end_wait();
+  } else {
+    // Timed out: still waiting as far as anyone looking can tell. The next
+    // call must come back here (to end the wait, or wait on), even for a
+    // message that would fit under the limit we have.
+    limit = 0;
+  }
   h->producer_wait_ns.fetch_add(detail::monotonic_ns() - w.start(), std::memory_order_relaxed);
   return ok;
 }

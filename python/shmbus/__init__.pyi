@@ -9,10 +9,20 @@ Views: Consumer.next() returns a Message whose payload is one memoryview of
 the whole message -- zero-copy on a `block` bus (it reads the records in
 shared memory; numpy.frombuffer of it copies nothing either), the
 consumer's own copy on an `overwrite` bus or for a best-effort reader. It
-is valid until the next call on that consumer,
-which releases it: using it afterwards raises ValueError. Copy it with
-bytes(view) to keep it. Views derived from it (slices, numpy arrays) cannot
-be revoked: they keep the mapping alive but may show a newer message.
+is valid until the next call on that consumer, which releases it: using it
+afterwards raises ValueError. Views derived from it (slices, numpy arrays)
+cannot be revoked: they keep the mapping alive, never crash, but from the
+next call on show whatever that memory holds later (on a `block` bus the
+record once the producer reuses it, on an `overwrite` bus the next message
+copied there). Keep one with bytes(view), or make the Consumer with
+copy=True: every message is then its own bytes, valid for as long as it is
+referenced, at the cost of one copy.
+
+Claims: Producer.claim() returns a writable view of the record itself.
+commit() releases it, and refuses (BufferError, the claim stays open) while
+anything made from it -- a numpy array, a slice -- still exports it: a write
+through it after the commit would change a message consumers may already
+have read. Delete those first (`del array`).
 
 Waiting: next(), publish() and claim() wait with the GIL released and handle
 signals at least every 100 ms, so Ctrl-C raises KeyboardInterrupt. Timeouts
@@ -47,6 +57,9 @@ class EndOfStream(Exception):
     reason: Literal["closed", "producer_died", "removed"]
 
 class Bus:
+    """A handle on a named bus (/dev/shm/shmbus.NAME). A context manager:
+    leaving it closes the handle. Producers, Consumers and views made from
+    it hold their own, so closing it ends nothing they do."""
     @staticmethod
     def create(name: str, *, capacity: int = 65536, record_size: int = 256,
                policy: Policy = "block", max_readers: int = 16, mode: int = 0o600) -> Bus:
@@ -93,6 +106,15 @@ class Bus:
     @property
     def oldest(self) -> int:
         """Oldest sequence number still retained."""
+    @property
+    def closed(self) -> bool:
+        """True once close() was called."""
+    def close(self) -> None:
+        """Lets go of this handle (a second call does nothing): every other
+        use of it raises ValueError, except .name, .closed and repr(). The
+        bus stays; Bus.remove() removes it."""
+    def __enter__(self) -> Bus: ...
+    def __exit__(self, *args: Any) -> None: ...
 
 class Producer:
     """The bus's one producer (Error if a live process holds the role; a dead
@@ -121,13 +143,20 @@ class Producer:
     def claim(self, size: int, timeout: Optional[float] = None) -> memoryview:
         """The next record's payload, writable in place, `size` bytes (up to
         Bus.max_message: one contiguous view over the records a longer one
-        than Bus.max_payload takes). Valid until commit(), which releases it."""
+        than Bus.max_payload takes). Valid until commit(), which releases it.
+        Anything made from it (numpy.frombuffer, a slice) must be gone by
+        then: commit() refuses otherwise."""
     def commit(self, size: Optional[int] = None) -> int:
         """Publishes the claimed record (its first `size` bytes, default all);
         returns its sequence number. ValueError (the claim stays open) if
-        `size` is more than was claimed."""
+        `size` is more than was claimed; BufferError (the claim stays open,
+        its own view released) while a buffer made from the claim's view --
+        a numpy array, a slice -- is still alive, since writing through it
+        would change the published message."""
     def close(self) -> None:
-        """Marks end-of-stream and gives up the producer role."""
+        """Marks end-of-stream and gives up the producer role. An open claim
+        is abandoned, never published; an array still made from its view
+        must not be written afterwards (the record is the next message's)."""
     def detach(self) -> None:
         """Gives up the role without end-of-stream (consumers wait for a new producer)."""
     @property
@@ -149,7 +178,8 @@ class Message(Tuple[int, int, memoryview]):
     @property
     def payload(self) -> memoryview:
         """One contiguous view of the whole message, valid until the next
-        call on the consumer."""
+        call on the consumer (which releases it; arrays made from it then
+        show later data), or for good with Consumer(copy=True)."""
     @property
     def records(self) -> int:
         """Records the message takes: 1, or more for one longer than Bus.max_payload."""
@@ -160,14 +190,19 @@ class Consumer:
     in .lost and .corrupt."""
     def __init__(self, bus: Bus, *, name: str = "consumer",
                  start: Literal["earliest", "latest", "sequence", "resume"] = "earliest",
-                 start_seq: int = 0, durable: bool = False, best_effort: bool = False) -> None:
+                 start_seq: int = 0, durable: bool = False, best_effort: bool = False,
+                 copy: bool = False) -> None:
         """durable: hold `name` exclusively (Error name_in_use otherwise) and
         leave the cursor in the bus under it when detaching or dying.
         start="resume" (implies durable) continues where that name stopped,
         or at the oldest record for a new name.
         best_effort: never hold a block bus's producer back; when lapped, the
         messages it missed are skipped and counted in .lost (as on an
-        overwrite bus)."""
+        overwrite bus).
+        copy: every message's payload is a view of its own bytes object, never
+        released or reused, so numpy arrays made from it keep their values
+        after the next call (one copy per message). Without it a payload and
+        anything made from it are valid until the next call only."""
     @overload
     def next(self, timeout: None = None) -> Message: ...
     @overload
@@ -228,7 +263,14 @@ class ProducerInfo(TypedDict):
     attached: bool
     pid: int
     liveness: Literal["alive", "dead", "unknown"]
+    # Alive but stopped (SIGSTOP, a debugger); told only of a process of
+    # this PID namespace, by its /proc.
+    stopped: bool
     closed: bool
+    # A live producer blocked on a full block ring: from the first publish
+    # that found no room until one finds room (retries in between are one
+    # wait), and the slot of the reader holding it back (None: none found,
+    # or that slot was freed or taken since).
     waiting_for_space: bool
     blocked_on_slot: Optional[int]
     takeovers: int
@@ -237,7 +279,13 @@ class ReaderInfo(TypedDict):
     slot: int
     pid: int
     liveness: Literal["alive", "dead", "unknown"]
+    stopped: bool  # alive but stopped (SIGSTOP, a debugger), as for the producer
     name: str
+    # The next sequence it will read, as the reader last stored it: exact
+    # while it waits in next()/read_batch() and after a call that found
+    # nothing (next(0) -> None); a reader busy between calls, or that stopped
+    # calling, may show up to capacity/16 - 1 (at most 31) fewer than its own
+    # Consumer.cursor, never more. delivered is stored with it.
     cursor: int
     lag: int
     delivered: int
@@ -254,6 +302,11 @@ class BookmarkInfo(TypedDict):
     updated_ns: int
     held: bool
     holder_pid: int
+
+class WarningInfo(TypedDict):
+    kind: Literal["dead_reader", "producer_dead", "producer_blocked", "reader_let_go", "reader_lagging"]
+    slot: Optional[int]  # the reader it is about
+    message: str  # the line shmbus-inspect show prints after "warning: "
 
 class Snapshot(TypedDict):
     name: str
@@ -274,6 +327,7 @@ class Snapshot(TypedDict):
     readers: List[ReaderInfo]
     bookmarks: List[BookmarkInfo]
     removed: bool
+    warnings: List[WarningInfo]  # most urgent first, as shmbus-inspect show lists them
 
 class Inspector:
     """Reads a bus's header, counters and reader table without attaching."""
@@ -284,8 +338,9 @@ class Inspector:
         last_publish_ns, counters: {published, producer_waits,
         producer_wait_ns, wakeups, readers_reclaimed, readers_let_go,
         data_sleepers},
-        producer: {attached, pid, liveness, closed, waiting_for_space,
-        blocked_on_slot, takeovers}, readers: [{slot, pid, liveness, name,
-        cursor, lag, delivered, lost, attach_time_ns, last_active_ns,
+        producer: {attached, pid, liveness, stopped, closed, waiting_for_space,
+        blocked_on_slot, takeovers}, readers: [{slot, pid, liveness, stopped,
+        name, cursor, lag, delivered, lost, attach_time_ns, last_active_ns,
         sleeping, best_effort, let_go_ns}], bookmarks: [{name, cursor, updated_ns, held,
-        holder_pid}], removed}"""
+        holder_pid}], removed, warnings: [{kind, slot, message}]}: what
+        shmbus-inspect show --json reports, judged by the same library code."""

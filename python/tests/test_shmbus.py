@@ -1,7 +1,8 @@
 """The Python module against itself and against the C++ programs.
 
 Run by ctest with PYTHONPATH pointing at the built module and
-SHMBUS_PRODUCER / SHMBUS_CONSUMER at the programs."""
+SHMBUS_PRODUCER / SHMBUS_CONSUMER / SHMBUS_INSPECT at the programs."""
+import json
 import os
 import signal
 import struct
@@ -766,3 +767,202 @@ def test_claim_of_a_large_size_and_too_large_errors(name):
     assert (m.seq, m.records, bytes(m.payload)) == (8, records_for(300, 64), pattern(8, 50))
     m = consumer.next(1.0)
     assert (m.seq, m.records, bytes(m.payload)) == (8 + records_for(300, 64), 1, b"after")
+
+
+def test_commit_refuses_while_an_array_made_from_the_claim_lives(name):
+    """A numpy array on a claim's view reaches the record itself: commit()
+    refuses while it lives, so no write through it lands in a published
+    message; once it is gone the claim commits what it wrote."""
+    np = pytest.importorskip("numpy")
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    consumer = shmbus.Consumer(bus)
+    producer = shmbus.Producer(bus)
+    view = producer.claim(8)
+    array = np.frombuffer(view, dtype=np.uint64)
+    array[0] = 111
+    with pytest.raises(BufferError, match=f"bus '{name}': the claim's view is still exported .1 buffer"):
+        producer.commit()
+    assert producer.next_seq == 0  # nothing published; the claim is still open
+    with pytest.raises(RuntimeError, match="commit"):
+        producer.publish(b"x")
+    del array
+    assert producer.commit() == 0
+    assert np.frombuffer(consumer.next(1.0).payload, dtype=np.uint64)[0] == 111
+    with pytest.raises(ValueError):
+        view[0] = 1  # released by the commit
+    # A slice shares the view's buffer: the same rule.
+    view = producer.claim(8)
+    part = view[:4]
+    part[:] = b"abcd"
+    with pytest.raises(BufferError, match="still exported"):
+        producer.commit(4)
+    del part
+    assert producer.commit(4) == 1
+    assert bytes(consumer.next(1.0).payload) == b"abcd"
+
+
+@pytest.mark.parametrize("policy", ["block", "overwrite"])
+def test_a_copying_consumer_hands_out_messages_that_outlive_the_next_call(name, policy):
+    """Without copy, a payload (and an array made from it) is valid until the
+    next call: on an overwrite bus such an array then shows the next message.
+    With copy=True every payload is its own bytes and keeps its values."""
+    np = pytest.importorskip("numpy")
+    bus = shmbus.Bus.create(name, capacity=4, record_size=64, policy=policy)
+    plain = shmbus.Consumer(bus, name="plain")
+    copying = shmbus.Consumer(bus, name="copying", copy=True)
+    producer = shmbus.Producer(bus)
+    for i in (1, 2, 3):
+        producer.publish(np.array([i], dtype=np.uint64))
+    m = plain.next(1.0)
+    early = np.frombuffer(m.payload, dtype=np.uint64)
+    plain.next(1.0)
+    with pytest.raises(ValueError):
+        bytes(m.payload)
+    if policy == "overwrite":
+        assert early[0] == 2  # the consumer's own buffer holds the next message now
+    kept = [copying.next(1.0) for _ in range(2)] + copying.read_batch(timeout=1.0)
+    arrays = [np.frombuffer(k.payload, dtype=np.uint64) for k in kept]
+    assert copying.next(0.01) is None
+    producer.publish_batch([np.array([i], dtype=np.uint64) for i in (4, 5, 6, 7)], timeout=0.01)
+    for _ in range(3):
+        plain.next(1.0)
+    assert [int(a[0]) for a in arrays] == [1, 2, 3]
+    assert [bytes(k.payload) for k in kept] == [struct.pack("<Q", i) for i in (1, 2, 3)]
+    assert all(k.payload.readonly for k in kept)
+
+
+def test_a_bus_closes_and_is_a_context_manager(name):
+    with shmbus.Bus.create(name, capacity=8, record_size=64) as bus:
+        assert not bus.closed
+        consumer = shmbus.Consumer(bus)
+        producer = shmbus.Producer(bus)
+    assert bus.closed and bus.name == name and repr(bus) == f"<shmbus.Bus '{name}', closed>"
+    for use in (lambda: bus.head, lambda: bus.capacity, lambda: shmbus.Consumer(bus),
+                lambda: shmbus.Producer(bus)):
+        with pytest.raises(ValueError, match=f"bus '{name}': this Bus is closed"):
+            use()
+    bus.close()  # again: nothing
+    # What was made from it carries on, and the bus stays.
+    producer.publish(b"after")
+    assert bytes(consumer.next(1.0).payload) == b"after"
+    assert consumer.bus.head == 1 and not consumer.bus.closed
+    assert shmbus.Bus.exists(name)
+    reopened = shmbus.Bus.open(name)
+    reopened.close()
+    assert reopened.closed
+
+
+
+def test_a_snapshot_names_the_reader_holding_a_waiting_publish(name):
+    """publish() waits in slices (to handle signals between them): another
+    process looking at any moment sees one wait, held back by the reader
+    that does not read, since the wait began."""
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    lazy = shmbus.Consumer(bus, name="lazy")
+    producer = shmbus.Producer(bus)
+    for _ in range(16):
+        producer.publish(b"x")
+    waiting = threading.Thread(target=lambda: pytest.raises(TimeoutError, producer.publish, b"y", timeout=1.5))
+    waiting.start()
+    time.sleep(0.1)
+    look = ("import shmbus, sys, time\n"
+            "seen = []\n"
+            "for _ in range(50):\n"
+            "    p = shmbus.Inspector(sys.argv[1]).snapshot()['producer']\n"
+            "    seen.append((p['waiting_for_space'], p['blocked_on_slot']))\n"
+            "    time.sleep(0.017)\n"
+            "print(seen)\n")
+    out = subprocess.run([sys.executable, "-c", look, name], check=True, capture_output=True, text=True,
+                         env=os.environ)
+    waiting.join()
+    seen = eval(out.stdout)
+    assert seen == [(True, lazy.slot)] * 50
+
+
+def test_a_snapshot_has_the_inspectors_warnings_and_stopped_processes(name):
+    """snapshot() judges the bus as shmbus-inspect show --json does (the same
+    library code): stopped readers, dead ones, who holds the producer, the
+    warnings in the same words."""
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    attach = ("import shmbus, sys, time\n"
+              "c = shmbus.Consumer(shmbus.Bus.open(sys.argv[1]), name=sys.argv[2],\n"
+              "                    best_effort=sys.argv[2] == 'gone')\n"
+              "print(c.slot, flush=True)\n"
+              "time.sleep(60)\n")
+    readers = {}
+    # A best-effort reader: the producer does not wait for it, so it does not
+    # reclaim it either once it is dead.
+    for who in ("stuck", "gone"):
+        child = subprocess.Popen([sys.executable, "-c", attach, name, who], stdout=subprocess.PIPE, text=True,
+                                 env=os.environ)
+        readers[who] = (child, int(child.stdout.readline()))
+    stuck, stuck_slot = readers["stuck"]
+    gone, gone_slot = readers["gone"]
+    try:
+        os.kill(stuck.pid, signal.SIGSTOP)
+        os.kill(gone.pid, signal.SIGKILL)
+        gone.wait()
+        producer = shmbus.Producer(bus)
+        for _ in range(16):
+            producer.publish(b"x")
+        waiting = threading.Thread(target=lambda: pytest.raises(TimeoutError, producer.publish, b"y", timeout=1.0))
+        waiting.start()
+        time.sleep(0.2)
+        snap = shmbus.Inspector(name).snapshot()
+        cli = None
+        if os.environ.get("SHMBUS_INSPECT"):
+            out = subprocess.run([os.environ["SHMBUS_INSPECT"], "show", name, "--json", "--interval", "0"],
+                                 check=True, capture_output=True, text=True)
+            cli = json.loads(out.stdout)
+        waiting.join()
+    finally:
+        os.kill(stuck.pid, signal.SIGKILL)
+        stuck.wait()
+    by_slot = {r["slot"]: r for r in snap["readers"]}
+    assert by_slot[stuck_slot]["stopped"] and by_slot[stuck_slot]["liveness"] == "alive"
+    assert not by_slot[gone_slot]["stopped"] and by_slot[gone_slot]["liveness"] == "dead"
+    assert not snap["producer"]["stopped"] and snap["producer"]["waiting_for_space"]
+    assert snap["producer"]["blocked_on_slot"] == stuck_slot
+    kinds = [(w["kind"], w["slot"]) for w in snap["warnings"]]
+    assert kinds[0] == ("dead_reader", gone_slot)
+    assert ("producer_blocked", snap["producer"]["blocked_on_slot"]) in kinds
+    assert ("reader_lagging", stuck_slot) in kinds and ("reader_lagging", gone_slot) in kinds
+    [dead] = [w["message"] for w in snap["warnings"] if w["kind"] == "dead_reader"]
+    assert dead == (f"reader {gone_slot} 'gone' (pid {gone.pid}, dead) is dead but still holds its slot at "
+                    f"cursor 0; `shmbus-inspect gc {name}` reclaims it")
+    assert f"reader {stuck_slot} 'stuck' (pid {stuck.pid}, stopped) lags 16 messages (100.0% of the ring)" in [
+        w["message"] for w in snap["warnings"]]
+    if cli is not None:
+        assert snap["warnings"] == cli["warnings"]
+        assert [(r["slot"], r["stopped"]) for r in snap["readers"]] == [
+            (r["slot"], r["stopped"]) for r in cli["readers"]]
+        assert snap["producer"]["blocked_on_slot"] == cli["producer"]["blocked_on_slot"]
+
+
+def test_a_snapshot_shows_the_exact_cursor_of_a_reader_that_waits(name):
+    """A reader stores its cursor lazily (every capacity/16 reads, at most
+    32) but always before it waits: one waiting, or whose last call found
+    nothing, is shown where it is; one between calls at most 31 behind."""
+    bus = shmbus.Bus.create(name, capacity=1024, record_size=64)
+    consumer = shmbus.Consumer(bus, name="r")
+    producer = shmbus.Producer(bus)
+
+    def shown():
+        [r] = shmbus.Inspector(name).snapshot()["readers"]
+        return r["cursor"], r["delivered"], r["lag"]
+
+    for _ in range(10):
+        producer.publish(b"x")
+    for _ in range(10):
+        consumer.next(1.0)
+    cursor, delivered, _ = shown()
+    assert consumer.cursor == 10 and 10 - 31 <= cursor <= 10 and delivered == cursor
+    waiting = threading.Thread(target=consumer.next, args=(1.0,))
+    waiting.start()
+    time.sleep(0.2)
+    assert shown() == (10, 10, 0)
+    waiting.join()
+    producer.publish_batch([b"y"] * 40)
+    assert len(consumer.read_batch(timeout=1.0)) == 40
+    assert consumer.next(0) is None
+    assert shown() == (50, 50, 0)

@@ -432,6 +432,44 @@ TEST(Timeouts, PublishOnAFullBlockingRingTimesOutThenSucceedsOnceSpaceFrees) {
   EXPECT_EQ(pr.seq, 4u);
 }
 
+TEST(Timeouts, AProducerRetryingAfterTimeoutsShowsOneWaitNamingTheReaderThatHoldsIt) {
+  ScopedName name("to-holder");
+  Bus bus = Bus::create(name, opts(4));
+  Consumer other(bus);
+  ConsumerOptions co;
+  co.name = "holder";
+  Consumer holder(bus, co);
+  Producer p(bus);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(p.publish(bytes("x"), 0ns));
+  for (std::uint64_t s = 0; s < 4; ++s) expect_message(other, s);
+  (void)other.next(0ns);  // publishes its cursor: only `holder` holds the ring
+  Inspector ins = Inspector::open(name);
+  // Calls that time out at once (no liveness look) and in the middle of a
+  // retry loop: the inspector sees one wait, held back by `holder`.
+  EXPECT_EQ(p.publish(bytes("y"), 0ns).status, PublishStatus::timeout);
+  Snapshot s = ins.snapshot();
+  EXPECT_TRUE(s.producer.waiting_for_space);
+  EXPECT_EQ(s.producer.blocked_on_slot, holder.slot());
+  const std::uint64_t since = s.producer.waiting_since_ns;
+  EXPECT_NE(since, 0u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(p.publish(bytes("y"), 2ms).status, PublishStatus::timeout);
+    s = ins.snapshot();
+    EXPECT_TRUE(s.producer.waiting_for_space) << i;
+    EXPECT_EQ(s.producer.blocked_on_slot, holder.slot()) << i;
+    EXPECT_EQ(s.producer.waiting_since_ns, since) << i;
+  }
+  EXPECT_EQ(s.counters.producer_waits, 1u);
+  // Room again: the next publish ends the wait.
+  for (std::uint64_t q = 0; q < 4; ++q) expect_message(holder, q);
+  (void)holder.next(0ns);
+  ASSERT_EQ(p.publish(bytes("y"), 1s).status, PublishStatus::ok);
+  s = ins.snapshot();
+  EXPECT_FALSE(s.producer.waiting_for_space);
+  EXPECT_FALSE(s.producer.blocked_on_slot.has_value());
+  EXPECT_EQ(s.producer.waiting_since_ns, 0u);
+}
+
 TEST(Timeouts, BlockingBusWithoutReadersKeepsTheNewestRecordsAndNeverWaits) {
   ScopedName name("no-readers");
   Bus bus = Bus::create(name, opts(8));

@@ -1,5 +1,7 @@
 #include "tools/common/message_format.hpp"
 
+#include <shmbus/inspect.hpp>
+
 #include <iterator>
 #include <string_view>
 
@@ -109,28 +111,8 @@ void append_escaped_text(fmt::memory_buffer& b, std::span<const std::byte> p) {
   b.append(data + plain, data + p.size());
 }
 
-std::string escape_ascii(std::span<const std::byte> p) {
-  std::string out;
-  out.reserve(p.size());
-  for (std::byte x : p) {
-    const auto c = static_cast<unsigned char>(x);
-    switch (c) {
-      case '\n': out += "\\n"; continue;
-      case '\t': out += "\\t"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\\': out += "\\\\"; continue;
-      case '"': out += "\\\""; continue;
-      default: break;
-    }
-    if (c >= 0x20 && c < 0x7f) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out += "\\x";
-      append_hex_byte(out, c);
-    }
-  }
-  return out;
-}
+// One escaping for every program and the library's warnings (inspect.hpp).
+std::string escape_ascii(std::span<const std::byte> p) { return shmbus::escape_ascii(p); }
 
 std::string escape_ascii(std::string_view text) {
   return escape_ascii(std::as_bytes(std::span<const char>(text.data(), text.size())));

@@ -7,9 +7,11 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,11 +28,20 @@ struct ProducerView {
   std::uint32_t pid_namespace = 0;  // inode of its PID namespace, 0 if unknown (a label)
   Liveness liveness = Liveness::dead;
   bool closed = false;            // end-of-stream was marked
-  bool waiting_for_space = false; // blocked on a full ring (block policy)
-  std::optional<std::uint32_t> blocked_on_slot;  // the reader holding it back
+  // Blocked on a full ring (block policy): from the first publish or claim
+  // that found no room until one finds room or the role is given up. Calls
+  // that time out in between do not end the wait: a caller that retries (the
+  // Python module waits in 100 ms slices) is one wait, since waiting_since_ns.
+  bool waiting_for_space = false;
+  // The reader holding it back: named when the wait begins, looked at again
+  // every 50 ms while it lasts.
+  std::optional<std::uint32_t> blocked_on_slot;
   std::uint64_t waiting_since_ns = 0;  // CLOCK_REALTIME the current wait began, 0 if not waiting
   std::uint32_t takeovers = 0;    // producers that took the bus over
   std::uint64_t max_hold_ns = 0;  // its hold limit (ProducerOptions::max_hold), 0 = none
+  // Alive but stopped (SIGSTOP, a debugger): publishes nothing until resumed.
+  // Told only of a process of this PID namespace, by its /proc (false otherwise).
+  bool stopped = false;
 };
 
 struct ReaderView {
@@ -41,8 +52,13 @@ struct ReaderView {
   std::uint64_t generation = 0;   // the slot's attachments and reclaims: tells one attachment from the next
   Liveness liveness = Liveness::dead;
   std::string name;
-  std::uint64_t cursor = 0;       // next sequence it will read
-  std::uint64_t delivered = 0;
+  // Next sequence it will read, as the reader last stored it (what the
+  // producer sees): exact while it waits, after a call that found nothing,
+  // and at detach; otherwise up to capacity/16 - 1 (at most 31) behind the
+  // reader's own Consumer::cursor(), never ahead (consumer.cpp: stored at
+  // the start of a call every capacity/16 reads, and before every wait).
+  std::uint64_t cursor = 0;
+  std::uint64_t delivered = 0;    // stored with the cursor
   std::uint64_t lost = 0;
   std::uint64_t attach_time_ns = 0;    // CLOCK_REALTIME
   std::uint64_t last_active_ns = 0;    // CLOCK_REALTIME of its last batch or wait
@@ -51,6 +67,9 @@ struct ReaderView {
                                   // (ConsumerOptions::hold_producer = false), or one
                                   // the producer let go
   std::uint64_t let_go_ns = 0;    // CLOCK_REALTIME the producer let it go (hold limit), 0 = never
+  // Alive but stopped (SIGSTOP, a debugger): reads nothing until resumed.
+  // Told only of a process of this PID namespace, by its /proc (false otherwise).
+  bool stopped = false;
 };
 
 // A durable reader name remembered in the bus (ConsumerOptions::durable).
@@ -85,6 +104,36 @@ struct Snapshot {
   std::vector<BookmarkView> bookmarks;  // remembered reader names
   bool removed = false;               // removed by force: every stream has ended
 };
+
+// Something in a snapshot a person should know of or act on.
+struct Warning {
+  // dead_reader, producer_dead, producer_blocked, reader_let_go, reader_lagging
+  std::string kind;
+  std::optional<std::uint32_t> slot;  // the reader it is about
+  std::string message;                // one line, naming who (and what to do)
+};
+
+// A snapshot judged, as shmbus-inspect shows it (and Python's
+// Inspector.snapshot() reports it).
+struct Diagnosis {
+  bool producer_alive = false;  // attached and alive
+  // The reader holding the alive producer back on a full ring: the slot the
+  // producer last named, while a reader in that slot is still behind (not
+  // one that gc freed or that a newcomer took since). Not necessarily a
+  // full ring behind: one message may need up to half the ring, after
+  // padding of up to half a ring (a span).
+  std::optional<std::uint32_t> blocked_on_slot;
+  // Most urgent first: dead readers, a dead producer, a blocked producer,
+  // readers let go, then readers more than half a ring behind.
+  std::vector<Warning> warnings;
+};
+Diagnosis diagnose(const Snapshot& s);
+
+// Untrusted bytes (a reader's name, a payload) for a person: printable ASCII
+// as it is, \n \t \r \\ \" escaped, any other byte as \xNN.
+std::string escape_ascii(std::span<const std::byte> bytes);
+// A reader's name as shown: escaped, "-" if empty.
+std::string display_name(std::string_view name);
 
 // A copy of one record, read with the same torn-read check a consumer uses.
 struct RecordView {

@@ -272,12 +272,16 @@ auto bus_factory(F f) {
     return PyBus(f(name, bus_options(capacity, record_size, policy, max_readers, mode)));
   };
 }
-constexpr const char* bus_doc = "capacity: records (power of two); record_size: bytes incl. 24-byte header";
+constexpr const char* bus_doc =
+    "capacity: records (power of two; 0, the default: as many as fit 4 MiB, at least 64); "
+    "record_size: bytes incl. 24-byte header";
 
 // Bus.open_or_create: a bus that exists with other options than asked is an
 // error naming both (a caller that wants whatever is there uses Bus.open).
-shmbus::Bus open_or_create_same(const std::string& name, const shmbus::BusOptions& o) {
-  shmbus::Bus bus = shmbus::Bus::open_or_create(name, o);
+shmbus::Bus open_or_create_same(const std::string& name, const shmbus::BusOptions& asked) {
+  shmbus::Bus bus = shmbus::Bus::open_or_create(name, asked);
+  shmbus::BusOptions o = asked;  // capacity 0: the default ring's, for this record size
+  if (o.capacity == 0) o.capacity = shmbus::default_capacity_for(o.record_size);
   const shmbus::BusInfo& i = bus.info();
   if (i.policy != o.policy || i.capacity != o.capacity || i.record_size != o.record_size ||
       i.max_readers != o.max_readers) {
@@ -782,10 +786,10 @@ PYBIND11_MODULE(_shmbus, m) {
                     "A named bus (/dev/shm/shmbus.NAME): create, open or remove it; pickles by name. A context "
                     "manager: leaving it closes this handle (Producers and Consumers made from it carry on).")
       .def_static("create", bus_factory(&shmbus::Bus::create), bus_doc, py::arg("name"), py::kw_only(),
-                  py::arg("capacity") = 65536, py::arg("record_size") = 256, py::arg("policy") = "block",
+                  py::arg("capacity") = 0, py::arg("record_size") = 256, py::arg("policy") = "block",
                   py::arg("max_readers") = 16, py::arg("mode") = 0600)
       .def_static("open_or_create", bus_factory(&open_or_create_same), bus_doc, py::arg("name"),
-                  py::kw_only(), py::arg("capacity") = 65536, py::arg("record_size") = 256,
+                  py::kw_only(), py::arg("capacity") = 0, py::arg("record_size") = 256,
                   py::arg("policy") = "block", py::arg("max_readers") = 16, py::arg("mode") = 0600)
       .def_static("open",
                   [](const std::string& name, double ready_timeout) {

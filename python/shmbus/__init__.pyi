@@ -61,12 +61,13 @@ class Bus:
     leaving it closes the handle. Producers, Consumers and views made from
     it hold their own, so closing it ends nothing they do."""
     @staticmethod
-    def create(name: str, *, capacity: int = 65536, record_size: int = 256,
+    def create(name: str, *, capacity: int = 0, record_size: int = 256,
                policy: Policy = "block", max_readers: int = 16, mode: int = 0o600) -> Bus:
         """Creates a bus exclusively (Error if it exists). record_size includes
-        a 24-byte header and is a multiple of 8; capacity is a power of two."""
+        a 24-byte header and is a multiple of 8; capacity is a power of two,
+        or 0 (the default): as many records as fit 4 MiB, at least 64."""
     @staticmethod
-    def open_or_create(name: str, *, capacity: int = 65536, record_size: int = 256,
+    def open_or_create(name: str, *, capacity: int = 0, record_size: int = 256,
                        policy: Policy = "block", max_readers: int = 16, mode: int = 0o600) -> Bus:
         """Creates the bus, or opens it if it exists with exactly these
         options (ValueError naming both if it exists otherwise; Bus.open

@@ -429,6 +429,15 @@ def test_open_or_create_refuses_a_bus_with_other_options(name):
     assert (same.capacity, same.record_size) == (1024, 64)
 
 
+def test_the_default_ring_is_sized_in_bytes_and_open_or_create_takes_it_as_asked(name):
+    bus = shmbus.Bus.open_or_create(name)
+    assert (bus.capacity, bus.record_size) == (16384, 256)  # 4 MiB of records
+    again = shmbus.Bus.open_or_create(name)  # the default, asked again, is the same bus
+    assert again.capacity == 16384
+    with pytest.raises(ValueError, match="exists as block 16384 x 256 B.*not block 2048 x 2048 B"):
+        shmbus.Bus.open_or_create(name, record_size=2048)  # its default ring: 2048 records
+
+
 def test_batches_publish_and_read_many_messages_per_call(name):
     bus = shmbus.Bus.create(name, capacity=64, record_size=64)
     producer = shmbus.Producer(bus)

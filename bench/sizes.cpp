@@ -121,12 +121,14 @@ std::string wait_all(const std::vector<pid_t>& pids, Shared* sh, double timeout_
   return err;
 }
 
-// The options of the bus for `size`-byte messages: the library's defaults,
-// with a larger ring only where their max message is smaller than `size`.
-shmbus::BusOptions bus_options(std::uint64_t size) {
+// The options of the bus for `size`-byte messages: the library's defaults
+// (or --capacity), with a larger ring only where their max message is
+// smaller than `size`.
+shmbus::BusOptions bus_options(std::uint64_t size, std::uint64_t capacity) {
   shmbus::BusOptions b;
   b.max_readers = 4;
-  const std::uint64_t cap = shmbus::default_capacity_for(b.record_size);
+  b.capacity = capacity;
+  const std::uint64_t cap = capacity ? capacity : shmbus::default_capacity_for(b.record_size);
   const std::uint64_t records = (size + kRecordHeader + b.record_size - 1) / b.record_size;
   if (cap / 2 < records) b.capacity = std::bit_ceil(2 * records);
   return b;
@@ -182,7 +184,7 @@ std::uint64_t messages_for(const Options& o, std::uint64_t size) {
 double run_memcpy(const Options& o, std::uint64_t size, const Placement& pl, std::string& err) {
   SharedBlock block(0);
   Shared* sh = block.get();
-  const std::uint64_t region = std::max<std::uint64_t>(ring_bytes(bus_options(size)), 2 * size);
+  const std::uint64_t region = std::max<std::uint64_t>(ring_bytes(bus_options(size, o.capacity)), 2 * size);
   const std::uint64_t n = messages_for(o, size);
   const pid_t pid = fork_role(sh, [&] {
     pin(pl.consumer);
@@ -240,7 +242,7 @@ double run_throughput(const Options& o, std::uint64_t size, const Placement& pl,
   Shared* sh = block.get();
   const std::string name = bus_name("full", serial);
   remove_bus(name);
-  shmbus::Bus::create(name, bus_options(size));
+  shmbus::Bus::create(name, bus_options(size, o.capacity));
   const std::uint64_t n = messages_for(o, size);
   const pid_t consumer = fork_role(sh, [&] {
     pin(pl.consumer);
@@ -292,7 +294,7 @@ Latency run_handoff(const Options& o, std::uint64_t size, const Placement& pl, i
   const std::string ping = bus_name("ping", serial), pong = bus_name("pong", serial);
   for (const auto& b : {ping, pong}) {
     remove_bus(b);
-    shmbus::Bus::create(b, bus_options(size));
+    shmbus::Bus::create(b, bus_options(size, o.capacity));
   }
   const pid_t ponger = fork_role(sh, [&] {
     pin(pl.consumer);
@@ -395,9 +397,11 @@ nlohmann::json run_sizes(const Options& o) {
     if (r.size == 128 || (ref->size != 128 && r.size < ref->size)) ref = &r;
   const double ref_p50 = median(ref->p50);
 
-  const shmbus::BusOptions defaults;
-  std::printf("\n### By message size (1 → 1, `block`, the library's default bus: %u-byte records, %s ring)\n\n",
-              defaults.record_size, human_size(ring_bytes(defaults)).c_str());
+  shmbus::BusOptions defaults;
+  defaults.capacity = o.capacity;
+  std::printf("\n### By message size (1 → 1, `block`, %s bus: %u-byte records, %s ring)\n\n",
+              o.capacity ? "a" : "the library's default", defaults.record_size,
+              human_size(ring_bytes(defaults)).c_str());
   std::printf("Medians of %d runs. memcpy: one core copying the same messages between two regions as large as "
               "the ring. shmbus: claim(), write every byte, commit(); next() in place, read every byte. "
               "Hand-off: ping-pong with claim()/commit() and in-place reads of a 16-byte header, one-way.\n\n",
@@ -408,7 +412,7 @@ nlohmann::json run_sizes(const Options& o) {
   std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : rows) {
-    const shmbus::BusOptions b = bus_options(r.size);
+    const shmbus::BusOptions b = bus_options(r.size, o.capacity);
     const std::uint64_t records = (r.size + kRecordHeader + b.record_size - 1) / b.record_size;
     const double mc = median(r.memcpy_bps), tp = median(r.shmbus_bps), p50 = median(r.p50), p99 = median(r.p99);
     if (!r.error.empty()) {

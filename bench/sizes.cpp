@@ -356,7 +356,7 @@ std::string human_size(std::uint64_t b) {
 
 struct SizeRow {
   std::uint64_t size = 0;
-  std::vector<double> memcpy_bps, shmbus_bps, p50, p99;
+  std::vector<double> memcpy_bps, shmbus_bps, ratio, p50, p99;  // ratio: shmbus ÷ memcpy, per round
   std::string error;
 };
 
@@ -368,7 +368,7 @@ nlohmann::json run_sizes(const Options& o) {
   if (o.pp_count < 1) throw Usage("--pp-count must be >= 1");
   const Placement pl = placement(o);
   std::vector<SizeRow> rows;
-  for (auto s : o.size_axis) rows.push_back(SizeRow{s, {}, {}, {}, {}, {}});
+  for (auto s : o.size_axis) rows.push_back(SizeRow{s, {}, {}, {}, {}, {}, {}});
   const std::size_t total = rows.size() * static_cast<std::size_t>(o.runs);
   std::size_t done = 0;
   int serial = 0;
@@ -379,7 +379,10 @@ nlohmann::json run_sizes(const Options& o) {
       const double mc = run_memcpy(o, row.size, pl, err);
       if (err.empty()) row.memcpy_bps.push_back(mc);
       const double tp = err.empty() ? run_throughput(o, row.size, pl, serial++, err) : 0;
-      if (err.empty()) row.shmbus_bps.push_back(tp);
+      if (err.empty()) {
+        row.shmbus_bps.push_back(tp);
+        row.ratio.push_back(mc > 0 ? tp / mc : 0);
+      }
       const Latency lat = err.empty() ? run_handoff(o, row.size, pl, serial++, err) : Latency{};
       if (err.empty()) {
         row.p50.push_back(lat.p50);
@@ -402,7 +405,7 @@ nlohmann::json run_sizes(const Options& o) {
   std::printf("\n### By message size (1 → 1, `block`, %s bus: %u-byte records, %s ring)\n\n",
               o.capacity ? "a" : "the library's default", defaults.record_size,
               human_size(ring_bytes(defaults)).c_str());
-  std::printf("Medians of %d runs. memcpy: one core copying the same messages between two regions as large as "
+  std::printf("Medians of %d runs (÷ memcpy: of the ratios within each round). memcpy: one core copying the same messages between two regions as large as "
               "the ring. shmbus: claim(), write every byte, commit(); next() in place, read every byte. "
               "Hand-off: ping-pong with claim()/commit() and in-place reads of a 16-byte header, one-way.\n\n",
               o.runs);
@@ -414,14 +417,15 @@ nlohmann::json run_sizes(const Options& o) {
   for (const auto& r : rows) {
     const shmbus::BusOptions b = bus_options(r.size, o.capacity);
     const std::uint64_t records = (r.size + kRecordHeader + b.record_size - 1) / b.record_size;
-    const double mc = median(r.memcpy_bps), tp = median(r.shmbus_bps), p50 = median(r.p50), p99 = median(r.p99);
+    const double mc = median(r.memcpy_bps), tp = median(r.shmbus_bps), ratio = median(r.ratio);
+    const double p50 = median(r.p50), p99 = median(r.p99);
     if (!r.error.empty()) {
       std::printf("| %s | %" PRIu64 " | %s | FAILED: %s |||||||\n", human_size(r.size).c_str(), records,
                   human_size(ring_bytes(b)).c_str(), r.error.c_str());
     } else {
       std::printf("| %s | %" PRIu64 " | %s | %.2f | %.2f | %.3g | %.2f | %.0f | %.0f | %.2f |\n",
                   human_size(r.size).c_str(), records, human_size(ring_bytes(b)).c_str(), mc / 1e9, tp / 1e9,
-                  tp / static_cast<double>(r.size), mc > 0 ? tp / mc : 0, p50, p99, ref_p50 > 0 ? p50 / ref_p50 : 0);
+                  tp / static_cast<double>(r.size), ratio, p50, p99, ref_p50 > 0 ? p50 / ref_p50 : 0);
     }
     out.push_back({{"size", r.size},
                    {"records", records},
@@ -431,7 +435,9 @@ nlohmann::json run_sizes(const Options& o) {
                    {"shmbus_bytes_per_s", r.shmbus_bps},
                    {"handoff_p50_ns", r.p50},
                    {"handoff_p99_ns", r.p99},
+                   {"shmbus_per_memcpy", r.ratio},
                    {"median", {{"memcpy_bytes_per_s", mc},
+                               {"shmbus_per_memcpy", ratio},
                                {"shmbus_bytes_per_s", tp},
                                {"handoff_p50_ns", p50},
                                {"handoff_p99_ns", p99}}},

@@ -92,8 +92,9 @@ std::string stats_text(const ServeStats& s) {
       s.closed_protocol, s.closed_handshake, s.closed_refused, s.closed_peer, s.closed_end, s.closed_tls);
 }
 
-std::string stats_json(const ServeStats& s) {
-  nlohmann::json j{{"subscribers", s.subscribers}, {"accepted", s.accepted}, {"messages", s.messages},
+// `report`: "progress" for a periodic line, "summary" for the last one.
+std::string stats_json(const ServeStats& s, const char* report) {
+  nlohmann::json j{{"program", kProgram}, {"report", report}, {"subscribers", s.subscribers}, {"accepted", s.accepted}, {"messages", s.messages},
                    {"bytes", s.bytes}, {"dropped", s.dropped},
                    {"closed", {{"slow", s.closed_slow}, {"idle", s.closed_idle},
                                {"protocol", s.closed_protocol}, {"handshake", s.closed_handshake},
@@ -124,7 +125,7 @@ std::string mirror_stats_text(const MirrorStats& s) {
 }
 
 std::string mirror_stats_json(const MirrorStats& s) {
-  nlohmann::json j{{"connected", s.connected}, {"connects", s.connects}, {"failures", s.failures},
+  nlohmann::json j{{"program", kProgram}, {"report", "progress"}, {"connected", s.connected}, {"connects", s.connects}, {"failures", s.failures},
                    {"messages", s.messages},   {"gaps", s.gaps},         {"lost", s.lost},
                    {"next_seq", s.next_seq}};
   return j.dump();
@@ -153,7 +154,11 @@ int mirror(const MirrorArgs& a) {
   install_stop_handlers();
   const bool json = a.json;
   (void)run_mirror(o, [] { return stop_requested(); }, interval, [json](const MirrorStats& s) {
-    log_always(json ? mirror_stats_json(s) : mirror_stats_text(s));
+    if (json) {
+      log_json(mirror_stats_json(s));
+    } else {
+      log_always(mirror_stats_text(s));
+    }
   });
   return exit_ok;
 }
@@ -196,11 +201,21 @@ int serve(const ServeArgs& a) {
   const auto interval = parse_duration_ms(a.stats_interval);
   const bool json = a.json;
   if (interval.count() > 0) {
-    server.on_stats(interval, [json](const ServeStats& s) { log_line(json ? stats_json(s) : stats_text(s)); });
+    server.on_stats(interval, [json](const ServeStats& s) {
+      if (json) {
+        log_json(stats_json(s, "progress"));
+      } else {
+        log_line(stats_text(s));
+      }
+    });
   }
   server.run([] { return stop_requested(); });
   const ServeStats s = server.stats();
-  log_line(json ? stats_json(s) : stats_text(s));
+  if (json) {
+    log_json(stats_json(s, "summary"));
+  } else {
+    log_line(stats_text(s));
+  }
   return exit_ok;
 }
 
@@ -293,8 +308,9 @@ int main(int argc, char** argv) {
   m->add_flag("--quiet", ma.quiet, "No per-connection log lines (gaps, stats and errors are still printed)");
   add_trust_options(*m, ma.trust);
   refuse_negative_numbers(app);
-  return run_main(app, ErrorSink{kProgram}, [&] {
+  return run_main(app, ErrorSink{kProgram, wants_json(argc, argv), stderr}, [&] {
     app.parse(argc, argv);
+    set_json_lines((s->parsed() && sa.json) || (m->parsed() && ma.json));
     if (s->parsed()) return serve(sa);
     if (m->parsed()) return mirror(ma);
     return exit_usage;

@@ -230,12 +230,12 @@ bool Reading::on_eviction(const PollResult& r) {
   // Our reader slot was taken from us: what the producer overwrote
   // meanwhile is gone, and may have been what we were reading.
   ++evictions_;
-  print_error(program_name,
-              fmt::format("bus '{}': this reader's slot was taken from it (a stray write into the segment, or "
-                          "freed by force): {} lost{}; {}",
-                          o_.bus, r.lost,
-                          r.stale_view ? ", and a message already handed out was overwritten while read" : "",
-                          o_.follow ? fmt::format("reading on at seq {}", source_.cursor()) : "stopping"));
+  print_notice(program_name,
+               fmt::format("bus '{}': this reader's slot was taken from it (a stray write into the segment, or "
+                           "freed by force): {} lost{}; {}",
+                           o_.bus, r.lost,
+                           r.stale_view ? ", and a message already handed out was overwritten while read" : "",
+                           o_.follow ? fmt::format("reading on at seq {}", source_.cursor()) : "stopping"));
   if (r.stale_view && o_.verify) verify_.problem("a message was overwritten while it was read");
   if (o_.follow) return true;
   stopped_by_ = "evicted";
@@ -246,11 +246,11 @@ void Reading::on_let_go(const PollResult& r) {
   // The producer waited its hold limit for us and stopped holding for us:
   // from here we are lapped, and told exactly what we lose, if we fall behind.
   let_go_ = true;
-  print_error(program_name,
-              fmt::format("bus '{}': the producer's hold limit ran out while it waited for this reader; reading on "
-                          "at seq {} without holding it (a lap is reported as lost){}",
-                          o_.bus, source_.cursor(),
-                          r.stale_view ? "; a message already handed out was overwritten while read" : ""));
+  print_notice(program_name,
+               fmt::format("bus '{}': the producer's hold limit ran out while it waited for this reader; reading on "
+                           "at seq {} without holding it (a lap is reported as lost){}",
+                           o_.bus, source_.cursor(),
+                           r.stale_view ? "; a message already handed out was overwritten while read" : ""));
   if (r.stale_view && o_.verify) verify_.problem("a message was overwritten while it was read");
 }
 
@@ -261,10 +261,10 @@ bool Reading::on_end(const PollResult& r) {
   // Like tail -F: say so once per end, then wait for the next producer.
   announced_ = true;
   ++streams_ended_;
-  print_error(program_name,
-              fmt::format("bus '{}': {} after seq {}; following (waiting for a new producer)", o_.bus,
-                          r.end_reason == EndReason::closed ? "producer closed the bus" : "producer died",
-                          source_.cursor() == 0 ? std::string("(none)") : std::to_string(source_.cursor() - 1)));
+  print_notice(program_name,
+               fmt::format("bus '{}': {} after seq {}; following (waiting for a new producer)", o_.bus,
+                           r.end_reason == EndReason::closed ? "producer closed the bus" : "producer died",
+                           source_.cursor() == 0 ? std::string("(none)") : std::to_string(source_.cursor() - 1)));
   last_activity_ = Clock::now();  // --idle-timeout counts from here
   return true;
 }
@@ -331,6 +331,7 @@ void Reading::print_json(bool verify_ok, double seconds) const {
   const double mbps = seconds > 0 ? static_cast<double>(bytes_) / seconds / 1e6 : 0;
   nlohmann::json j = {
       {"program", program_name},
+      {"report", "summary"},
       {"bus", o_.bus},
       {"messages", messages_},
       {"bytes", bytes_},
@@ -415,6 +416,7 @@ void Reading::print_text(bool verify_ok, double seconds) const {
 }  // namespace
 
 int run(const Options& o) {
+  set_json_lines(o.json);
   const bool tcp = is_tcp_url(o.bus);
   if (!tcp) validate_name(o.bus);
   if (!tcp && (!o.tls_ca.empty() || !o.token_file.empty())) {
@@ -434,10 +436,10 @@ int run(const Options& o) {
   }
   if (local && co.start == Start::resume && local->consumer().resume_gap() > 0) {
     const Consumer& c = local->consumer();
-    print_error(program_name, fmt::format("bus '{}': reader '{}': {} after where it stopped {} no "
-                                          "longer retained; resuming at seq {} (counted as lost)",
-                                          o.bus, o.name, plural(c.resume_gap(), "message"),
-                                          c.resume_gap() == 1 ? "is" : "are", c.cursor()));
+    print_notice(program_name, fmt::format("bus '{}': reader '{}': {} after where it stopped {} no "
+                                           "longer retained; resuming at seq {} (counted as lost)",
+                                           o.bus, o.name, plural(c.resume_gap(), "message"),
+                                           c.resume_gap() == 1 ? "is" : "are", c.cursor()));
   }
 
   Reading reading(o, *source, local, co.start);

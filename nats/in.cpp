@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "nats/headers.hpp"
+#include "tools/common/program.hpp"
 
 namespace shmbus::nats {
 namespace {
@@ -264,8 +265,10 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
           ++st.invalid;
           if (!warned_invalid) {
             warned_invalid = true;
-            fmt::print(stderr, "shmbus-nats: stream '{}': a message on '{}' has no valid {} header; skipped "
-                               "(counted as invalid)\n", o.stream, natsMsg_GetSubject(m), kSeqHeader);
+            tools::print_notice("shmbus-nats",
+                                fmt::format("stream '{}': a message on '{}' has no valid {} header; skipped "
+                                            "(counted as invalid)",
+                                            o.stream, natsMsg_GetSubject(m), kSeqHeader));
           }
           continue;
         }

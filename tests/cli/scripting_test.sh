@@ -202,7 +202,7 @@ truthful)  # messages that say what is true
   "$CONSUMER" "$bus" --name laggard --format hex >"$work/stall" 2>/dev/null &
   lag=$!
   pids+=($lag)
-  until "$INSPECT" show "$bus" --interval 0 --json | grep -q '"name": "laggard"'; do sleep 0.05; done
+  until "$INSPECT" show "$bus" --interval 0 --json | grep -q '"name":"laggard"'; do sleep 0.05; done
   rc=0
   "$PRODUCER" "$bus" --count 100000 --size 32 --wait-timeout 300ms 2>"$work/full.err" || rc=$?
   [[ $rc -eq 1 ]] || fail "full ring: exit $rc"

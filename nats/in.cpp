@@ -179,7 +179,8 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
   const std::uint64_t capacity = bus.info().capacity;
 
   Connection conn(o.connect);
-  retry_transient([&] { conn.check_stream(o.stream); }, stop);
+  retry_transient(
+      [&] { conn.check_stream(o.stream, "`shmbus-nats out --create-stream` or `nats stream add` creates it"); }, stop);
   PullConsumer pull(conn, o);
   retry_transient([&] { pull.subscribe_from(pull.floor_next()); }, stop);
 

@@ -188,7 +188,7 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
   AckState acks;
   Connection conn(o.connect, o.max_in_flight, &on_ack, &acks);
   if (o.create_stream) retry_transient([&] { create_stream_if_missing(conn, o.stream, subject); }, stop);
-  retry_transient([&] { conn.check_stream(o.stream); }, stop);
+  retry_transient([&] { conn.check_stream(o.stream, "give --create-stream to create it"); }, stop);
 
   OutStats st;
   const auto started = Clock::now();

@@ -155,7 +155,7 @@ nats)
   stream="JSONLINES$$"
   "$NATS" out "$bus" --stream "$stream" --server "$url" --json 2>"$work/out_missing_stream.err" &&
     fail "out to a missing stream: exit 0"
-  has "$work/out_missing_stream.err" '"code":"nats"' "error"
+  has "$work/out_missing_stream.err" '"error":".*--create-stream' "error naming --create-stream"
   "$NATS" out "$bus" --stream "$stream" --create-stream --server "$url" --count 5 --json \
     --stats-interval 50ms 2>"$work/out.err"
   has "$work/out.err" '"report":"summary"' "summary"

@@ -267,12 +267,24 @@ int run_metrics(const MetricsArgs& args, const Trust& trust) {
   const tcp::endpoint ep = parse_listen(args.listen);
   boost::asio::io_context io;
   tcp::acceptor acceptor(io);
-  acceptor.open(ep.protocol());
-  acceptor.set_option(tcp::acceptor::reuse_address(true));
   boost::system::error_code ec;
+  // Every step names the address: a port in use fails at bind, or at
+  // listen when another socket took it in between.
+  const auto check = [&](const char* step) {
+    if (!ec) return;
+    throw std::runtime_error(fmt::format("--listen {}: cannot {}: {}{}", args.listen, step, ec.message(),
+                                         ec == boost::asio::error::address_in_use
+                                             ? " (another program listens there; choose another port)"
+                                             : ""));
+  };
+  acceptor.open(ep.protocol(), ec);
+  check("open a socket");
+  acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  check("set SO_REUSEADDR");
   acceptor.bind(ep, ec);
-  if (ec) throw std::runtime_error("--listen " + args.listen + ": " + ec.message());
-  acceptor.listen();
+  check("bind");
+  acceptor.listen(boost::asio::socket_base::max_listen_connections, ec);
+  check("listen");
   const tcp::endpoint bound = acceptor.local_endpoint();
   // The real port (useful with port 0), so a script can find the server.
   std::fprintf(stderr, "shmbus-inspect: serving metrics on http://%s/metrics\n",

@@ -167,3 +167,19 @@ def test_listen_rejects_a_bad_address():
     out = subprocess.run([INSPECT, "metrics", "--listen", "localhost"], capture_output=True, text=True)
     assert out.returncode == 2  # a bad command line
     assert "HOST:PORT" in out.stderr
+
+
+def test_listen_on_a_port_in_use_names_the_address():
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        out = subprocess.run([INSPECT, "metrics", "--listen", address], capture_output=True, text=True,
+                             timeout=10)
+    assert out.returncode == 1
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"shmbus-inspect: --listen {address}: cannot bind: "), lines[0]
+    assert "bus ''" not in lines[0]
+    assert "another program listens there" in lines[0]

@@ -121,6 +121,7 @@ bridge)
   wait_for_line "$work/mirror.err" "mirroring"
   wait_for_line "$work/mirror.err" '"report":"progress"'
   stop "$mirror"
+  has "$work/mirror.err" '"report":"summary"' "final stats"
   new_bus nowhere
   "$BRIDGE" mirror --connect 127.0.0.1:1 --remote-bus "$bus" --bus "$nowhere" --json --backoff-max 100ms \
     --stats-interval 100ms 2>"$work/mirror_refused.err" &

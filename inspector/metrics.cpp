@@ -1,25 +1,23 @@
 // shmbus-inspect metrics: Prometheus text exposition of the counters every
 // bus keeps in its segment, read through shmbus::Inspector (read-only, no
-// reader slot). With --listen, a small single-threaded HTTP server
-// (Boost.Beast) renders them afresh for every GET /metrics.
+// reader slot). With --listen, a small HTTP server (Boost.Beast, one
+// thread, every connection asynchronous with its own deadlines) renders them
+// afresh for every GET /metrics.
 //
 // Everything in a segment is untrusted: reader names are written by other
 // processes, so label values are escaped and limited to printable ASCII.
 #include "inspector/metrics.hpp"
 
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
-#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <ctime>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 
@@ -254,9 +252,6 @@ namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
 
-volatile std::sig_atomic_t g_metrics_stop = 0;
-extern "C" void on_metrics_stop(int) { g_metrics_stop = 1; }
-
 // "HOST:PORT" (HOST an IPv4 address, or [IPv6]).
 tcp::endpoint parse_listen(const std::string& s) {
   const auto colon = s.rfind(':');
@@ -280,52 +275,110 @@ tcp::endpoint parse_listen(const std::string& s) {
   return {addr, static_cast<unsigned short>(port)};
 }
 
-// Answers one request on `sock`. A client that sends nothing for 5 s, or
-// more than 8 KiB of headers, is dropped.
-void serve_one(tcp::socket& sock, const std::vector<std::string>& buses, const Trust& trust,
-               MetricsMemory& memory) {
-  timeval tv{5, 0};
-  ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  beast::flat_buffer buffer(16384);
-  http::request_parser<http::empty_body> parser;
-  parser.header_limit(8192);
-  parser.body_limit(0);
-  beast::error_code ec;
-  http::read(sock, buffer, parser, ec);
-  if (ec) return;
-  const auto& req = parser.get();
-  http::response<http::string_body> res;
-  res.version(req.version());
-  res.keep_alive(false);
-  res.set(http::field::server, "shmbus-inspect");
-  const auto target = req.target();
-  const bool known = target == "/metrics" || target == "/";
-  if (req.method() != http::verb::get && req.method() != http::verb::head) {
-    res.result(http::status::method_not_allowed);
-    res.set(http::field::allow, "GET, HEAD");
-    res.body() = "only GET\n";
-  } else if (!known) {
-    res.result(http::status::not_found);
-    res.body() = "shmbus-inspect serves /metrics\n";
-  } else {
-    res.result(http::status::ok);
-    res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    try {
-      res.body() = render_metrics(buses, trust, &memory);
-    } catch (const std::exception& e) {
-      res.result(http::status::internal_server_error);
-      res.body() = std::string(e.what()) + "\n";
+// Deadlines of one connection: the whole request, however slowly it comes
+// (a client that dribbles a header byte every few seconds is dropped at
+// it), and the whole response.
+constexpr std::chrono::seconds kRequestDeadline{5};
+constexpr std::chrono::seconds kResponseDeadline{10};
+// Connections at once; one more is closed at once (a flood of idle
+// connections costs at most this many sockets and buffers).
+constexpr std::size_t kMaxConnections = 64;
+
+struct Server {
+  std::vector<std::string> buses;
+  Trust trust;
+  MetricsMemory memory;
+  std::size_t connections = 0;
+  std::uint64_t served = 0;
+};
+
+// One connection: read a request, answer it, close. Every step is
+// asynchronous on the server's one thread, so a slow client waits alone.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, Server& server) : stream_(std::move(socket)), server_(server) {
+    ++server_.connections;
+  }
+  ~Session() { --server_.connections; }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  void start() {
+    parser_.header_limit(8192);
+    parser_.body_limit(0);
+    stream_.expires_after(kRequestDeadline);
+    http::async_read(stream_, buffer_, parser_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+  }
+
+ private:
+  void on_read(beast::error_code ec) {
+    if (ec) return close();  // timed out, malformed, too large, or gone
+    const auto& req = parser_.get();
+    res_.version(req.version());
+    res_.keep_alive(false);
+    res_.set(http::field::server, "shmbus-inspect");
+    const auto target = req.target();
+    const bool known = target == "/metrics" || target == "/";
+    if (req.method() != http::verb::get && req.method() != http::verb::head) {
+      res_.result(http::status::method_not_allowed);
+      res_.set(http::field::allow, "GET, HEAD");
+      res_.body() = "only GET\n";
+    } else if (!known) {
+      res_.result(http::status::not_found);
+      res_.body() = "shmbus-inspect serves /metrics\n";
+    } else {
+      res_.result(http::status::ok);
+      res_.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+      try {
+        res_.body() = render_metrics(server_.buses, server_.trust, &server_.memory);
+      } catch (const std::exception& e) {
+        res_.result(http::status::internal_server_error);
+        res_.body() = std::string(e.what()) + "\n";
+      }
+    }
+    res_.prepare_payload();
+    serializer_.emplace(res_);
+    stream_.expires_after(kResponseDeadline);
+    const auto done = [self = shared_from_this()](beast::error_code wec, std::size_t) {
+      if (!wec) ++self->server_.served;
+      self->close();
+    };
+    if (req.method() == http::verb::head) {
+      http::async_write_header(stream_, *serializer_, done);
+    } else {
+      http::async_write(stream_, *serializer_, done);
     }
   }
-  res.prepare_payload();
-  if (req.method() == http::verb::head) {
-    http::response_serializer<http::string_body> sr(res);
-    http::write_header(sock, sr, ec);
-  } else {
-    http::write(sock, res, ec);
+
+  void close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.close();
   }
-  sock.shutdown(tcp::socket::shutdown_both, ec);
+
+  beast::tcp_stream stream_;
+  Server& server_;
+  beast::flat_buffer buffer_{16384};
+  http::request_parser<http::empty_body> parser_;
+  http::response<http::string_body> res_;
+  std::optional<http::response_serializer<http::string_body>> serializer_;
+};
+
+void accept_next(tcp::acceptor& acceptor, Server& server) {
+  acceptor.async_accept([&acceptor, &server](beast::error_code ec, tcp::socket socket) {
+    if (ec == boost::asio::error::operation_aborted) return;  // stopping
+    if (!ec) {
+      if (server.connections >= kMaxConnections) {
+        socket.close(ec);
+      } else {
+        std::make_shared<Session>(std::move(socket), server)->start();
+      }
+    }
+    // A failed accept (out of descriptors, a connection reset before it was
+    // taken) drops that one connection; the server goes on.
+    accept_next(acceptor, server);
+  });
 }
 
 }  // namespace
@@ -337,7 +390,11 @@ int run_metrics(const MetricsArgs& args, const Trust& trust) {
     return 0;
   }
   const tcp::endpoint ep = parse_listen(args.listen);
+  Server server{args.buses, trust, {}, 0, 0};  // outlives the sessions io still owns when it stops
   boost::asio::io_context io;
+  // Before the address is printed: a script that reads it and sends
+  // SIGTERM at once still gets a clean stop.
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   tcp::acceptor acceptor(io);
   boost::system::error_code ec;
   // Every step names the address: a port in use fails at bind, or at
@@ -366,32 +423,14 @@ int run_metrics(const MetricsArgs& args, const Trust& trust) {
                    .c_str());
   std::fflush(stderr);
 
-  struct sigaction sa {};
-  sa.sa_handler = on_metrics_stop;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: accept() returns EINTR and we stop
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-
-  std::uint64_t served = 0;
-  MetricsMemory memory;
-  while (!g_metrics_stop) {
-    // Poll with a timeout, so a stop signal that lands just before we
-    // block is still seen within 200 ms.
-    pollfd pfd{acceptor.native_handle(), POLLIN, 0};
-    if (::poll(&pfd, 1, 200) <= 0) continue;
-    tcp::socket sock(io);
-    acceptor.accept(sock, ec);
-    if (ec) {
-      if (g_metrics_stop) break;
-      if (ec == boost::asio::error::interrupted) continue;
-      throw std::runtime_error("accept: " + ec.message());
-    }
-    serve_one(sock, args.buses, trust, memory);
-    ++served;
-  }
+  signals.async_wait([&](beast::error_code, int) {
+    acceptor.close();
+    io.stop();
+  });
+  accept_next(acceptor, server);
+  io.run();
   std::fprintf(stderr, "shmbus-inspect: metrics server stopped after %llu requests\n",
-               static_cast<unsigned long long>(served));
+               static_cast<unsigned long long>(server.served));
   return 0;
 }
 

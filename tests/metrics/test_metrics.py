@@ -276,3 +276,42 @@ def test_listen_on_a_port_in_use_names_the_address():
     assert "bus ''" not in lines[0]
     assert "another program listens there" in lines[0]
 
+
+def test_clients_that_dribble_their_request_do_not_stall_the_others(bus):
+    import socket
+    name, _, _ = bus
+    server = subprocess.Popen([INSPECT, "metrics", name, "--listen", "127.0.0.1:0"],
+                              stderr=subprocess.PIPE, text=True)
+    dribblers = []
+    try:
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", server.stderr.readline())
+        assert m
+        port = int(m.group(1))
+        url = f"http://127.0.0.1:{port}/metrics"
+        request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(request[:1])
+            dribblers.append(s)
+        # A byte from each every 0.5 s, and a scrape between: every scrape is
+        # answered at once.
+        for i in range(1, 7):
+            for s in dribblers:
+                s.sendall(request[i:i + 1])
+            got = subprocess.run(["curl", "-fsS", "--max-time", "2", url], capture_output=True, text=True)
+            assert got.returncode == 0, f"scrape {i} beside slow clients: {got.stderr}"
+            assert value(samples(got.stdout), "shmbus_messages_published_total", bus=name) == 10
+            time.sleep(0.5)
+        # A request that is not complete 5 s after the connect is dropped.
+        for s in dribblers:
+            s.settimeout(10)
+            try:
+                assert s.recv(1) == b""
+            except ConnectionResetError:
+                pass
+    finally:
+        for s in dribblers:
+            s.close()
+        server.send_signal(signal.SIGTERM)
+        rc = server.wait(timeout=5)
+    assert rc == 0

@@ -401,7 +401,6 @@ void Reading::print_json(bool verify_ok, double seconds) const {
   }
   if (o_.verify) {
     j["verify"] = {{"ok", verify_ok},
-                   {"from_seq", first_seq_ ? nlohmann::json(*first_seq_) : nlohmann::json()},
                    {"problems", verify_.problems()},
                    {"gaps_reported_lost", std::min(verify_.gaps(), verify_.reported_lost())}};
   }

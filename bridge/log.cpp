@@ -3,7 +3,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <string>
+
+#include "tools/common/program.hpp"
 
 namespace shmbus::bridge {
 namespace {
@@ -17,11 +20,13 @@ void log_line(std::string_view line) noexcept {
   log_always(line);
 }
 
-void log_always(std::string_view line) noexcept {
+void log_always(std::string_view line) noexcept { tools::print_notice("shmbus-bridge", line); }
+
+void log_json(std::string_view object) noexcept {
   try {
-    std::string s = "shmbus-bridge: ";
-    for (char c : line) s.push_back(c == '\n' || c == '\r' ? ' ' : c);
+    std::string s(object);
     s.push_back('\n');
+    std::fflush(stderr);
     const char* p = s.data();
     std::size_t left = s.size();
     while (left > 0) {

@@ -92,8 +92,9 @@ std::string stats_text(const ServeStats& s) {
       s.closed_protocol, s.closed_handshake, s.closed_refused, s.closed_peer, s.closed_end, s.closed_tls);
 }
 
-std::string stats_json(const ServeStats& s) {
-  nlohmann::json j{{"subscribers", s.subscribers}, {"accepted", s.accepted}, {"messages", s.messages},
+// `report`: "progress" for a periodic line, "summary" for the last one.
+std::string stats_json(const ServeStats& s, const char* report) {
+  nlohmann::json j{{"program", kProgram}, {"report", report}, {"subscribers", s.subscribers}, {"accepted", s.accepted}, {"messages", s.messages},
                    {"bytes", s.bytes}, {"dropped", s.dropped},
                    {"closed", {{"slow", s.closed_slow}, {"idle", s.closed_idle},
                                {"protocol", s.closed_protocol}, {"handshake", s.closed_handshake},
@@ -124,7 +125,7 @@ std::string mirror_stats_text(const MirrorStats& s) {
 }
 
 std::string mirror_stats_json(const MirrorStats& s) {
-  nlohmann::json j{{"connected", s.connected}, {"connects", s.connects}, {"failures", s.failures},
+  nlohmann::json j{{"program", kProgram}, {"report", s.ended ? "summary" : "progress"}, {"connected", s.connected}, {"connects", s.connects}, {"failures", s.failures},
                    {"messages", s.messages},   {"gaps", s.gaps},         {"lost", s.lost},
                    {"next_seq", s.next_seq}};
   return j.dump();
@@ -152,9 +153,18 @@ int mirror(const MirrorArgs& a) {
   if (!a.token_file.empty()) o.remote.token = read_token_file(a.token_file);
   install_stop_handlers();
   const bool json = a.json;
-  (void)run_mirror(o, [] { return stop_requested(); }, interval, [json](const MirrorStats& s) {
-    log_always(json ? mirror_stats_json(s) : mirror_stats_text(s));
-  });
+  // A line only when something changed since the last one (or since the
+  // start): an idle mirror stays quiet.
+  auto on_stats = [json, last = MirrorStats{}](const MirrorStats& s) mutable {
+    if (s == last) return;
+    last = s;
+    if (json) {
+      log_json(mirror_stats_json(s));
+    } else {
+      log_always(mirror_stats_text(s));
+    }
+  };
+  (void)run_mirror(o, [] { return stop_requested(); }, interval, on_stats);
   return exit_ok;
 }
 
@@ -196,11 +206,25 @@ int serve(const ServeArgs& a) {
   const auto interval = parse_duration_ms(a.stats_interval);
   const bool json = a.json;
   if (interval.count() > 0) {
-    server.on_stats(interval, [json](const ServeStats& s) { log_line(json ? stats_json(s) : stats_text(s)); });
+    // A line only when something changed since the last one (or since the
+    // start): an idle bridge stays quiet; the summary at the end always comes.
+    server.on_stats(interval, [json, last = ServeStats{}](const ServeStats& s) mutable {
+      if (s == last) return;
+      last = s;
+      if (json) {
+        log_json(stats_json(s, "progress"));
+      } else {
+        log_line(stats_text(s));
+      }
+    });
   }
   server.run([] { return stop_requested(); });
   const ServeStats s = server.stats();
-  log_line(json ? stats_json(s) : stats_text(s));
+  if (json) {
+    log_json(stats_json(s, "summary"));
+  } else {
+    log_line(stats_text(s));
+  }
   return exit_ok;
 }
 
@@ -248,7 +272,8 @@ int main(int argc, char** argv) {
                 "Per-subscriber buffer of encoded frames, bytes; a closing connection stays while its peer takes "
                 "at least 64 KiB/s of what is left")
       ->check(CLI::Range(std::size_t{4096}, std::size_t{1} << 32))->capture_default_str();
-  s->add_option("--stats-interval", sa.stats_interval, "Stats line period on stderr (0: off)")
+  s->add_option("--stats-interval", sa.stats_interval,
+                "Stats line period on stderr, when something changed (0: off)")
       ->check(duration_validator())->capture_default_str();
   s->add_option("--wait-for-bus", sa.wait_for_bus,
                  "Wait up to DURATION (or forever) for the bus to exist before serving; without it a "
@@ -287,14 +312,16 @@ int main(int argc, char** argv) {
   m->add_option("--tls-ca", ma.tls_ca, "Speak TLS; trust only a server certificate from this PEM CA");
   m->add_option("--backoff-max", ma.backoff_max, "Longest wait between reconnection attempts (from 100ms, doubling)")
       ->check(duration_validator())->capture_default_str();
-  m->add_option("--stats-interval", ma.stats_interval, "Stats line period on stderr (0: off)")
+  m->add_option("--stats-interval", ma.stats_interval,
+                "Stats line period on stderr, when something changed (0: off)")
       ->check(duration_validator())->capture_default_str();
   m->add_flag("--json", ma.json, "Stats lines as JSON");
   m->add_flag("--quiet", ma.quiet, "No per-connection log lines (gaps, stats and errors are still printed)");
   add_trust_options(*m, ma.trust);
   refuse_negative_numbers(app);
-  return run_main(app, ErrorSink{kProgram}, [&] {
+  return run_main(app, ErrorSink{kProgram, wants_json(argc, argv), stderr}, [&] {
     app.parse(argc, argv);
+    set_json_lines((s->parsed() && sa.json) || (m->parsed() && ma.json));
     if (s->parsed()) return serve(sa);
     if (m->parsed()) return mirror(ma);
     return exit_usage;

@@ -311,6 +311,7 @@ MirrorEnd run_mirror(const MirrorOptions& options, const std::function<bool()>& 
   Mirror m(options, should_stop, stats_interval, on_stats);
   const MirrorEnd end = m.run();
   MirrorStats s = m.stats();
+  s.ended = true;
   if (on_stats) on_stats(s);  // the final line
   return end;
 }

@@ -43,6 +43,8 @@ struct MirrorStats {
   std::uint64_t failures = 0;     // connection attempts or connections that failed
   std::uint64_t next_seq = 0;     // the local bus's next sequence
   bool connected = false;
+  bool ended = false;             // the last call of on_stats: the mirror has stopped
+  bool operator==(const MirrorStats&) const = default;
 };
 
 enum class MirrorEnd {
@@ -51,7 +53,8 @@ enum class MirrorEnd {
 };
 
 // Runs until the remote stream ends or `should_stop` (polled at least every
-// 100 ms) returns true. `on_stats` is called every `stats_interval` (0: never).
+// 100 ms) returns true. `on_stats` is called every `stats_interval` (0: never),
+// and once more at the end with `ended` set.
 // Throws std::runtime_error with one line for what retrying cannot fix: a
 // refused token or version, an untrusted certificate, a local bus that cannot
 // hold the remote's messages.

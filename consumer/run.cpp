@@ -124,11 +124,40 @@ std::unique_ptr<Source> open_tcp(const Options& o) {
   return std::make_unique<TcpSource>(co, follow);
 }
 
-std::string latency_text(const LatencyHistogram& h) {
+// What --stats could not time: messages that are not synthetic (or whose
+// fixed part fails its checksum, so their send time means nothing), and
+// synthetic ones the producer did not stamp (--stamp-every).
+struct Untimed {
+  std::uint64_t not_synthetic = 0;
+  std::uint64_t unstamped = 0;
+};
+
+std::string untimed_text(const Untimed& u, std::uint64_t messages) {
+  std::string out;
+  if (u.not_synthetic > 0) {
+    out += fmt::format("{} of {} {} not synthetic (--stats times the messages of shmbus-producer --count)",
+                       u.not_synthetic, plural(messages, "message"), u.not_synthetic == 1 ? "is" : "are");
+  }
+  if (u.unstamped > 0) {
+    out += fmt::format("{}{} carr{} no send time (the producer stamps one in --stamp-every)",
+                       out.empty() ? "" : "; ", plural(u.unstamped, "synthetic message"),
+                       u.unstamped == 1 ? "ies" : "y");
+  }
+  return out;
+}
+
+std::string latency_text(const LatencyHistogram& h, const Untimed& u, std::uint64_t messages) {
+  if (h.count() == 0) {
+    const std::string why = untimed_text(u, messages);
+    return fmt::format("latency: no samples: {}", why.empty() ? std::string("no messages") : why);
+  }
   auto us = [](std::uint64_t ns) { return static_cast<double>(ns) / 1e3; };
-  return fmt::format("latency us: p50 {:.2f}  p90 {:.2f}  p99 {:.2f}  p99.9 {:.2f}  max {:.2f} ({} samples)",
-                     us(h.percentile(0.50)), us(h.percentile(0.90)), us(h.percentile(0.99)),
-                     us(h.percentile(0.999)), us(h.max()), h.count());
+  std::string out =
+      fmt::format("latency us: p50 {:.2f}  p90 {:.2f}  p99 {:.2f}  p99.9 {:.2f}  max {:.2f} ({} samples)",
+                  us(h.percentile(0.50)), us(h.percentile(0.90)), us(h.percentile(0.99)),
+                  us(h.percentile(0.999)), us(h.max()), h.count());
+  if (u.not_synthetic > 0) out += "; " + untimed_text(Untimed{u.not_synthetic, 0}, messages) + ", not timed";
+  return out;
 }
 
 // Whether a stream ended the way a script can take as success: not by the
@@ -176,6 +205,7 @@ class Reading {
   Output out_;
   Verifier verify_;
   LatencyHistogram latency_;
+  Untimed untimed_;
   std::uint64_t negative_latency_ = 0;
   std::uint64_t messages_ = 0;
   std::uint64_t bytes_ = 0;
@@ -208,7 +238,13 @@ void Reading::on_message(const Message& m) {
   if (!o_.verify && !o_.stats) return;
   SyntheticFields f;
   const SyntheticCheck check = synthetic_check(m.payload, f);
-  if (o_.stats && check != SyntheticCheck::too_short && f.send_ns != 0) {  // 0: not stamped
+  // The checksum covers the send time: a message that fails it is not timed.
+  if (!o_.stats) {
+  } else if (check == SyntheticCheck::too_short || check == SyntheticCheck::bad_checksum) {
+    ++untimed_.not_synthetic;
+  } else if (f.send_ns == 0) {  // not stamped
+    ++untimed_.unstamped;
+  } else {
     const std::uint64_t now = realtime_ns();
     if (now >= f.send_ns) {
       latency_.record(now - f.send_ns);
@@ -230,12 +266,12 @@ bool Reading::on_eviction(const PollResult& r) {
   // Our reader slot was taken from us: what the producer overwrote
   // meanwhile is gone, and may have been what we were reading.
   ++evictions_;
-  print_error(program_name,
-              fmt::format("bus '{}': this reader's slot was taken from it (a stray write into the segment, or "
-                          "freed by force): {} lost{}; {}",
-                          o_.bus, r.lost,
-                          r.stale_view ? ", and a message already handed out was overwritten while read" : "",
-                          o_.follow ? fmt::format("reading on at seq {}", source_.cursor()) : "stopping"));
+  print_notice(program_name,
+               fmt::format("bus '{}': this reader's slot was taken from it (a stray write into the segment, or "
+                           "freed by force): {} lost{}; {}",
+                           o_.bus, r.lost,
+                           r.stale_view ? ", and a message already handed out was overwritten while read" : "",
+                           o_.follow ? fmt::format("reading on at seq {}", source_.cursor()) : "stopping"));
   if (r.stale_view && o_.verify) verify_.problem("a message was overwritten while it was read");
   if (o_.follow) return true;
   stopped_by_ = "evicted";
@@ -246,11 +282,11 @@ void Reading::on_let_go(const PollResult& r) {
   // The producer waited its hold limit for us and stopped holding for us:
   // from here we are lapped, and told exactly what we lose, if we fall behind.
   let_go_ = true;
-  print_error(program_name,
-              fmt::format("bus '{}': the producer's hold limit ran out while it waited for this reader; reading on "
-                          "at seq {} without holding it (a lap is reported as lost){}",
-                          o_.bus, source_.cursor(),
-                          r.stale_view ? "; a message already handed out was overwritten while read" : ""));
+  print_notice(program_name,
+               fmt::format("bus '{}': the producer's hold limit ran out while it waited for this reader; reading on "
+                           "at seq {} without holding it (a lap is reported as lost){}",
+                           o_.bus, source_.cursor(),
+                           r.stale_view ? "; a message already handed out was overwritten while read" : ""));
   if (r.stale_view && o_.verify) verify_.problem("a message was overwritten while it was read");
 }
 
@@ -261,10 +297,10 @@ bool Reading::on_end(const PollResult& r) {
   // Like tail -F: say so once per end, then wait for the next producer.
   announced_ = true;
   ++streams_ended_;
-  print_error(program_name,
-              fmt::format("bus '{}': {} after seq {}; following (waiting for a new producer)", o_.bus,
-                          r.end_reason == EndReason::closed ? "producer closed the bus" : "producer died",
-                          source_.cursor() == 0 ? std::string("(none)") : std::to_string(source_.cursor() - 1)));
+  print_notice(program_name,
+               fmt::format("bus '{}': {} after seq {}; following (waiting for a new producer)", o_.bus,
+                           r.end_reason == EndReason::closed ? "producer closed the bus" : "producer died",
+                           source_.cursor() == 0 ? std::string("(none)") : std::to_string(source_.cursor() - 1)));
   last_activity_ = Clock::now();  // --idle-timeout counts from here
   return true;
 }
@@ -331,6 +367,7 @@ void Reading::print_json(bool verify_ok, double seconds) const {
   const double mbps = seconds > 0 ? static_cast<double>(bytes_) / seconds / 1e6 : 0;
   nlohmann::json j = {
       {"program", program_name},
+      {"report", "summary"},
       {"bus", o_.bus},
       {"messages", messages_},
       {"bytes", bytes_},
@@ -372,7 +409,8 @@ void Reading::print_json(bool verify_ok, double seconds) const {
     j["latency_ns"] = {{"samples", h.count()},      {"min", h.min()},
                        {"p50", h.percentile(0.50)}, {"p90", h.percentile(0.90)},
                        {"p99", h.percentile(0.99)}, {"p99_9", h.percentile(0.999)},
-                       {"max", h.max()},            {"negative", negative_latency_}};
+                       {"max", h.max()},            {"negative", negative_latency_},
+                       {"not_synthetic", untimed_.not_synthetic}, {"unstamped", untimed_.unstamped}};
   }
   fmt::print(stderr, "{}\n", j.dump());
 }
@@ -396,17 +434,20 @@ void Reading::print_text(bool verify_ok, double seconds) const {
   }
   if (corrupt_ > 0) line += fmt::format("; {} skipped", plural(corrupt_, "corrupt record"));
   if (o_.verify) {
+    // A reader that started late verified only from there on.
+    const std::string from =
+        first_seq_ && *first_seq_ > 0 ? fmt::format(" from seq {}, where this reader started", *first_seq_) : "";
     if (!verify_ok) {
       line += fmt::format("; verify FAILED ({})", plural(verify_.problems(), "problem"));
     } else if (verify_.gaps() == 0) {
-      line += "; verified OK (no gaps, no duplicates, checksums match)";
+      line += fmt::format("; verified OK{} (no gaps, no duplicates, checksums match)", from);
     } else {
-      line += fmt::format("; verified OK (the {} missing were all reported lost)", verify_.gaps());
+      line += fmt::format("; verified OK{} (the {} missing were all reported lost)", from, verify_.gaps());
     }
   }
   fmt::print(stderr, "{}\n", line);
   if (o_.stats) {
-    fmt::print(stderr, "{}: bus '{}': {}{}\n", program_name, o_.bus, latency_text(latency_),
+    fmt::print(stderr, "{}: bus '{}': {}{}\n", program_name, o_.bus, latency_text(latency_, untimed_, messages_),
                negative_latency_ ? fmt::format("; {} negative (clock stepped?) counted as 0", negative_latency_)
                                  : std::string());
   }
@@ -415,6 +456,7 @@ void Reading::print_text(bool verify_ok, double seconds) const {
 }  // namespace
 
 int run(const Options& o) {
+  set_json_lines(o.json);
   const bool tcp = is_tcp_url(o.bus);
   if (!tcp) validate_name(o.bus);
   if (!tcp && (!o.tls_ca.empty() || !o.token_file.empty())) {
@@ -434,10 +476,10 @@ int run(const Options& o) {
   }
   if (local && co.start == Start::resume && local->consumer().resume_gap() > 0) {
     const Consumer& c = local->consumer();
-    print_error(program_name, fmt::format("bus '{}': reader '{}': {} after where it stopped {} no "
-                                          "longer retained; resuming at seq {} (counted as lost)",
-                                          o.bus, o.name, plural(c.resume_gap(), "message"),
-                                          c.resume_gap() == 1 ? "is" : "are", c.cursor()));
+    print_notice(program_name, fmt::format("bus '{}': reader '{}': {} after where it stopped {} no "
+                                           "longer retained; resuming at seq {} (counted as lost)",
+                                           o.bus, o.name, plural(c.resume_gap(), "message"),
+                                           c.resume_gap() == 1 ? "is" : "are", c.cursor()));
   }
 
   Reading reading(o, *source, local, co.start);

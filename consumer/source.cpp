@@ -92,8 +92,8 @@ void TcpSource::lost_connection(const bridge::ClientError* e) {
     waiting_for_producer_ = false;
     last_error_ = e->what();
     if (e->code && e->next_seq > next_) resume_at_ = e->next_seq;  // never before what was delivered
-    tools::print_error(program_name, fmt::format("{}: {}; reconnecting (--follow), resuming at seq {}", where(),
-                                                 last_error_, std::max(next_, resume_at_)));
+    tools::print_notice(program_name, fmt::format("{}: {}; reconnecting (--follow), resuming at seq {}", where(),
+                                                  last_error_, std::max(next_, resume_at_)));
   }
   schedule_retry();
 }
@@ -121,8 +121,8 @@ bool TcpSource::reconnect(Clock::time_point deadline, PollResult& r) {
       waiting_for_producer_ = false;
       down_since_ = Clock::now();
       next_notice_ = down_since_ + follow_.notice_every;
-      tools::print_error(program_name, fmt::format("{}: {}; reconnecting (--follow), resuming at seq {}", where(),
-                                                   last_error_, co.start_seq));
+      tools::print_notice(program_name, fmt::format("{}: {}; reconnecting (--follow), resuming at seq {}", where(),
+                                                    last_error_, co.start_seq));
     }
     if (e.code == bridge::ErrorCode::not_retained) {
       if (co.start == bridge::StartKind::sequence && e.next_seq > co.start_seq) {
@@ -136,15 +136,15 @@ bool TcpSource::reconnect(Clock::time_point deadline, PollResult& r) {
         }
       } else if (!told_not_there_) {  // the server's bus is behind what was delivered (recreated?)
         told_not_there_ = true;
-        tools::print_error(program_name,
-                           fmt::format("{}: seq {} is not on the server's bus (its next is {}); waiting for it",
-                                       where(), co.start_seq, e.next_seq));
+        tools::print_notice(program_name,
+                            fmt::format("{}: seq {} is not on the server's bus (its next is {}); waiting for it",
+                                        where(), co.start_seq, e.next_seq));
       }
     }
     now = Clock::now();
     if (!waiting_for_producer_ && now >= next_notice_) {
       next_notice_ = now + follow_.notice_every;
-      tools::print_error(
+      tools::print_notice(
           program_name,
           fmt::format("{}: still reconnecting after {} in {:.1f} s: {}", where(), tools::plural(attempts_, "attempt"),
                       std::chrono::duration<double>(now - down_since_).count(), last_error_));
@@ -156,17 +156,17 @@ bool TcpSource::reconnect(Clock::time_point deadline, PollResult& r) {
   connected_at_ = Clock::now();
   if (!waiting_for_producer_) {
     ++reconnects_;
-    tools::print_error(program_name,
-                       fmt::format("{}: reconnected after {} in {:.1f} s; resuming at seq {}", where(),
-                                   tools::plural(attempts_, "attempt"),
-                                   std::chrono::duration<double>(connected_at_ - down_since_).count(), first));
+    tools::print_notice(program_name,
+                        fmt::format("{}: reconnected after {} in {:.1f} s; resuming at seq {}", where(),
+                                    tools::plural(attempts_, "attempt"),
+                                    std::chrono::duration<double>(connected_at_ - down_since_).count(), first));
   }
   if (first > next_) {
     // What the server cannot send any more: an exact loss, as a loss frame would say.
     const std::uint64_t gone = first - next_;
-    tools::print_error(program_name, fmt::format("{}: seq {}..{} ({}) no longer retained by the server: counted "
-                                                 "as lost",
-                                                 where(), next_, first - 1, tools::plural(gone, "message")));
+    tools::print_notice(program_name, fmt::format("{}: seq {}..{} ({}) no longer retained by the server: counted "
+                                                  "as lost",
+                                                  where(), next_, first - 1, tools::plural(gone, "message")));
     r.lost += gone;
     lost_ += gone;
     next_ = first;

@@ -85,9 +85,9 @@ void Verifier::finish(std::uint64_t lost, std::uint64_t messages, std::uint64_t 
 
 void Verifier::report(const std::string& what) {
   if (++problems_ <= kMaxProblemLines) {
-    tools::print_error(program_name, fmt::format("bus '{}': verify: {}", bus_, what));
+    tools::print_notice(program_name, fmt::format("bus '{}': verify: {}", bus_, what));
   } else if (problems_ == kMaxProblemLines + 1) {
-    tools::print_error(program_name, fmt::format("bus '{}': verify: more problems, not shown", bus_));
+    tools::print_notice(program_name, fmt::format("bus '{}': verify: more problems, not shown", bus_));
   }
 }
 

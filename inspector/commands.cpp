@@ -33,8 +33,10 @@ void print_out(std::string_view text) {
   std::fwrite(text.data(), 1, text.size(), stdout);
 }
 
-void print_json(const json& j, bool pretty = true) {
-  print_out(dump_json(j, pretty));
+// One report, one line: with --json every line of stdout is one JSON
+// object (docs/programs.md, "Every line is JSON").
+void print_json(const json& j) {
+  print_out(dump_json(j, false));
   print_out("\n");
 }
 
@@ -390,7 +392,7 @@ int run_watch(const std::string& bus, std::chrono::nanoseconds interval,
     const auto t1 = std::chrono::steady_clock::now();
     const BusReport r = make_report(before, after, seconds_between(t0, t1), tools::realtime_ns());
     if (json_out) {
-      print_json(to_json(r), false);
+      print_json(to_json(r));
     } else if (tty) {
       // Home, clear, redraw: a refreshing view like top.
       print_out("\x1b[H\x1b[2J");

@@ -122,12 +122,15 @@ std::string Connection::last_async_error() const {
   return async_error_;
 }
 
-void Connection::check_stream(const std::string& stream) const {
+void Connection::check_stream(const std::string& stream, std::string_view if_missing) const {
   jsStreamInfo* si = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
   const natsStatus s = js_GetStreamInfo(&si, js_, stream.c_str(), nullptr, &code);
   if (si != nullptr) jsStreamInfo_Destroy(si);
-  if (s != NATS_OK) throw GatewayError(js_error_text(fmt::format("stream '{}'", stream), s, code, last_async_error()));
+  if (s == NATS_OK) return;
+  std::string what = js_error_text(fmt::format("stream '{}'", stream), s, code, last_async_error());
+  if (code == JSStreamNotFoundErr && !if_missing.empty()) what += fmt::format(" ({})", if_missing);
+  throw GatewayError(what);
 }
 
 void Connection::on_disconnected(natsConnection*, void*) {}

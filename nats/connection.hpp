@@ -13,6 +13,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "tools/common/failure.hpp"
@@ -66,8 +67,9 @@ class Connection {
   std::string last_async_error() const;
 
   // Throws GatewayError naming the stream if it does not exist or JetStream
-  // cannot be asked (disabled, no permission).
-  void check_stream(const std::string& stream) const;
+  // cannot be asked (disabled, no permission). `if_missing` is added to the
+  // message when the stream does not exist (how to create it).
+  void check_stream(const std::string& stream, std::string_view if_missing = {}) const;
 
  private:
   static void on_disconnected(natsConnection* nc, void* self);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "nats/headers.hpp"
+#include "tools/common/program.hpp"
 
 namespace shmbus::nats {
 namespace {
@@ -178,7 +179,8 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
   const std::uint64_t capacity = bus.info().capacity;
 
   Connection conn(o.connect);
-  retry_transient([&] { conn.check_stream(o.stream); }, stop);
+  retry_transient(
+      [&] { conn.check_stream(o.stream, "`shmbus-nats out --create-stream` or `nats stream add` creates it"); }, stop);
   PullConsumer pull(conn, o);
   retry_transient([&] { pull.subscribe_from(pull.floor_next()); }, stop);
 
@@ -264,8 +266,10 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
           ++st.invalid;
           if (!warned_invalid) {
             warned_invalid = true;
-            fmt::print(stderr, "shmbus-nats: stream '{}': a message on '{}' has no valid {} header; skipped "
-                               "(counted as invalid)\n", o.stream, natsMsg_GetSubject(m), kSeqHeader);
+            tools::print_notice("shmbus-nats",
+                                fmt::format("stream '{}': a message on '{}' has no valid {} header; skipped "
+                                            "(counted as invalid)",
+                                            o.stream, natsMsg_GetSubject(m), kSeqHeader));
           }
           continue;
         }

@@ -56,8 +56,9 @@ void add_connect_options(CLI::App& s, Common& c) {
   s.add_flag("--json", c.json, "Progress and summary lines as JSON");
 }
 
-nlohmann::json out_json(const OutStats& s) {
-  return {{"direction", "out"},      {"published", s.published}, {"acknowledged", s.acknowledged},
+// `report`: "progress" for a periodic line, "summary" for the last one.
+nlohmann::json out_json(const OutStats& s, const char* report) {
+  return {{"program", kProgram}, {"report", report}, {"direction", "out"},      {"published", s.published}, {"acknowledged", s.acknowledged},
           {"in_flight", s.in_flight}, {"duplicates", s.duplicates}, {"failed", s.failed},
           {"resyncs", s.resyncs},    {"reconnects", s.reconnects}, {"lost", s.lost},
           {"first_seq", s.first_seq}, {"next_seq", s.next_seq},   {"seconds", s.seconds},
@@ -72,8 +73,8 @@ std::string out_text(const OutStats& s) {
       s.seconds > 0 ? static_cast<double>(s.acknowledged) / s.seconds : 0.0);
 }
 
-nlohmann::json in_json(const InStats& s) {
-  return {{"direction", "in"},          {"received", s.received},
+nlohmann::json in_json(const InStats& s, const char* report) {
+  return {{"program", kProgram}, {"report", report}, {"direction", "in"},          {"received", s.received},
           {"published", s.published},   {"acknowledged", s.acknowledged},
           {"redelivered", s.redelivered}, {"skipped_duplicates", s.skipped_duplicates},
           {"gap", s.gap},               {"invalid", s.invalid},
@@ -89,9 +90,15 @@ std::string in_text(const InStats& s) {
       s.reconnects, s.next_seq);
 }
 
-void line(const std::string& text) {
+// A progress or summary line on stderr: text after "shmbus-nats: ", or with
+// --json the JSON object alone.
+void line(const std::string& text, bool json) {
   std::fflush(stdout);
-  std::fprintf(stderr, "%s: %s\n", kProgram, text.c_str());
+  if (json) {
+    std::fprintf(stderr, "%s\n", text.c_str());
+  } else {
+    std::fprintf(stderr, "%s: %s\n", kProgram, text.c_str());
+  }
   std::fflush(stderr);
 }
 
@@ -150,6 +157,7 @@ int main(int argc, char** argv) {
   const auto stop = [] { return stop_requested(); };
   return run_main(app, ErrorSink{kProgram, wants_json(argc, argv), stderr}, [&] {
     app.parse(argc, argv);
+    set_json_lines((out->parsed() && oc.json) || (in->parsed() && ic.json));
     install_stop_handlers();
     if (out->parsed()) {
       validate_name(oo.bus);
@@ -159,8 +167,9 @@ int main(int argc, char** argv) {
       oo.stats_interval = parse_duration_ms(oc.stats_interval);
       oo.idle_timeout = parse_duration(oc.idle_timeout);
       const bool json = oc.json;
-      const OutStats s = run_out(oo, stop, [json](const OutStats& p) { line(json ? out_json(p).dump() : out_text(p)); });
-      line(json ? out_json(s).dump() : out_text(s));
+      const OutStats s = run_out(
+          oo, stop, [json](const OutStats& p) { line(json ? out_json(p, "progress").dump() : out_text(p), json); });
+      line(json ? out_json(s, "summary").dump() : out_text(s), json);
       nats_Close();
       return s.end == "producer_died" || s.end == "removed" ? exit_failure : exit_ok;
     }
@@ -177,8 +186,9 @@ int main(int argc, char** argv) {
       const OpenedBus opened = open_or_create_bus(io.bus, io.create);
       const CreatedBusGuard created(opened, io.create.trust);
       const bool json = ic.json;
-      const InStats s = run_in(io, stop, [json](const InStats& p) { line(json ? in_json(p).dump() : in_text(p)); });
-      line(json ? in_json(s).dump() : in_text(s));
+      const InStats s = run_in(
+          io, stop, [json](const InStats& p) { line(json ? in_json(p, "progress").dump() : in_text(p), json); });
+      line(json ? in_json(s, "summary").dump() : in_text(s), json);
       nats_Close();
       return exit_ok;
     }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "nats/headers.hpp"
+#include "tools/common/program.hpp"
 
 namespace shmbus::nats {
 namespace {
@@ -187,7 +188,7 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
   AckState acks;
   Connection conn(o.connect, o.max_in_flight, &on_ack, &acks);
   if (o.create_stream) retry_transient([&] { create_stream_if_missing(conn, o.stream, subject); }, stop);
-  retry_transient([&] { conn.check_stream(o.stream); }, stop);
+  retry_transient([&] { conn.check_stream(o.stream, "give --create-stream to create it"); }, stop);
 
   OutStats st;
   const auto started = Clock::now();
@@ -224,8 +225,9 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
     }
     const std::uint64_t oldest = bus.oldest();
     st.lost += oldest > seq ? oldest - seq : 0;
-    fmt::print(stderr, "shmbus-nats: bus '{}': sequences {}..{} are no longer retained; {} lost, resuming at {}\n",
-               o.bus, seq, oldest - 1, oldest - seq, oldest);
+    tools::print_notice("shmbus-nats",
+                        fmt::format("bus '{}': sequences {}..{} are no longer retained; {} lost, resuming at {}",
+                                    o.bus, seq, oldest - 1, oldest - seq, oldest));
     co.start = Start::earliest;
     return Consumer(bus, co);
   };
@@ -233,8 +235,9 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
   auto locate = [&] {
     const Resume r = find_resume(conn, o.stream, subject, identity);
     if (!r.other_bus.empty()) {
-      fmt::print(stderr, "shmbus-nats: the last message on '{}' came from bus {}, not {}; starting at the earliest record\n",
-                 subject, r.other_bus, identity);
+      tools::print_notice("shmbus-nats", fmt::format("the last message on '{}' came from bus {}, not {}; starting at "
+                                                     "the earliest record",
+                                                     subject, r.other_bus, identity));
     }
     return r;
   };
@@ -286,8 +289,8 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
     {
       std::lock_guard lock(acks.mutex);
       if (acks.fatal) throw GatewayError(fmt::format("stream '{}': publish refused: {}", o.stream, acks.first_error));
-      fmt::print(stderr, "shmbus-nats: publish failed ({}); resuming after the stream's last message\n",
-                 acks.first_error);
+      tools::print_notice("shmbus-nats", fmt::format("publish failed ({}); resuming after the stream's last message",
+                                                     acks.first_error));
       acks.first_error.clear();
     }
     acks.resync.store(false, std::memory_order_relaxed);
@@ -430,8 +433,8 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
   if (acks.resync.load(std::memory_order_relaxed)) {
     std::lock_guard lock(acks.mutex);
     if (!acks.first_error.empty()) {
-      fmt::print(stderr, "shmbus-nats: {} publishes failed at the end ({}); a restart republishes them\n", st.failed,
-                 acks.first_error);
+      tools::print_notice("shmbus-nats", fmt::format("{} publishes failed at the end ({}); a restart republishes them",
+                                                     st.failed, acks.first_error));
     }
   }
   return st;

@@ -67,8 +67,8 @@ void warn_if_different(const Options& o, const BusInfo& info, const CLI::App& ap
     diffs += fmt::format(", max readers {} (asked {})", info.max_readers, o.max_readers);
   }
   if (!diffs.empty()) {
-    print_error(kProgram, fmt::format("warning: bus '{}': exists already with{}; using it as it is",
-                                      info.name, diffs.substr(1)));
+    print_notice(kProgram, fmt::format("warning: bus '{}': exists already with{}; using it as it is",
+                                       info.name, diffs.substr(1)));
   }
 }
 
@@ -107,6 +107,7 @@ Bus open_existing(const Options& o) {
 }  // namespace
 
 int run(const Options& o, const CLI::App& app) {
+  set_json_lines(o.json);
   // Everything the command line decides by itself is checked before a bus
   // is created: a refused run leaves none behind.
   validate_name(o.bus);
@@ -198,6 +199,7 @@ int run(const Options& o, const CLI::App& app) {
   if (o.json) {
     nlohmann::json j = {
         {"program", kProgram},
+        {"report", "summary"},
         {"bus", o.bus},
         {"messages", totals.messages},
         {"bytes", totals.bytes},

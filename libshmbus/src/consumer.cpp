@@ -697,11 +697,13 @@ void Consumer::Impl::attach() {
   slot->sleeping.store(0, std::memory_order_relaxed);
   slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
 
+  // `lo`..`hi` - 1 retained; ranges in messages name their first and last sequence.
   auto not_retained = [&](std::uint64_t seq, std::uint64_t lo, std::uint64_t hi) {
     detach();
+    const std::string held = hi > lo ? "the bus holds " + std::to_string(lo) + ".." + std::to_string(hi - 1)
+                                     : "the bus holds no message; the next is seq " + std::to_string(hi);
     detail::fail(Errc::not_retained, seg.info().name,
-                 "sequence " + std::to_string(seq) + " is not retained (the bus holds " + std::to_string(lo) +
-                     ".." + std::to_string(hi) + ")");
+                 "sequence " + std::to_string(seq) + " is not retained (" + held + ")");
   };
   const std::uint64_t hd = bus.head();
   const std::uint64_t oldest = bus.oldest();

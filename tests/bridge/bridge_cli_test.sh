@@ -81,4 +81,15 @@ if [[ $rc -ne 0 ]] || ! grep -q '"subscribers":0' "$tmp/serve.err"; then
   echo "FAIL: SIGTERM: exit $rc, stderr: $(cat "$tmp/serve.err")"
   exit 1
 fi
+# An idle bridge prints no stats line until something changes; the summary
+# at the end always comes.
+"$BRIDGE" serve "$bus" --listen 127.0.0.1:0 --stats-interval 100ms 2>"$tmp/idle.err" &
+pid=$!
+sleep 1.2
+kill -TERM "$pid"
+wait "$pid" || true
+if [[ $(grep -c "stats:" "$tmp/idle.err") -ne 1 ]]; then
+  echo "FAIL: idle stats lines, want only the summary: $(cat "$tmp/idle.err")"
+  exit 1
+fi
 echo "bridge cli: all cases passed"

@@ -227,7 +227,7 @@ hold_limit)  # --max-hold: a stopped reader that holds the producer is let go, n
   pids+=($logger)
   # Stopped once attached, before anything is published (a stopped reader
   # still counts for --wait-for-readers: it is alive).
-  until "$INSPECT" show "$bus" --interval 0 --json | grep -q '"name": "stuck"'; do sleep 0.05; done
+  until "$INSPECT" show "$bus" --interval 0 --json | grep -q '"name":"stuck"'; do sleep 0.05; done
   kill -STOP "$stuck"
   "$PRODUCER" "$bus" --count "$n" --size 64 --wait-for-readers 2 --wait-timeout 60s --max-hold 500ms \
     --json 2>"$work/p.json" || fail "producer did not finish: the stopped reader was never let go"
@@ -236,8 +236,8 @@ hold_limit)  # --max-hold: a stopped reader that holds the producer is let go, n
   grep -q 'readers let go 1' "$work/show.txt" || fail "show does not count one reader let go"
   grep -q "reader .*'stuck'.* was let go at" "$work/show.txt" || fail "show has no warning naming who was let go"
   "$INSPECT" show "$bus" --interval 0 --json >"$work/show.json"
-  grep -q '"readers_let_go": 1,' "$work/show.json" || fail "show --json: readers_let_go != 1"
-  grep -Eq '"let_go_ns": [1-9]' "$work/show.json" || fail "show --json: no reader with let_go_ns"
+  grep -q '"readers_let_go":1,' "$work/show.json" || fail "show --json: readers_let_go != 1"
+  grep -Eq '"let_go_ns":[1-9]' "$work/show.json" || fail "show --json: no reader with let_go_ns"
   note "$(grep -i 'let' "$work/show.txt")"
   kill -CONT "$stuck"
   wait "$logger" || fail "the reader that kept reading failed"
@@ -908,7 +908,7 @@ spans_verify)  # --verify over a deterministic mix of sizes, in block and overwr
   check_verified "$work/o.json" 1000
   # A bus created for a mix gets records sized to its smallest message.
   "$INSPECT" show "$over" --json >"$work/show.json"
-  grep -q '"record_size": 64,' "$work/show.json" || fail "record size for 24..5000: $(grep record_size "$work/show.json")"
+  grep -q '"record_size":64,' "$work/show.json" || fail "record size for 24..5000: $(grep record_size "$work/show.json")"
   ;;
 
 spans_inspect)  # dump, show and check on a bus whose messages span records

@@ -189,8 +189,18 @@ truthful)  # messages that say what is true
   # ... while one that was overwritten is no longer retained.
   new_bus gone
   seq 0 99 | "$PRODUCER" "$gone" --create --capacity 64 --record-size 64 --keep-open 2>/dev/null
-  expect_failure from_gone "^shmbus-consumer: bus '$gone': sequence 0 is not retained \(the bus holds 36\.\.100\)$" \
+  expect_failure from_gone "^shmbus-consumer: bus '$gone': sequence 0 is not retained \(the bus holds 36\.\.99\)$" \
     "$CONSUMER" "$gone" --from 0
+  # --stats of messages that are not synthetic says why it has no samples.
+  "$CONSUMER" "$bus" --stats --count 10 --format none 2>"$work/stats_text.err" || fail "--stats of text lines: $(cat "$work/stats_text.err")"
+  grep -q "^shmbus-consumer: bus '$bus': latency: no samples: 10 of 10 messages are not synthetic (--stats times the messages of shmbus-producer --count)$" \
+    "$work/stats_text.err" || fail "--stats without samples: $(cat "$work/stats_text.err")"
+  # --verify from a late start says where it began.
+  new_bus late
+  "$PRODUCER" "$late" --create --capacity 64 --record-size 64 --count 100 --size 32 --keep-open 2>/dev/null
+  "$CONSUMER" "$late" --verify --count 64 --format none 2>"$work/late.err" || fail "late --verify: $(cat "$work/late.err")"
+  grep -q "; seq 36\.\.99; verified OK from seq 36, where this reader started (no gaps, no duplicates, checksums match)$" \
+    "$work/late.err" || fail "late --verify: $(cat "$work/late.err")"
   # A name longer than the 31 bytes a reader slot holds is refused, not cut.
   expect_failure long_name "^shmbus-consumer: --name: '$(printf 'n%.0s' {1..32})' is 32 bytes; reader names hold at most 31" \
     "$CONSUMER" "$bus" --name "$(printf 'n%.0s' {1..32})"
@@ -202,7 +212,7 @@ truthful)  # messages that say what is true
   "$CONSUMER" "$bus" --name laggard --format hex >"$work/stall" 2>/dev/null &
   lag=$!
   pids+=($lag)
-  until "$INSPECT" show "$bus" --interval 0 --json | grep -q '"name": "laggard"'; do sleep 0.05; done
+  until "$INSPECT" show "$bus" --interval 0 --json | grep -q '"name":"laggard"'; do sleep 0.05; done
   rc=0
   "$PRODUCER" "$bus" --count 100000 --size 32 --wait-timeout 300ms 2>"$work/full.err" || rc=$?
   [[ $rc -eq 1 ]] || fail "full ring: exit $rc"

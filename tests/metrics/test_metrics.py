@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 INSPECT = os.environ["SHMBUS_INSPECT"]
 PRODUCER = os.environ["SHMBUS_PRODUCER"]
+CONSUMER = os.environ["SHMBUS_CONSUMER"]
 ACTOR = os.environ["SHMBUS_ACTOR"]
 
 
@@ -110,17 +111,108 @@ def test_bus_and_reader_metrics_parse_and_match_the_bus(bus):
     assert value(parsed, "shmbus_reader_alive", name=odd) == 1
 
     audit = reader_labels(parsed, "audit")
-    assert audit["pid"] == str(stalled.pid) and audit["bus"] == name
+    assert set(audit) == {"bus", "slot", "name"} and audit["bus"] == name
+    assert value(parsed, "shmbus_reader_pid", name="audit") == stalled.pid
     assert value(parsed, "shmbus_reader_cursor", name="audit") == 0
     assert value(parsed, "shmbus_reader_lag_messages", name="audit") == 10
     assert value(parsed, "shmbus_reader_delivered_total", name="audit") == 0
-    assert value(parsed, "shmbus_reader_alive", name="audit", state="alive") == 1
+    assert value(parsed, "shmbus_reader_alive", name="audit") == 1
+    assert state_of(parsed, "shmbus_reader_state", name="audit") == "alive"
 
     # A reader killed with SIGKILL shows as dead until its slot is reclaimed.
     stalled.send_signal(signal.SIGKILL)
     stalled.wait()
     parsed = samples(scrape(name))
-    assert value(parsed, "shmbus_reader_alive", name="audit", state="dead") == 0
+    assert value(parsed, "shmbus_reader_alive", name="audit") == 0
+    assert state_of(parsed, "shmbus_reader_state", name="audit") == "dead"
+
+
+def state_of(parsed, metric, **labels):
+    """The one state whose sample is 1, checking that all four are there."""
+    states = {dict(ls)["state"]: v for (n, ls), v in parsed.items()
+              if n == metric and set(labels.items()) <= ls}
+    assert set(states) == {"alive", "stopped", "dead", "unknown"}, states
+    ones = [s for s, v in states.items() if v == 1]
+    assert len(ones) == 1 and sum(states.values()) == 1, states
+    return ones[0]
+
+
+def series(text, prefix):
+    """The label sets of every sample whose name starts with `prefix`."""
+    return {(n, ls) for (n, ls) in samples(text) if n.startswith(prefix)}
+
+
+def test_a_stopped_reader_is_exported_as_stopped(bus):
+    name, tmp_path, procs = bus
+    stalled = start_reader(name, tmp_path, procs, "stall", "audit")
+    os.kill(stalled.pid, signal.SIGSTOP)
+    try:
+        parsed = samples(scrape(name))
+        assert state_of(parsed, "shmbus_reader_state", name="audit") == "stopped"
+        assert value(parsed, "shmbus_reader_alive", name="audit") == 1  # alive, but reads nothing
+    finally:
+        os.kill(stalled.pid, signal.SIGCONT)
+    assert state_of(samples(scrape(name)), "shmbus_reader_state", name="audit") == "alive"
+
+
+def test_reader_series_stay_the_same_across_a_restart(bus):
+    name, tmp_path, procs = bus
+    first = start_reader(name, tmp_path, procs, "stall", "audit")
+    before = series(scrape(name), "shmbus_reader_")
+    first.kill()
+    first.wait()
+    subprocess.run([INSPECT, "gc", name], check=True, capture_output=True)
+    second = start_reader(name, tmp_path, procs, "stall", "audit")
+    text = scrape(name)
+    assert series(text, "shmbus_reader_") == before
+    assert value(samples(text), "shmbus_reader_pid", name="audit") == second.pid
+
+
+def test_producer_wait_seconds_grow_during_a_wait(bus):
+    name, tmp_path, procs = bus
+    start_reader(name, tmp_path, procs, "stall", "audit")
+    # The stalled reader is 10 behind on a 64-record ring: 54 more fill it,
+    # and the producer waits for as long as the test lets it.
+    producer = subprocess.Popen([PRODUCER, name, "--count", "100", "--size", "64"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs.append(producer)
+
+    def waiting():
+        parsed = samples(scrape(name))
+        return parsed if value(parsed, "shmbus_producer_waiting_for_space", bus=name) == 1 else None
+
+    first = wait_for(waiting)
+    assert first, "the producer never waited"
+    time.sleep(0.5)
+    second = samples(scrape(name))
+    assert value(second, "shmbus_producer_waiting_for_space", bus=name) == 1
+    grown = (value(second, "shmbus_producer_wait_seconds_total", bus=name)
+             - value(first, "shmbus_producer_wait_seconds_total", bus=name))
+    assert grown >= 0.4, f"wait seconds grew by {grown} in 0.5 s of waiting"
+    assert value(second, "shmbus_producer_waiting_seconds", bus=name) >= 0.4
+    assert value(second, "shmbus_producer_pid", bus=name) == producer.pid
+    assert state_of(second, "shmbus_producer_state", bus=name) == "alive"
+
+
+def test_durable_names_are_exported(bus):
+    name, _, _ = bus
+    # A name that stopped at 4 of 10, then 100 more messages on a 64-record ring.
+    subprocess.run([CONSUMER, name, "--name", "archiver", "--count", "4", "--format", "none"],
+                   check=True, capture_output=True)
+    parsed = samples(scrape(name))
+    assert value(parsed, "shmbus_durable_cursor", bus=name, name="archiver") == 4
+    assert value(parsed, "shmbus_durable_lag_messages", bus=name, name="archiver") == 6
+    assert value(parsed, "shmbus_durable_position_retained", bus=name, name="archiver") == 1
+    assert value(parsed, "shmbus_durable_gone_messages", bus=name, name="archiver") == 0
+    assert value(parsed, "shmbus_durable_held", bus=name, name="archiver") == 0
+    subprocess.run([PRODUCER, name, "--count", "100", "--size", "64", "--keep-open"],
+                   check=True, capture_output=True)
+    parsed = samples(scrape(name))
+    assert value(parsed, "shmbus_durable_lag_messages", bus=name, name="archiver") == 106
+    assert value(parsed, "shmbus_durable_position_retained", bus=name, name="archiver") == 0
+    oldest = value(parsed, "shmbus_bus_oldest", bus=name)
+    assert oldest > 4
+    assert value(parsed, "shmbus_durable_gone_messages", bus=name, name="archiver") == oldest - 4
 
 
 def test_missing_bus_is_down_and_others_still_reported(bus):
@@ -167,3 +259,59 @@ def test_listen_rejects_a_bad_address():
     out = subprocess.run([INSPECT, "metrics", "--listen", "localhost"], capture_output=True, text=True)
     assert out.returncode == 2  # a bad command line
     assert "HOST:PORT" in out.stderr
+
+
+def test_listen_on_a_port_in_use_names_the_address():
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        out = subprocess.run([INSPECT, "metrics", "--listen", address], capture_output=True, text=True,
+                             timeout=10)
+    assert out.returncode == 1
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"shmbus-inspect: --listen {address}: cannot bind: "), lines[0]
+    assert "bus ''" not in lines[0]
+    assert "another program listens there" in lines[0]
+
+
+def test_clients_that_dribble_their_request_do_not_stall_the_others(bus):
+    import socket
+    name, _, _ = bus
+    server = subprocess.Popen([INSPECT, "metrics", name, "--listen", "127.0.0.1:0"],
+                              stderr=subprocess.PIPE, text=True)
+    dribblers = []
+    try:
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", server.stderr.readline())
+        assert m
+        port = int(m.group(1))
+        url = f"http://127.0.0.1:{port}/metrics"
+        request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(request[:1])
+            dribblers.append(s)
+        # A byte from each every 0.5 s, and a scrape between: every scrape is
+        # answered at once.
+        for i in range(1, 7):
+            for s in dribblers:
+                s.sendall(request[i:i + 1])
+            got = subprocess.run(["curl", "-fsS", "--max-time", "2", url], capture_output=True, text=True)
+            assert got.returncode == 0, f"scrape {i} beside slow clients: {got.stderr}"
+            assert value(samples(got.stdout), "shmbus_messages_published_total", bus=name) == 10
+            time.sleep(0.5)
+        # A request that is not complete 5 s after the connect is dropped.
+        for s in dribblers:
+            s.settimeout(10)
+            try:
+                assert s.recv(1) == b""
+            except ConnectionResetError:
+                pass
+    finally:
+        for s in dribblers:
+            s.close()
+        server.send_signal(signal.SIGTERM)
+        rc = server.wait(timeout=5)
+    assert rc == 0

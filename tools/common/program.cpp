@@ -114,6 +114,58 @@ std::string json_error(std::string_view program, std::string_view message, std::
   return fmt::to_string(out);
 }
 
+namespace {
+std::atomic<bool> g_json_lines{false};  // relaxed: a setting made before any output, publishes nothing
+
+void write_all(int fd, std::string_view s) noexcept {
+  while (!s.empty()) {
+    const ssize_t n = ::write(fd, s.data(), s.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    s.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+}  // namespace
+
+void set_json_lines(bool on) noexcept { g_json_lines.store(on, std::memory_order_relaxed); }
+bool json_lines() noexcept { return g_json_lines.load(std::memory_order_relaxed); }
+
+std::string json_notice(std::string_view program, std::string_view message) {
+  const auto bytes = [](std::string_view s) { return std::as_bytes(std::span<const char>(s.data(), s.size())); };
+  std::string one_line(message);
+  for (char& c : one_line) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  while (!one_line.empty() && one_line.back() == ' ') one_line.pop_back();
+  fmt::memory_buffer out;
+  out.append(std::string_view("{\"program\":"));
+  append_json_string(out, bytes(program));
+  out.append(std::string_view(",\"notice\":"));
+  append_json_string(out, bytes(one_line));
+  out.push_back('}');
+  return fmt::to_string(out);
+}
+
+void print_notice(std::string_view program, std::string_view message) noexcept {
+  try {
+    std::string line;
+    if (json_lines()) {
+      line = json_notice(program, message);
+    } else {
+      line.reserve(program.size() + message.size() + 3);
+      line.append(program).append(": ");
+      for (char c : message) line.push_back(c == '\n' || c == '\r' ? ' ' : c);
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+    }
+    line.push_back('\n');
+    std::fflush(stdout);
+    std::fflush(stderr);
+    write_all(STDERR_FILENO, line);
+  } catch (...) {
+    // Out of memory while reporting: nothing better to do.
+  }
+}
+
 void ErrorSink::report(std::string_view message, std::string_view code) const {
   if (!json) {
     print_error(program, message);

@@ -30,6 +30,20 @@ void print_error(std::string_view program, std::string_view message);
 // {"program": PROGRAM, "error": message, "code": code} as one line.
 std::string json_error(std::string_view program, std::string_view message, std::string_view code);
 
+// With --json, every line a program writes on stderr is one JSON object
+// (docs/programs.md, "Every line is JSON"): a program given --json calls
+// set_json_lines(true) before it prints anything, and print_notice() then
+// writes {"program": PROGRAM, "notice": message} instead of a text line.
+void set_json_lines(bool on) noexcept;
+bool json_lines() noexcept;
+// {"program": PROGRAM, "notice": message} as one line.
+std::string json_notice(std::string_view program, std::string_view message);
+// Something that happened during a run (a reconnect, a gap, a verify
+// problem, a warning): "PROGRAM: message" on stderr, or json_notice() under
+// set_json_lines(true). One write(), so lines from several threads never
+// interleave.
+void print_notice(std::string_view program, std::string_view message) noexcept;
+
 // How a failure is reported: one line "PROGRAM: message" on stderr, or with
 // --json one JSON object (json_error) on `json_stream` (the stream where the
 // program writes its JSON: stderr for the producer's and consumer's

@@ -16,7 +16,7 @@ foreach(doc "${SOURCE_DIR}/README.md" ${docs})
   # Brackets and semicolons would break CMake's lists.
   string(REGEX REPLACE "[][;]" " " text "${text}")
   string(REGEX MATCHALL
-    "(^|[^A-Za-z0-9_./-])(scripts|docs|tests|tools|libshmbus|bench|examples|producer|consumer|inspector|build|build-bench)/[A-Za-z0-9_./*-]+"
+    "(^|[^A-Za-z0-9_./-])(scripts|docs|tests|tools|libshmbus|bench|examples|producer|consumer|inspector|systemd|build|build-bench)/[A-Za-z0-9_./*-]+"
     hits "${text}")
   foreach(hit IN LISTS hits)
     string(REGEX REPLACE "^[^A-Za-z]" "" path "${hit}")

@@ -26,6 +26,7 @@ packages=(
   curl                               # scrapes the metrics endpoint in the tests
   libnats-dev                        # NATS C client: shmbus-nats (the JetStream gateway)
   nats-server                        # NATS server with JetStream: shmbus-nats tests and benchmark
+  systemd                            # systemd-analyze verify on the units of systemd/ (installs without systemd running)
 )
 if [[ ${1:-} == fuzz ]]; then
   packages+=(clang-14 libclang-rt-14-dev)   # libFuzzer and clang's sanitizer runtimes

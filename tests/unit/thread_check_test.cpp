@@ -5,7 +5,11 @@
 
 #include <unistd.h>
 
+#include <sys/syscall.h>
+
+#include <atomic>
 #include <csignal>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -31,6 +35,15 @@ void remove_segment_on_abort(const std::string& name) {
     std::signal(SIGABRT, SIG_DFL);
     std::raise(SIGABRT);
   });
+}
+
+// The state letter of a thread of this process ('R', 'S' asleep...).
+char thread_state(pid_t tid) {
+  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const std::size_t close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
 }
 
 TEST(OneThreadCheck, SecondThreadInAConsumerCallAborts) {
@@ -66,9 +79,16 @@ TEST(OneThreadCheck, ClosingAProducerWhileAnotherThreadPublishesAborts) {
         Producer p(bus);
         while (p.publish(bytes("x"), 0ns)) {
         }
-        std::thread publisher([&] { (void)p.publish(bytes("y"), forever); });
-        Inspector insp = Inspector::open(name);
-        while (insp.snapshot().producer.waiting_since_ns == 0) std::this_thread::yield();
+        // The publish that timed out leaves the wait marked, so the inspector
+        // cannot tell whether the thread is inside publish() yet: its own
+        // state can. Nothing else in that thread sleeps: once it is asleep, it
+        // sleeps on the full ring, inside publish().
+        std::atomic<pid_t> tid{0};
+        std::thread publisher([&] {
+          tid.store(static_cast<pid_t>(::syscall(SYS_gettid)));
+          (void)p.publish(bytes("y"), forever);
+        });
+        while (tid.load() == 0 || thread_state(tid.load()) != 'S') std::this_thread::yield();
         p.close();
         publisher.detach();
       },

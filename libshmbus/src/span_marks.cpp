@@ -2,7 +2,16 @@
 
 #include <atomic>
 
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+// ThreadSanitizer, as GCC and as Clang say it.
+#if defined(__SANITIZE_THREAD__)
+#define SHMBUS_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SHMBUS_TSAN 1
+#endif
+#endif
+
+#if defined(__x86_64__) && !defined(SHMBUS_TSAN)
 #include <immintrin.h>
 #define SHMBUS_VECTOR_MARKS 1
 #endif

@@ -226,8 +226,10 @@ hold_limit)  # --max-hold: a stopped reader that holds the producer is let go, n
   logger=$!
   pids+=($logger)
   # Stopped once attached, before anything is published (a stopped reader
-  # still counts for --wait-for-readers: it is alive).
-  until "$INSPECT" show "$bus" --interval 0 --json | grep -q '"name":"stuck"'; do sleep 0.05; done
+  # still counts for --wait-for-readers: it is alive). Attached means asleep
+  # on the empty bus: a slot shows its name from the moment it is claimed,
+  # before the reader counts for the producer.
+  until "$INSPECT" show "$bus" --interval 0 --json | grep -Eq '"name":"stuck"[^}]*"sleeping":true'; do sleep 0.05; done
   kill -STOP "$stuck"
   "$PRODUCER" "$bus" --count "$n" --size 64 --wait-for-readers 2 --wait-timeout 60s --max-hold 500ms \
     --json 2>"$work/p.json" || fail "producer did not finish: the stopped reader was never let go"

@@ -51,6 +51,18 @@ wait_readers() {
   fail "never saw $2 reader(s) on $1"
 }
 
+# wait_reader_asleep BUS: until a reader of BUS sleeps in next() on it. A
+# slot is "in use" from the moment a reader claims it, before it counts for
+# the producer; one asleep on an empty bus has finished attaching.
+wait_reader_asleep() {
+  local i
+  for ((i = 0; i < 200; i++)); do
+    "$INSPECT" show "$1" --json --interval 0 2>/dev/null | grep -Eq '"sleeping": *true' && return 0
+    sleep 0.05
+  done
+  fail "never saw a reader asleep on $1"
+}
+
 case $case_name in
 
 reader_in_own_namespace)
@@ -88,7 +100,7 @@ gc_and_rm_from_own_namespace)
   "$CONSUMER" "$bus" --verify --format none --json --count "$N" 2>"$work/host.json" &
   reader=$!
   pids+=("$reader")
-  wait_readers "$bus" 1
+  wait_reader_asleep "$bus"  # attached: stopped now, it holds the producer
   kill -STOP "$reader"
   "$PRODUCER" "$bus" --count "$N" --keep-open 2>"$work/p.err" &
   producer=$!

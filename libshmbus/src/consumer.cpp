@@ -11,6 +11,8 @@
 // the last store, and always before waiting (the producer may be waiting for
 // exactly those records) and on detach. The producer therefore sees every
 // reader at most `release_every - 1` records behind where it really is.
+// A store during a call (crossing a gap) never goes past the first message
+// that call hands out in place (`keep_from`).
 #include "shmbus/consumer.hpp"
 
 #include <sched.h>
@@ -84,6 +86,10 @@ struct Consumer::Impl : detail::Attachment {
   std::uint32_t dead_takeovers = 0;  // header.takeovers when the producer was found dead
   std::uint64_t cursor = 0;     // next sequence to read
   std::uint64_t published = 0;  // cursor as last stored in the slot
+  // read_batch, in place: the first message of the batch in hand. A
+  // release() during the call (crossing padding or a gap after it) stops
+  // there, or the producer could write over the views it hands out.
+  std::uint64_t keep_from = kMaxSequence;
   std::uint64_t delivered = 0;
   std::uint64_t lost = 0;
   std::uint64_t last_lost = 0;  // size of the last lap, for ReadStatus::lost
@@ -165,18 +171,19 @@ struct Consumer::Impl : detail::Attachment {
   }
 
   void release() noexcept {
-    if (cursor == published) return;
+    const std::uint64_t to = std::min(cursor, keep_from);
+    if (to <= published) return;
     // Only we write it while we hold the name's lock; the next holder reads
     // it after taking that lock, which our unlock in release_bookmark()
     // orders after this store.
-    if (bookmark) bookmark->cursor.store(cursor, std::memory_order_relaxed);
+    if (bookmark) bookmark->cursor.store(to, std::memory_order_relaxed);
     slot->delivered.store(delivered, std::memory_order_relaxed);
     slot->lost.store(lost, std::memory_order_relaxed);
-    // Frees every record before `cursor`: pairs with the producer's acquire
+    // Frees every record before `to`: pairs with the producer's acquire
     // load of cursors when it rescans.
-    slot->cursor.store(cursor, std::memory_order_release);
+    slot->cursor.store(to, std::memory_order_release);
     const std::uint64_t before = published;
-    published = cursor;
+    published = to;
     if (holds) {
       // Dekker with a producer going to sleep for space: we stored the
       // cursor, now load producer_sleeping; it stores producer_sleeping, then
@@ -187,7 +194,7 @@ struct Consumer::Impl : detail::Attachment {
       // Acquire pairs with the producer's release store of producer_sleeping.
       if (h->producer_sleeping.load(std::memory_order_acquire) == 0) [[likely]] return;
       const std::uint64_t wanted = h->space_wanted.load(std::memory_order_relaxed);
-      if (before < wanted && cursor >= wanted &&
+      if (before < wanted && to >= wanted &&
           h->producer_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
         h->space_futex.fetch_add(1, std::memory_order_release);
         detail::futex_wake(&h->space_futex, 1);
@@ -389,8 +396,9 @@ struct Consumer::Impl : detail::Attachment {
       last_lost = gap.to - c;
       lost += last_lost;
     }
-    // Published at once: in `block` the producer waits for every reader to
-    // cross the gap before it writes past it.
+    // Published at once (short of messages in hand): in `block` the
+    // producer waits for every reader to cross the gap before it writes
+    // past it.
     release();
     return gap.lost ? Step::lost : Step::moved;
   }
@@ -907,6 +915,7 @@ std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult
     }
     if (s == Step::empty || s == Step::no_room) break;
     if (s == Step::message) {
+      if (n == 0 && !c.checked) c.keep_from = out[0].seq;
       ++n;
       may_wait = false;
       // A copied message that spans records used the room of those after it.
@@ -926,6 +935,7 @@ std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult
     }
   }
   result.count = n;
+  c.keep_from = kMaxSequence;  // the next call starts by letting them go
   // What is in hand: from the first message (a gap crossed before it is not).
   c.view_from = n > 0 ? out[0].seq : c.cursor;
   return out.first(n);

@@ -34,6 +34,13 @@ struct shmbus_consumer {
   std::vector<shmbus::Message> batch;  // read_batch scratch, reused
 };
 
+struct shmbus_wait_set {
+  explicit shmbus_wait_set(const shmbus::WaitOptions& w) : set(w) {}
+  shmbus::WaitSet set;
+  // The C handle of each member, by its C++ consumer (at most 127: a scan).
+  std::vector<std::pair<shmbus::Consumer*, shmbus_consumer*>> handles;
+};
+
 // The setup errors keep the C++ values, so a status converts by value.
 static_assert(SHMBUS_INVALID_NAME == static_cast<int>(shmbus::Errc::invalid_name));
 static_assert(SHMBUS_NOT_RETAINED == static_cast<int>(shmbus::Errc::not_retained));
@@ -548,6 +555,78 @@ uint64_t shmbus_consumer_resume_gap(const shmbus_consumer* c) {
 }
 
 void shmbus_consumer_destroy(shmbus_consumer* consumer) { delete consumer; }
+
+// ---- Wait sets
+
+shmbus_status shmbus_wait_set_new(const shmbus_wait_options* wait, shmbus_wait_set** out) {
+  constexpr const char* fn = "shmbus_wait_set_new";
+  if (!out) return invalid(fn, "out is NULL");
+  *out = nullptr;
+  shmbus::WaitOptions w;
+  if (wait) {
+    const std::optional<shmbus::WaitOptions> o = to_wait(*wait);
+    if (!o) return invalid(fn, "wait options out of range");
+    w = *o;
+  }
+  return guard(fn, [&] {
+    *out = new shmbus_wait_set(w);
+    return SHMBUS_OK;
+  });
+}
+
+shmbus_status shmbus_wait_set_add(shmbus_wait_set* set, shmbus_consumer* consumer) {
+  constexpr const char* fn = "shmbus_wait_set_add";
+  if (!set || !consumer) return invalid(fn, "set or consumer is NULL");
+  return guard(fn, [&] {
+    set->handles.reserve(set->handles.size() + 1);  // no failure after add()
+    set->set.add(consumer->consumer);
+    set->handles.emplace_back(&consumer->consumer, consumer);
+    return SHMBUS_OK;
+  });
+}
+
+shmbus_status shmbus_wait_set_remove(shmbus_wait_set* set, shmbus_consumer* consumer) {
+  if (!set || !consumer) return invalid("shmbus_wait_set_remove", "set or consumer is NULL");
+  set->set.remove(consumer->consumer);
+  std::erase_if(set->handles, [&](const auto& h) { return h.second == consumer; });
+  return SHMBUS_OK;
+}
+
+int64_t shmbus_wait_set_wait(shmbus_wait_set* set, int64_t timeout_ns, shmbus_consumer** ready, size_t max) {
+  constexpr const char* fn = "shmbus_wait_set_wait";
+  if (!set || (!ready && max)) {
+    invalid(fn, "set or ready is NULL");
+    return -1;
+  }
+  std::int64_t n = -1;
+  guard(fn, [&] {
+    const auto got = set->set.wait(to_timeout(timeout_ns));
+    n = 0;
+    for (shmbus::Consumer* c : got) {
+      if (static_cast<std::size_t>(n) == max) break;
+      for (const auto& [cpp, handle] : set->handles)
+        if (cpp == c) ready[n++] = handle;
+    }
+    return SHMBUS_OK;
+  });
+  return n;
+}
+
+int shmbus_wait_set_fd(shmbus_wait_set* set) {
+  constexpr const char* fn = "shmbus_wait_set_fd";
+  if (!set) {
+    invalid(fn, "set is NULL");
+    return -1;
+  }
+  int fd = -1;
+  guard(fn, [&] {
+    fd = set->set.fd();
+    return SHMBUS_OK;
+  });
+  return fd;
+}
+
+void shmbus_wait_set_destroy(shmbus_wait_set* set) { delete set; }
 
 // ---- Inspection
 

@@ -26,6 +26,7 @@
 
 #include "attachment.hpp"
 #include "bookmarks.hpp"
+#include "consumer_watch.hpp"
 #include "reader_table.hpp"
 #include "sys.hpp"
 #include "thread_check.hpp"
@@ -569,6 +570,37 @@ struct Consumer::Impl : detail::Attachment {
     return last_lost;
   }
 
+  // Whether next() has something to say now (WaitSet), without taking it:
+  // a message, a loss or corrupt record (what try_read() does not call
+  // empty), a slot taken from us, or an end of stream not yet reported.
+  // `probe`: allowed to test the producer's role lock.
+  bool has_news(bool probe) noexcept {
+    if (!slot_is_ours()) return true;
+    const std::uint64_t c = cursor;
+    const std::uint64_t t = detail::RecordRing::load_tag(ring.record(c));
+    if (t == detail::committed_tag(c)) return true;
+    if (detail::tag_state(t, c) == detail::TagState::not_yet) {
+      if (checked && !detail::RecordRing::is_header(ring.span_mark(c))) return true;  // landed inside a span
+    } else if (checked || ring.span_mark(c) != detail::RecordRing::Mark::earlier) {
+      return true;  // lapped, or a tag no lap explains (not_committed() says which)
+    }
+    return !eos_reported && end_of_stream(probe);
+  }
+
+  detail::ConsumerWatch watch() noexcept {
+    detail::ConsumerWatch w;
+    w.h = h;
+    w.slot = slot;
+    w.seg = &seg;
+    w.tag = &ring.record(cursor)->tag;
+    // Acquire: as try_read()'s load; a tag that moves on from here is news.
+    w.tag_seen = w.tag->load(std::memory_order_acquire);
+    w.tag_ready = detail::committed_tag(cursor);
+    w.state_seen = active_state;
+    w.end_pending = !eos_reported;
+    return w;
+  }
+
   // Reads one record, waiting up to `timeout`: spin, then yield, then sleep
   // on data_futex, as WaitOptions say.
   [[gnu::noinline]] Step read_one(Message& out, Dest copy_to, std::chrono::nanoseconds timeout) noexcept {
@@ -950,4 +982,23 @@ EndReason Consumer::end_reason() const noexcept { return impl_->end; }
 bool Consumer::resumed() const noexcept { return impl_->resumed; }
 std::uint64_t Consumer::resume_gap() const noexcept { return impl_->resume_gap; }
 
+namespace detail {
+
+bool ConsumerAccess::has_news(Consumer& c, bool probe) noexcept { return c.impl_->has_news(probe); }
+ConsumerWatch ConsumerAccess::watch(Consumer& c) noexcept { return c.impl_->watch(); }
+
+bool watch_fired(const ConsumerWatch& w, bool probe) noexcept {
+  // Acquire: pairs with the producer's release of the commit tag.
+  const std::uint64_t t = w.tag->load(std::memory_order_acquire);
+  if (t == w.tag_ready || t != w.tag_seen) return true;
+  if (w.slot->state.load(std::memory_order_relaxed) != w.state_seen) return true;
+  if (!w.end_pending) return false;
+  // Pairs with the producer's release store of `closed` after its last commit.
+  if (w.h->closed.load(std::memory_order_acquire) != 0) return true;
+  // A producer that died holding the role: its lock is free, its owner word set.
+  return probe && w.h->producer_owner.load(std::memory_order_acquire) != 0 &&
+         w.seg->producer_holder() == Holder::none;
+}
+
+}  // namespace detail
 }  // namespace shmbus

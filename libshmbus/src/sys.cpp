@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -63,6 +65,42 @@ void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
     tp = &ts;
   }
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, expected, tp, nullptr, 0);
+}
+
+void futex_wait_any(std::atomic<std::uint32_t>* const* words, const std::uint32_t* expected, const bool* shared,
+                    std::size_t n, std::uint64_t timeout_ns) noexcept {
+  if (n == 0) return;
+#ifdef SYS_futex_waitv
+  static std::atomic<bool> missing{false};
+  if (n <= FUTEX_WAITV_MAX && !missing.load(std::memory_order_relaxed)) {
+    std::array<futex_waitv, FUTEX_WAITV_MAX> w{};
+    for (std::size_t i = 0; i < n; ++i) {
+      w[i].val = expected[i];
+      w[i].uaddr = reinterpret_cast<std::uintptr_t>(words[i]);
+      w[i].flags = FUTEX_32 | (shared[i] ? 0 : FUTEX_PRIVATE_FLAG);
+    }
+    // futex_waitv's timeout is absolute, on the clock it is given.
+    timespec ts{};
+    timespec* tp = nullptr;
+    if (timeout_ns != 0) {
+      const std::uint64_t at = monotonic_ns() + timeout_ns;
+      ts.tv_sec = static_cast<time_t>(at / 1'000'000'000u);
+      ts.tv_nsec = static_cast<long>(at % 1'000'000'000u);
+      tp = &ts;
+    }
+    if (::syscall(SYS_futex_waitv, w.data(), static_cast<unsigned>(n), 0u, tp, CLOCK_MONOTONIC) >= 0 ||
+        errno != ENOSYS)
+      return;
+    missing.store(true, std::memory_order_relaxed);
+  }
+#endif
+  const std::uint64_t slice = timeout_ns == 0 ? 1'000'000 : std::min<std::uint64_t>(timeout_ns, 1'000'000);
+  if (shared[0]) {
+    futex_wait(words[0], expected[0], slice);
+  } else {
+    timespec ts{static_cast<time_t>(slice / 1'000'000'000u), static_cast<long>(slice % 1'000'000'000u)};
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(words[0]), FUTEX_WAIT_PRIVATE, expected[0], &ts, nullptr, 0);
+  }
 }
 
 int futex_wake(std::atomic<std::uint32_t>* word, int count) noexcept {

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 
@@ -66,6 +67,13 @@ std::uint32_t self_pid_namespace() noexcept;
 // signal, or after `timeout_ns` (0 = no timeout).
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
                 std::uint64_t timeout_ns) noexcept;
+// One sleep on several words at once (futex_waitv, Linux 5.16): until one
+// is woken or differs from its expected value, a signal, or `timeout_ns`
+// (0 = none). `shared[i]`: word i is in shared memory (else private to this
+// process). At most 128 words. A kernel without futex_waitv sleeps on the
+// first word only, at most 1 ms at a time: slower to wake, never stuck.
+void futex_wait_any(std::atomic<std::uint32_t>* const* words, const std::uint32_t* expected, const bool* shared,
+                    std::size_t n, std::uint64_t timeout_ns) noexcept;
 // Wakes up to `count` sleepers on `word`; returns how many it woke.
 int futex_wake(std::atomic<std::uint32_t>* word, int count) noexcept;
 

@@ -4,6 +4,7 @@
 #include <shmbus/shmbus.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -629,6 +630,57 @@ done:
   CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);
 }
 
+/* Two buses in one wait set: wait() and the descriptor name the one with news. */
+static void test_wait_set(void) {
+  char names[2][64];
+  shmbus_bus* buses[2] = {NULL, NULL};
+  shmbus_producer* ps[2] = {NULL, NULL};
+  shmbus_consumer* cs[2] = {NULL, NULL};
+  shmbus_consumer* ready[4];
+  shmbus_wait_set* set = NULL;
+  shmbus_message m;
+  struct pollfd pfd;
+  int i, fd;
+  CHECK_STATUS(shmbus_wait_set_new(NULL, NULL), SHMBUS_INVALID_ARGUMENT);
+  CHECK_STATUS(shmbus_wait_set_add(NULL, NULL), SHMBUS_INVALID_ARGUMENT);
+  CHECK(shmbus_wait_set_wait(NULL, 0, ready, 4) == -1);
+  CHECK(shmbus_wait_set_fd(NULL) == -1);
+  shmbus_wait_set_destroy(NULL);
+  CHECK_STATUS(shmbus_wait_set_new(NULL, &set), SHMBUS_OK);
+  for (i = 0; i < 2; ++i) {
+    snprintf(names[i], sizeof names[i], "c-api-ws-%d-%ld", i, (long)getpid());
+    CHECK_STATUS(shmbus_bus_create(names[i], NULL, &buses[i]), SHMBUS_OK);
+    CHECK_STATUS(shmbus_consumer_open(buses[i], NULL, &cs[i]), SHMBUS_OK);
+    CHECK_STATUS(shmbus_producer_open(buses[i], NULL, &ps[i]), SHMBUS_OK);
+    CHECK_STATUS(shmbus_wait_set_add(set, cs[i]), SHMBUS_OK);
+  }
+  CHECK_STATUS(shmbus_wait_set_add(set, cs[0]), SHMBUS_INVALID_OPTIONS);
+  CHECK(shmbus_wait_set_wait(set, 1000000, ready, 4) == 0);
+  fd = shmbus_wait_set_fd(set);
+  CHECK(fd >= 0);
+  CHECK(shmbus_wait_set_wait(set, 0, ready, 4) == 0);
+  pfd.fd = fd;
+  pfd.events = POLLIN;
+  CHECK(poll(&pfd, 1, 20) == 0);
+  CHECK_STATUS(shmbus_producer_publish(ps[1], "ws", 2, SHMBUS_FOREVER, NULL), SHMBUS_OK);
+  CHECK(poll(&pfd, 1, 5000) == 1);
+  CHECK(shmbus_wait_set_wait(set, 0, ready, 4) == 1);
+  CHECK(ready[0] == cs[1]);
+  CHECK(shmbus_consumer_next(ready[0], 0, &m) == SHMBUS_READ_MESSAGE);
+  CHECK(m.size == 2 && memcmp(m.data, "ws", 2) == 0);
+  CHECK(shmbus_wait_set_wait(set, 0, ready, 4) == 0);
+  CHECK_STATUS(shmbus_wait_set_remove(set, cs[1]), SHMBUS_OK);
+  CHECK_STATUS(shmbus_producer_publish(ps[1], "no", 2, SHMBUS_FOREVER, NULL), SHMBUS_OK);
+  CHECK(shmbus_wait_set_wait(set, 20000000, ready, 4) == 0); /* not a member any more */
+  shmbus_wait_set_destroy(set);
+  for (i = 0; i < 2; ++i) {
+    shmbus_producer_destroy(ps[i]);
+    shmbus_consumer_destroy(cs[i]);
+    shmbus_bus_close(buses[i]);
+    shmbus_bus_remove(names[i], NULL);
+  }
+}
+
 int main(void) {
   snprintf(bus_name, sizeof bus_name, "c-api-test-%ld", (long)getpid());
   snprintf(bus_name2, sizeof bus_name2, "c-api-test-ow-%ld", (long)getpid());
@@ -642,6 +694,7 @@ int main(void) {
   test_hold_limit();
   test_spanning_messages(SHMBUS_POLICY_BLOCK);
   test_spanning_messages(SHMBUS_POLICY_OVERWRITE);
+  test_wait_set();
   shmbus_bus_remove(bus_name, NULL);
   shmbus_bus_remove(bus_name2, NULL);
   if (failures) {

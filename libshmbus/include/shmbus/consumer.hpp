@@ -15,6 +15,10 @@
 
 namespace shmbus {
 
+namespace detail {
+struct ConsumerAccess;
+}
+
 enum class Start : std::uint8_t {
   earliest,  // the oldest record still retained
   latest,    // only messages published after attaching
@@ -207,6 +211,7 @@ class Consumer {
   const Bus& bus() const noexcept;
 
  private:
+  friend struct detail::ConsumerAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -383,6 +383,34 @@ SHMBUS_API uint64_t shmbus_consumer_resume_gap(const shmbus_consumer* consumer);
 /* Releases the reader slot and frees the handle. NULL is ignored. */
 SHMBUS_API void shmbus_consumer_destroy(shmbus_consumer* consumer);
 
+/* ---- Waiting on many consumers from one thread ----
+ *
+ * A wait set holds up to 127 consumers. shmbus_wait_set_wait() returns those
+ * with news (a message, a loss, the end of the stream, a slot taken) until
+ * their news is read; shmbus_wait_set_fd() gives a descriptor for epoll,
+ * poll or an event loop: readable once a member may have news; then call
+ * shmbus_wait_set_wait(set, 0, ...), which keeps it readable while it
+ * returns members and makes it quiet when it returns none. A member must be
+ * removed before it is destroyed. One thread at a time per set. */
+typedef struct shmbus_wait_set shmbus_wait_set;
+
+/* `wait` may be NULL (the default spin, yield, then sleep). */
+SHMBUS_API shmbus_status shmbus_wait_set_new(const shmbus_wait_options* wait, shmbus_wait_set** out);
+/* SHMBUS_INVALID_OPTIONS if it is a member already or the set is full. */
+SHMBUS_API shmbus_status shmbus_wait_set_add(shmbus_wait_set* set, shmbus_consumer* consumer);
+/* Nothing if it is not a member. */
+SHMBUS_API shmbus_status shmbus_wait_set_remove(shmbus_wait_set* set, shmbus_consumer* consumer);
+/* Waits up to `timeout_ns` for news; stores up to `max` members with news in
+ * `ready` (in the order they were added) and returns how many (0 after the
+ * timeout), or -1 on a bad argument. */
+SHMBUS_API int64_t shmbus_wait_set_wait(shmbus_wait_set* set, int64_t timeout_ns, shmbus_consumer** ready,
+                                        size_t max);
+/* The descriptor (owned by the set: do not close it), or -1 (see
+ * shmbus_last_error()). */
+SHMBUS_API int shmbus_wait_set_fd(shmbus_wait_set* set);
+/* NULL is ignored. */
+SHMBUS_API void shmbus_wait_set_destroy(shmbus_wait_set* set);
+
 /* ---- Inspection -------------------------------------------------------- */
 
 /* Decided by the kernel: every role is held through a lock it drops when the

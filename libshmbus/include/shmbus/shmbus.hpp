@@ -8,3 +8,4 @@
 #include "shmbus/liveness.hpp"
 #include "shmbus/producer.hpp"
 #include "shmbus/wait.hpp"
+#include "shmbus/wait_set.hpp"

@@ -1,0 +1,265 @@
+// WaitSet: one thread waiting on many consumers, by wait() or through a
+// descriptor watched with poll(). Members with news and only those, every
+// kind of news (a message, the end of a stream, a producer that died), a
+// sleep that a producer in another thread or process ends, and members
+// that leave while the set's thread watches them.
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "test_support.hpp"
+
+namespace shmbus::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Buses {
+  std::vector<std::unique_ptr<ScopedName>> names;
+  std::vector<std::unique_ptr<Bus>> buses;
+  std::vector<std::unique_ptr<Consumer>> consumers;
+  std::vector<std::unique_ptr<Producer>> producers;
+  explicit Buses(int n, bool producers_too = true) {
+    for (int i = 0; i < n; ++i) {
+      names.push_back(std::make_unique<ScopedName>("waitset"));
+      buses.push_back(std::make_unique<Bus>(Bus::create(*names.back(), small_block(64))));
+      consumers.push_back(std::make_unique<Consumer>(*buses.back()));
+      if (producers_too) producers.push_back(std::make_unique<Producer>(*buses.back()));
+    }
+  }
+};
+
+bool readable(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN) != 0;
+}
+
+// Reads every message `c` has now; returns how many.
+int drain(Consumer& c) {
+  int n = 0;
+  while (c.next(0ns).status == ReadStatus::message) ++n;
+  return n;
+}
+
+TEST(WaitSet, ReturnsTheMembersWithNewsAndOnlyThose) {
+  Buses b(3);
+  WaitSet set;
+  for (auto& c : b.consumers) set.add(*c);
+  EXPECT_TRUE(set.wait(0ns).empty());
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(set.wait(30ms).empty());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 30ms);
+  ASSERT_TRUE(b.producers[1]->publish(bytes("one")));
+  ASSERT_TRUE(b.producers[2]->publish(bytes("two")));
+  auto ready = set.wait(1s);
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_EQ(ready[0], b.consumers[1].get());
+  EXPECT_EQ(ready[1], b.consumers[2].get());
+  // A member stays ready until its news is taken.
+  EXPECT_EQ(set.wait(0ns).size(), 2u);
+  EXPECT_EQ(drain(*b.consumers[1]), 1);
+  ready = set.wait(0ns);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0], b.consumers[2].get());
+  EXPECT_EQ(drain(*b.consumers[2]), 1);
+  EXPECT_TRUE(set.wait(0ns).empty());
+}
+
+TEST(WaitSet, ASleepingWaitIsEndedByAPublishAndShowsAsleepMeanwhile) {
+  Buses b(3);
+  WaitSet set;
+  for (auto& c : b.consumers) set.add(*c);
+  std::atomic<bool> saw_sleeping{false};
+  std::thread publisher([&] {
+    const Inspector insp = Inspector::open(*b.names[2]);
+    for (int i = 0; i < 2000 && !saw_sleeping; ++i) {
+      const auto snap = insp.snapshot();
+      for (const auto& r : snap.readers)
+        if (r.sleeping) saw_sleeping = true;
+      std::this_thread::sleep_for(1ms);
+    }
+    (void)b.producers[2]->publish(bytes("late"));
+  });
+  const auto ready = set.wait(10s);
+  publisher.join();
+  EXPECT_TRUE(saw_sleeping) << "the wait never went to sleep on the bus";
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0], b.consumers[2].get());
+  const ReadResult r = b.consumers[2]->next(0ns);
+  ASSERT_EQ(r.status, ReadStatus::message);
+  EXPECT_EQ(text(r.message.payload), "late");
+}
+
+TEST(WaitSet, TheDescriptorIsReadableWhileAMemberHasNewsAndQuietOtherwise) {
+  Buses b(3);
+  WaitSet set;
+  for (auto& c : b.consumers) set.add(*c);
+  const int fd = set.fd();
+  EXPECT_EQ(set.fd(), fd);
+  ASSERT_TRUE(readable(fd, 0)) << "readable at first: the caller looks";
+  EXPECT_TRUE(set.wait(0ns).empty());
+  EXPECT_FALSE(readable(fd, 50)) << "nothing to read: quiet";
+  for (int round = 0; round < 50; ++round) {
+    const int bus = round % 3;
+    ASSERT_TRUE(b.producers[bus]->publish(bytes("x")));
+    ASSERT_TRUE(readable(fd, 5000)) << "round " << round;
+    auto ready = set.wait(0ns);
+    ASSERT_EQ(ready.size(), 1u) << "round " << round;
+    EXPECT_EQ(ready[0], b.consumers[bus].get());
+    // Not taken yet: still readable, still returned.
+    EXPECT_TRUE(readable(fd, 0));
+    EXPECT_EQ(set.wait(0ns).size(), 1u);
+    EXPECT_EQ(drain(*b.consumers[bus]), 1);
+    EXPECT_TRUE(set.wait(0ns).empty());
+    EXPECT_FALSE(readable(fd, 0)) << "round " << round;
+  }
+}
+
+TEST(WaitSet, TheEndOfAStreamIsNewsOnceAndAProducerThatDiedIsNoticed) {
+  Buses b(2, false);
+  WaitSet set;
+  for (auto& c : b.consumers) set.add(*c);
+  const int fd = set.fd();
+  {
+    Producer p(*b.buses[0]);
+    ASSERT_TRUE(p.publish(bytes("last")));
+  }  // closed: end of stream
+  ASSERT_TRUE(readable(fd, 5000));
+  auto ready = set.wait(0ns);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(b.consumers[0]->next(0ns).status, ReadStatus::message);
+  EXPECT_EQ(set.wait(0ns).size(), 1u) << "the end of the stream is news";
+  EXPECT_EQ(b.consumers[0]->next(0ns).status, ReadStatus::end_of_stream);
+  EXPECT_TRUE(set.wait(0ns).empty()) << "and only once";
+
+  // A producer in another process, killed: the set's thread notices.
+  int ready_pipe[2];
+  ASSERT_EQ(::pipe(ready_pipe), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    Bus bus = Bus::open(*b.names[1]);
+    Producer p(bus);
+    char c = 'r';
+    (void)!::write(ready_pipe[1], &c, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c;
+  ASSERT_EQ(::read(ready_pipe[0], &c, 1), 1);
+  EXPECT_TRUE(set.wait(0ns).empty());
+  EXPECT_FALSE(readable(fd, 100));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ASSERT_TRUE(readable(fd, 5000)) << "a dead producer is noticed within a liveness period";
+  ready = set.wait(0ns);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0], b.consumers[1].get());
+  const ReadResult r = b.consumers[1]->next(0ns);
+  EXPECT_EQ(r.status, ReadStatus::end_of_stream);
+  EXPECT_EQ(r.end_reason, EndReason::producer_died);
+  ::close(ready_pipe[0]);
+  ::close(ready_pipe[1]);
+}
+
+TEST(WaitSet, AMemberRemovedWhileTheThreadWatchesItCanBeDestroyedAtOnce) {
+  Buses b(2);
+  WaitSet set;
+  for (auto& c : b.consumers) set.add(*c);
+  const int fd = set.fd();
+  for (int i = 0; i < 200; ++i) {
+    ScopedName name("waitset-gone");
+    auto bus = std::make_unique<Bus>(Bus::create(name, small_block(64)));
+    auto c = std::make_unique<Consumer>(*bus);
+    set.add(*c);
+    EXPECT_EQ(set.size(), 3u);
+    while (!set.wait(0ns).empty()) {
+    }  // armed: the thread watches all three
+    set.remove(*c);
+    c.reset();
+    bus.reset();  // unmapped: the thread must not look at it again
+  }
+  ASSERT_TRUE(b.producers[0]->publish(bytes("still")));
+  ASSERT_TRUE(readable(fd, 5000));
+  const auto ready = set.wait(0ns);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0], b.consumers[0].get());
+}
+
+TEST(WaitSet, RefusesAMemberTwiceAndMoreThanItHolds) {
+  Buses b(1, false);
+  WaitSet set;
+  set.add(*b.consumers[0]);
+  try {
+    set.add(*b.consumers[0]);
+    FAIL() << "added twice";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.errc(), Errc::invalid_options);
+  }
+  set.remove(*b.consumers[0]);
+  set.remove(*b.consumers[0]);  // not a member: nothing
+  EXPECT_EQ(set.size(), 0u);
+  EXPECT_TRUE(set.wait(1s).empty()) << "an empty set has nothing to wait for";
+}
+
+// A producer process publishing to three buses in turns; one thread reads
+// them all through the descriptor: every message, in order, per bus.
+TEST(WaitSet, OneThreadReadsThreeBusesOfAnotherProcessInOrder) {
+  Buses b(3, false);
+  WaitSet set;
+  for (auto& c : b.consumers) set.add(*c);
+  constexpr std::uint64_t kPerBus = 20000;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::vector<Producer> ps;
+    for (auto& n : b.names) ps.emplace_back(Bus::open(*n));
+    for (std::uint64_t i = 0; i < kPerBus; ++i)
+      for (std::size_t k = 0; k < ps.size(); ++k) {
+        // A pause now and then: the reader goes to sleep and is woken.
+        if (i % 1000 == 999) std::this_thread::sleep_for(2ms);
+        if (!ps[(k + i) % 3].publish(std::as_bytes(std::span(&i, 1)), 10s)) ::_exit(3);
+      }
+    ::_exit(0);
+  }
+  const int fd = set.fd();
+  std::vector<std::uint64_t> next(3, 0);
+  int ended = 0;
+  while (ended < 3) {
+    ASSERT_TRUE(readable(fd, 10000)) << "stalled at " << next[0] << " " << next[1] << " " << next[2];
+    for (Consumer* c : set.wait(0ns)) {
+      std::size_t bus = 0;
+      while (b.consumers[bus].get() != c) ++bus;
+      for (;;) {
+        const ReadResult r = c->next(0ns);
+        if (r.status == ReadStatus::message) {
+          std::uint64_t v;
+          std::memcpy(&v, r.message.payload.data(), sizeof v);
+          ASSERT_EQ(v, next[bus]) << "bus " << bus;
+          ++next[bus];
+        } else if (r.status == ReadStatus::end_of_stream) {
+          ++ended;
+          break;
+        } else {
+          ASSERT_EQ(r.status, ReadStatus::timeout);
+          break;
+        }
+      }
+    }
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  for (std::size_t k = 0; k < 3; ++k) EXPECT_EQ(next[k], kPerBus) << "bus " << k;
+}
+
+}  // namespace
+}  // namespace shmbus::test

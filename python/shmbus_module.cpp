@@ -438,8 +438,11 @@ struct PyProducer {
   }
 };
 
+struct PyWaitSet;
+
 struct PyConsumer {
   explicit PyConsumer(const shmbus::Bus& b) : bus(b) {}
+  ~PyConsumer() { leave_sets(); }
   std::optional<shmbus::Consumer> consumer;
   shmbus::Bus bus;
   ViewSlot view;
@@ -454,6 +457,27 @@ struct PyConsumer {
   bool eos_pending = false;  // read_batch() returned messages and the stream had ended
   std::vector<shmbus::Message> scratch;  // read_batch(), reused
   unsigned born = g_forks;
+  // fileno(): a wait set of this consumer alone, made on first use.
+  std::unique_ptr<shmbus::WaitSet> own_set;
+  std::vector<PyWaitSet*> sets;  // the WaitSets it is a member of
+  void leave_sets() noexcept;
+
+  // The descriptor of own_set: readable once news may have come.
+  int fileno() {
+    shmbus::Consumer& c = get();
+    if (!own_set) {
+      auto set = std::make_unique<shmbus::WaitSet>();
+      set->add(c);
+      own_set = std::move(set);
+    }
+    return own_set->fd();
+  }
+  // Whether next(0) has something to say; if not, fileno() goes quiet until it may.
+  bool has_news() {
+    Busy b(busy, "Consumer");
+    fileno();
+    return !own_set->wait(0ns).empty() || eos_pending;
+  }
 
   shmbus::Consumer& get() {
     check_same_process(born, "Consumer", bus.name());
@@ -605,10 +629,84 @@ struct PyConsumer {
 
   void release() {
     view.revoke();
+    leave_sets();
     consumer.reset();
     closing = false;
   }
 };
+
+// Waits on many consumers from one thread: wait(), or fileno() for an event
+// loop. Holds its members (they stay alive while in it); a member closed
+// leaves it.
+struct PyWaitSet {
+  shmbus::WaitSet set;
+  std::vector<std::pair<PyConsumer*, py::object>> members;
+  unsigned born = g_forks;
+  bool busy = false;
+  bool closed = false;
+
+  shmbus::WaitSet& get() {
+    check_same_process(born, "WaitSet", "");
+    if (closed) throw py::value_error("the wait set is closed");
+    return set;
+  }
+  void add(py::object obj) {
+    PyConsumer& c = obj.cast<PyConsumer&>();
+    shmbus::WaitSet& s = get();
+    s.add(c.get());
+    c.sets.push_back(this);
+    members.emplace_back(&c, std::move(obj));
+  }
+  // Without the Python object (the consumer is going).
+  void forget(PyConsumer& c) noexcept {
+    if (!c.consumer) return;
+    set.remove(*c.consumer);
+    std::erase(c.sets, this);
+    for (auto it = members.begin(); it != members.end(); ++it)
+      if (it->first == &c) {
+        it->second.release().dec_ref();
+        members.erase(it);
+        break;
+      }
+  }
+  void remove(PyConsumer& c) {
+    get();
+    forget(c);
+  }
+  py::list wait(std::optional<double> timeout) {
+    Busy b(busy, "WaitSet");
+    shmbus::WaitSet& s = get();
+    std::span<shmbus::Consumer* const> ready;
+    wait_interruptibly<bool>(
+        to_timeout(timeout),
+        [&](std::chrono::nanoseconds w) {
+          ready = s.wait(w);
+          return true;
+        },
+        [&](bool) { return ready.empty(); });
+    py::list out;
+    for (shmbus::Consumer* c : ready)
+      for (const auto& [pc, obj] : members)
+        if (pc->consumer && &*pc->consumer == c) out.append(obj);
+    return out;
+  }
+  void close() {
+    if (closed) return;
+    while (!members.empty()) forget(*members.back().first);
+    closed = true;
+  }
+  ~PyWaitSet() {
+    for (auto& [pc, obj] : members) {
+      if (pc->consumer) set.remove(*pc->consumer);
+      std::erase(pc->sets, this);
+    }
+  }
+};
+
+void PyConsumer::leave_sets() noexcept {
+  own_set.reset();
+  while (!sets.empty()) sets.back()->forget(*this);
+}
 
 struct EndOfStreamTag {};
 
@@ -994,6 +1092,13 @@ PYBIND11_MODULE(_shmbus, m) {
       .def("close", &PyConsumer::close,
            "Releases the reader slot; from another thread while one waits in next(), that next() raises "
            "RuntimeError and close() returns once it has.")
+      .def("fileno", &PyConsumer::fileno,
+           "A descriptor for select/poll/epoll or an event loop (loop.add_reader): readable once next() may have "
+           "news. Call has_news() (or next(0)) then: the descriptor stays readable while there is news and goes "
+           "quiet after a has_news() that finds none. Owned by the consumer.")
+      .def("has_news", &PyConsumer::has_news,
+           "True if next(0) has something to say (a message, a loss, the end of the stream); if not, fileno() "
+           "goes quiet until there may be.")
       .def_property_readonly("cursor", [](PyConsumer& c) { return c.get().cursor(); })
       .def_property_readonly("delivered", [](PyConsumer& c) { return c.get().delivered(); })
       .def_property_readonly("lost", [](PyConsumer& c) { return c.get().lost(); })
@@ -1021,6 +1126,31 @@ PYBIND11_MODULE(_shmbus, m) {
            })
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyConsumer& c, py::args) { c.close(); });
+
+  py::class_<PyWaitSet>(m, "WaitSet",
+                        "Waits on many consumers from one thread: wait(), or fileno() for an event loop. Holds "
+                        "up to 127 consumers; a consumer closed leaves it.")
+      .def(py::init([]() { return std::make_unique<PyWaitSet>(); }))
+      .def("add", &PyWaitSet::add, "Adds a consumer (ValueError-like Error if it is a member already).",
+           py::arg("consumer"))
+      .def("remove", [](PyWaitSet& s, PyConsumer& c) { s.remove(c); }, "Removes a consumer (nothing if not a member).",
+           py::arg("consumer"))
+      .def("wait", &PyWaitSet::wait,
+           "The members with news (a message, a loss, the end of the stream), waiting up to `timeout` seconds "
+           "(None: as long as it takes; 0: just look); an empty list after the timeout. A member is returned until "
+           "its news is read.",
+           py::arg("timeout") = py::none())
+      .def("fileno", [](PyWaitSet& s) { return s.get().fd(); },
+           "A descriptor for an event loop: readable once a member may have news; then call wait(0), which keeps "
+           "it readable while it returns members and makes it quiet when it returns none.")
+      .def("__len__", [](const PyWaitSet& s) { return s.members.size(); })
+      .def("close", &PyWaitSet::close, "Lets go of every member; the set cannot be used after.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyWaitSet& s, py::args) { s.close(); })
+      .def("__repr__", [](const PyWaitSet& s) {
+        return "<shmbus.WaitSet of " + std::to_string(s.members.size()) + " consumers" +
+               (s.closed ? ", closed>" : ">");
+      });
 
   py::class_<shmbus::Inspector>(m, "Inspector", "Reads a bus's header, counters and reader table without attaching.")
       .def(py::init([](const std::string& name) { return shmbus::Inspector::open(name); }), py::arg("name"))

@@ -27,6 +27,12 @@ have read. Delete those first (`del array`).
 Waiting: next(), publish() and claim() wait with the GIL released and handle
 signals at least every 100 ms, so Ctrl-C raises KeyboardInterrupt. Timeouts
 are seconds (float); None waits as long as it takes.
+
+asyncio: `await consumer.next_async()`, `async for message in consumer`,
+`await producer.publish_async(data)` and `await wait_set.wait_async()` never
+block the event loop; the loop watches the descriptor of the consumer or
+wait set (fileno()), so cancelling an await loses no message. A WaitSet
+waits on many consumers from one thread, with or without asyncio.
 """
 from typing import Any, Iterator, List, Literal, Optional, Sequence, Tuple, TypedDict, overload
 
@@ -141,6 +147,11 @@ class Producer:
         check per run that fits; returns how many went out: all, or fewer if
         `timeout` ran out. Each may be up to Bus.max_message bytes; ValueError
         (nothing published) if one is longer."""
+    async def publish_async(self, data: Buffer, timeout: Optional[float] = None) -> int:
+        """publish() without blocking the event loop: while a block bus is
+        full, other tasks run and it looks again (from every 50 us up to
+        every 5 ms). TimeoutError after `timeout` seconds; cancelled or
+        timed out, nothing was published."""
     def claim(self, size: int, timeout: Optional[float] = None) -> memoryview:
         """The next record's payload, writable in place, `size` bytes (up to
         Bus.max_message: one contiguous view over the records a longer one
@@ -219,6 +230,20 @@ class Consumer:
         EndOfStream once everything was read."""
     def __iter__(self) -> Iterator[Message]: ...
     def __next__(self) -> Message: ...
+    async def next_async(self, timeout: Optional[float] = None) -> Optional[Message]:
+        """Awaits the next Message without blocking the event loop; None after
+        `timeout` seconds with nothing new; raises EndOfStream. Cancelling
+        it (asyncio.wait_for, a task cancelled) loses no message."""
+    def __aiter__(self) -> Consumer: ...
+    async def __anext__(self) -> Message: ...
+    def fileno(self) -> int:
+        """A descriptor for select/poll/epoll or loop.add_reader(): readable
+        once next() may have news. It stays readable while there is news and
+        goes quiet after a has_news() that finds none. Owned by the consumer
+        (closed with it)."""
+    def has_news(self) -> bool:
+        """True if next(0) has something to say: a message, a loss, the end
+        of the stream. If not, fileno() goes quiet until there may be."""
     def close(self) -> None:
         """Releases the reader slot. Called from another thread while that
         one waits in next(), it returns once that next() has given up (within
@@ -249,6 +274,33 @@ class Consumer:
     @property
     def bus(self) -> Bus: ...
     def __enter__(self) -> Consumer: ...
+    def __exit__(self, *args: Any) -> None: ...
+
+class WaitSet:
+    """Waits on many consumers from one thread (up to 127): wait(), or
+    fileno() for an event loop, or `await wait_async()`. Holds its members
+    alive; a consumer closed leaves it. A context manager: leaving it is
+    close()."""
+    def __init__(self) -> None: ...
+    def add(self, consumer: Consumer) -> None:
+        """Adds a consumer (Error, errc invalid_options, if it is a member already or the set is full)."""
+    def remove(self, consumer: Consumer) -> None:
+        """Removes a consumer (nothing if it is not a member)."""
+    def wait(self, timeout: Optional[float] = None) -> List[Consumer]:
+        """The members with news (a message, a loss, the end of the stream),
+        in the order they were added, waiting up to `timeout` seconds (0:
+        just look); an empty list after the timeout. A member is returned
+        until its news is read (next(0) until it returns None)."""
+    async def wait_async(self, timeout: Optional[float] = None) -> List[Consumer]:
+        """wait() without blocking the event loop; an empty list after `timeout` seconds."""
+    def fileno(self) -> int:
+        """A descriptor for an event loop: readable once a member may have
+        news; then call wait(0), which keeps it readable while it returns
+        members and makes it quiet when it returns none. Owned by the set."""
+    def close(self) -> None:
+        """Lets go of every member; any use after raises ValueError."""
+    def __len__(self) -> int: ...
+    def __enter__(self) -> WaitSet: ...
     def __exit__(self, *args: Any) -> None: ...
 
 class Counters(TypedDict):

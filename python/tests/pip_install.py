@@ -96,8 +96,9 @@ def main() -> None:
     size: int = len(message[2]) if message is not None else 0
     print(seq, size, shmbus.__version__)
 """)
+examples = [os.path.join(source_dir, "examples", f) for f in ("hello.py", "asyncio_buses.py")]
 checked = run(mypy, "--strict", "--no-incremental", "--cache-dir", os.path.join(work_dir, "mypy-cache"),
-              "--python-executable", python, program, timeout=300, check=False)
+              "--python-executable", python, program, *examples, timeout=300, check=False)
 print(checked.stdout.strip())
 if checked.returncode != 0:
     sys.exit(f"mypy --strict failed on {program}:\n{checked.stdout}\n{checked.stderr}")

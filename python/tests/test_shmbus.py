@@ -291,8 +291,9 @@ def test_stubs_describe_the_module():
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             stub[node.name] = {n.name for n in node.body
-                               if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
-    for cls in ("Bus", "Producer", "Consumer", "Inspector", "Error", "EndOfStream"):
+                               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                               and not n.name.startswith("_")}
+    for cls in ("Bus", "Producer", "Consumer", "WaitSet", "Inspector", "Error", "EndOfStream"):
         assert cls in stub, f"{cls} missing from the stubs"
         actual = {n for n in dir(getattr(shmbus, cls)) if not n.startswith("_")}
         if cls in ("Error", "EndOfStream"):

@@ -4,6 +4,10 @@ of SIZE bytes, each consumer checking every sequence number. In the same run:
 
   shmbus  py -> py    the Python module on both sides (publish / next)
   shmbus  C++ -> py   shmbus-producer --count N feeding a Python consumer
+  shmbus  asyncio     the consumer in an asyncio loop: `async for` (the loop
+                      sleeps on Consumer.fileno() when it runs dry)
+  shmbus  executor    the consumer in an asyncio loop, each message through
+                      `await loop.run_in_executor(None, consumer.next)`
   shared_memory+Queue multiprocessing.shared_memory ring of slots, slot
                       numbers passed through a multiprocessing.Queue (bounded
                       to half the ring, so a slot is not reused while queued)
@@ -13,6 +17,7 @@ Usage: PYTHONPATH=build/python/module python3 bench/python_bench.py \
          --producer build/producer/shmbus-producer [--count 200000] [--size 64] [--runs 3]
 Prints a Markdown table of medians (msgs/s) and the ratio to shmbus py -> py."""
 import argparse
+import asyncio
 import multiprocessing as mp
 import os
 import platform
@@ -33,18 +38,36 @@ def payload(size, seq):
 
 # ---- shmbus
 
-def shmbus_consume(name, count, ready, result):
+def shmbus_consume(name, count, ready, result, mode="loop"):
     consumer = shmbus.Consumer(shmbus.Bus.open(name), name="bench")
     ready.set()
     n = 0
-    start = None
-    for seq, _, view in consumer:
-        if start is None:
-            start = time.perf_counter()
+
+    def check(seq, view):
+        nonlocal n
         if seq != n or SEQ.unpack_from(view)[0] != seq:
             raise SystemExit(f"message {seq}: expected {n}")
         n += 1
-    result.put((n, start, time.perf_counter()))
+
+    if mode == "loop":
+        for seq, _, view in consumer:
+            check(seq, view)
+    elif mode == "asyncio":
+        async def run():
+            async for seq, _, view in consumer:
+                check(seq, view)
+        asyncio.run(run())
+    else:  # executor
+        async def run():
+            loop = asyncio.get_running_loop()
+            while True:
+                try:
+                    seq, _, view = await loop.run_in_executor(None, consumer.next)
+                except shmbus.EndOfStream:
+                    return
+                check(seq, view)
+        asyncio.run(run())
+    result.put((n, None, time.perf_counter()))
 
 
 def shmbus_produce(name, count, size):
@@ -56,12 +79,12 @@ def shmbus_produce(name, count, size):
     producer.close()
 
 
-def run_shmbus(count, size, cpp_producer=None):
+def run_shmbus(count, size, cpp_producer=None, mode="loop"):
     name = f"pybench-{os.getpid()}"
     shmbus.Bus.remove(name)
     shmbus.Bus.create(name, capacity=65536, record_size=max(64, (size + 24 + 63) // 64 * 64))
     ready, result = mp.Event(), mp.Queue()
-    c = mp.Process(target=shmbus_consume, args=(name, count, ready, result))
+    c = mp.Process(target=shmbus_consume, args=(name, count, ready, result, mode))
     c.start()
     ready.wait(10)
     t0 = time.perf_counter()
@@ -171,10 +194,15 @@ def main():
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--producer", help="shmbus-producer, for the C++ -> Python row")
+    ap.add_argument("--executor-count", type=int, default=20_000,
+                    help="messages for the run_in_executor row (thousands per second: fewer, same rate)")
     a = ap.parse_args()
     rows = {"shmbus, Python -> Python": lambda: run_shmbus(a.count, a.size)}
     if a.producer:
         rows["shmbus, C++ -> Python"] = lambda: run_shmbus(a.count, a.size, a.producer)
+    rows["shmbus, Python -> Python, asyncio `async for`"] = lambda: run_shmbus(a.count, a.size, mode="asyncio")
+    rows["shmbus, Python -> Python, asyncio + run_in_executor(next)"] = lambda: run_shmbus(
+        a.executor_count, a.size, mode="executor")
     rows["shared_memory + Queue of slot numbers"] = lambda: run_shm_queue(a.count, a.size)
     rows["multiprocessing.Queue of bytes"] = lambda: run_queue(a.count, a.size)
     results = {k: [] for k in rows}

@@ -56,11 +56,11 @@ async def _consumer_next_async(self: "Consumer", timeout: _Optional[float] = Non
     loop = _asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     while True:
+        m = self.next(0)
+        if m is not None:
+            return m
         if self.has_news():
-            m = self.next(0)
-            if m is not None:
-                return m
-            continue  # a loss or a corrupt record, counted: look again
+            continue  # news since next() looked: read it
         left = None if deadline is None else deadline - loop.time()
         if left is not None and left <= 0:
             return None

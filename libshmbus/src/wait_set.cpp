@@ -25,6 +25,7 @@
 #include "shmbus/wait_set.hpp"
 
 #include <linux/futex.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -51,6 +52,11 @@ namespace shmbus {
 namespace {
 
 using detail::ConsumerWatch;
+
+// Forks seen by this process: a set whose thread was started before a fork
+// has no thread in the child (only the forking thread survives a fork).
+std::atomic<unsigned> g_forks{0};
+void count_fork() noexcept { g_forks.fetch_add(1, std::memory_order_relaxed); }
 
 void wake_private(std::atomic<std::uint32_t>* word) noexcept {
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
@@ -127,7 +133,8 @@ struct WaitSet::Impl {
 
   // fd(): the thread's side. Under `mu`: armed, stop, busy, snap_epoch, watches.
   int efd = -1;
-  std::thread thread;
+  std::unique_ptr<std::thread> thread;
+  unsigned born = 0;  // g_forks when the thread started
   std::mutex mu;
   std::condition_variable cv;
   std::atomic<std::uint32_t> epoch{0};  // moves on every change (see the top)
@@ -140,14 +147,20 @@ struct WaitSet::Impl {
   explicit Impl(const WaitOptions& o) : opt(o) {}
 
   ~Impl() {
-    if (!thread.joinable()) return;
+    if (!thread) return;
+    if (born != g_forks.load(std::memory_order_relaxed)) {
+      // A copy in a forked child: the thread is not here to stop or join.
+      (void)thread.release();
+      ::close(efd);
+      return;
+    }
     {
       std::lock_guard<std::mutex> l(mu);
       stop = true;
       epoch.fetch_add(1, std::memory_order_release);
     }
     wake_private(&epoch);
-    thread.join();
+    thread->join();
     ::close(efd);
   }
 
@@ -308,8 +321,11 @@ int WaitSet::fd() {
   if (s.efd >= 0) return s.efd;
   s.efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s.efd < 0) throw Error(Errc::system, std::string("wait set: eventfd: ") + std::strerror(errno));
+  static const int atfork = ::pthread_atfork(nullptr, nullptr, count_fork);
+  (void)atfork;
   try {
-    s.thread = std::thread([&s] { s.run(); });
+    s.born = g_forks.load(std::memory_order_relaxed);
+    s.thread = std::make_unique<std::thread>([&s] { s.run(); });
   } catch (...) {
     ::close(s.efd);
     s.efd = -1;

@@ -210,6 +210,32 @@ TEST(WaitSet, RefusesAMemberTwiceAndMoreThanItHolds) {
   EXPECT_TRUE(set.wait(1s).empty()) << "an empty set has nothing to wait for";
 }
 
+// A child forked after the set's thread started has no such thread: its
+// copy of the set goes without waiting for it.
+TEST(WaitSet, ACopyInAForkedChildIsDestroyedWithoutItsThread) {
+  Buses b(1);
+  auto set = std::make_unique<WaitSet>();
+  set->add(*b.consumers[0]);
+  (void)set->fd();
+  EXPECT_TRUE(set->wait(0ns).empty());  // the thread watches
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    set.reset();
+    ::_exit(0);
+  }
+  int status = 0;
+  for (int i = 0; i < 500 && ::waitpid(child, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(10ms);
+  if (::waitpid(child, &status, WNOHANG) == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    FAIL() << "the child hung destroying its copy of the set";
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ASSERT_TRUE(b.producers[0]->publish(bytes("parent")));
+  EXPECT_TRUE(readable(set->fd(), 5000)) << "the parent's set still works";
+}
+
 // A producer process publishing to three buses in turns; one thread reads
 // them all through the descriptor: every message, in order, per bus.
 TEST(WaitSet, OneThreadReadsThreeBusesOfAnotherProcessInOrder) {

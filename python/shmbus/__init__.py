@@ -60,7 +60,10 @@ async def _consumer_next_async(self: "Consumer", timeout: _Optional[float] = Non
         if m is not None:
             return m
         if self.has_news():
-            continue  # news since next() looked: read it
+            # News next() did not take (a record being written): let the
+            # loop run before looking again.
+            await _asyncio.sleep(0)
+            continue
         left = None if deadline is None else deadline - loop.time()
         if left is not None and left <= 0:
             return None
@@ -86,6 +89,8 @@ async def _wait_set_wait_async(self: "WaitSet", timeout: _Optional[float] = None
     while True:
         ready = self.wait(0)
         if ready:
+            # Other tasks run between two waits even while news keeps coming.
+            await _asyncio.sleep(0)
             return ready
         left = None if deadline is None else deadline - loop.time()
         if left is not None and left <= 0:

@@ -584,7 +584,12 @@ struct Consumer::Impl : detail::Attachment {
     } else if (checked || ring.span_mark(c) != detail::RecordRing::Mark::earlier) {
       return true;  // lapped, or a tag no lap explains (not_committed() says which)
     }
-    return !eos_reported && end_of_stream(probe);
+    if (!eos_reported && end_of_stream(probe)) return true;
+    // Nothing to read: the caller is about to wait (keep_from is unset
+    // between calls), and the producer may be waiting for the records we
+    // hold, as before any wait (read_one()).
+    release();
+    return false;
   }
 
   detail::ConsumerWatch watch() noexcept {
@@ -645,11 +650,14 @@ struct Consumer::Impl : detail::Attachment {
         case detail::Waiter::Phase::sleep: {
           // Dekker with the producer: we arm data_armed, then
           // heavy_barrier() and re-check the record; it stores the tag, then
-          // loads data_armed. data_sleepers only counts us for the inspector.
+          // loads data_armed. data_sleepers only counts sleepers for the inspector.
           // slot->sleeping records that we hold one count of data_sleepers, so a
           // reclaimer can give it back if we die asleep (see reclaim_if_dead).
+          // Whoever sets the flag owns the count: a WaitSet's thread may
+          // have set it for us already (wait_set.cpp, arm()).
           h->data_sleepers.fetch_add(1, std::memory_order_acq_rel);
-          slot->sleeping.store(1, std::memory_order_relaxed);
+          if (slot->sleeping.exchange(1, std::memory_order_acq_rel) != 0)
+            h->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
           h->data_armed.store(1, std::memory_order_relaxed);
           const std::uint32_t seen = h->data_futex.load(std::memory_order_acquire);
           const bool barrier_ok = detail::heavy_barrier();

@@ -89,8 +89,10 @@ void futex_wait_any(std::atomic<std::uint32_t>* const* words, const std::uint32_
       tp = &ts;
     }
     if (::syscall(SYS_futex_waitv, w.data(), static_cast<unsigned>(n), 0u, tp, CLOCK_MONOTONIC) >= 0 ||
-        errno != ENOSYS)
+        errno == EAGAIN || errno == ETIMEDOUT || errno == EINTR)
       return;
+    // ENOSYS (before Linux 5.16), or EPERM from a seccomp profile that
+    // does not know the call: never ask again.
     missing.store(true, std::memory_order_relaxed);
   }
 #endif

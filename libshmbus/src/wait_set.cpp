@@ -190,6 +190,14 @@ struct WaitSet::Impl {
     // Release: the thread, woken by the change, sees the new watches (it also takes mu).
     epoch.fetch_add(1, std::memory_order_release);
     wake_private(&epoch);
+    // A watch fires on a change after it was taken; news that came between
+    // collect() and the watch (a lap: the tag it saw is a later one already)
+    // would not change the word again for a ring. Judged here, exactly.
+    for (Consumer* c : members)
+      if (detail::ConsumerAccess::has_news(*c, false)) {
+        signal();
+        break;
+      }
   }
 
   void run() noexcept {
@@ -282,6 +290,7 @@ void WaitSet::remove(Consumer& consumer) noexcept {
   std::erase_if(s.watches, [&](const auto& cw) { return cw.first == &consumer; });
   const std::uint32_t changed = s.epoch.fetch_add(1, std::memory_order_release) + 1;
   wake_private(&s.epoch);
+  if (s.born != g_forks.load(std::memory_order_relaxed)) return;  // a forked child: no thread here
   // Until the thread holds no copy older than this change.
   s.cv.wait(l, [&] { return !s.busy || static_cast<std::int32_t>(s.snap_epoch - changed) >= 0; });
 }

@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -208,6 +210,53 @@ TEST(WaitSet, RefusesAMemberTwiceAndMoreThanItHolds) {
   set.remove(*b.consumers[0]);  // not a member: nothing
   EXPECT_EQ(set.size(), 0u);
   EXPECT_TRUE(set.wait(1s).empty()) << "an empty set has nothing to wait for";
+}
+
+// A batch can end with the cursor published short of where the consumer is
+// (crossing a gap after a message in hand stops at that message). Waiting
+// in a set must publish it, as every consumer's wait does, or a producer
+// waiting for those records and the set waiting for the producer never
+// meet.
+TEST(WaitSet, WaitingPublishesTheCursorAProducerWaitsFor) {
+  Buses b(1);
+  Consumer& c = *b.consumers[0];
+  Producer& p = *b.producers[0];
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(p.publish(bytes("x")));
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(c.next(1s).status, ReadStatus::message);
+  ASSERT_EQ(c.next(0ns).status, ReadStatus::timeout);  // cursor 20 published
+  ASSERT_TRUE(p.publish(bytes("20")));
+  ASSERT_TRUE(p.skip_to(80, 1s));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(p.publish(bytes("8x"), 1s));  // 80..83: the ring is full from 20
+  std::array<Message, 64> out;
+  PollResult pr;
+  ASSERT_EQ(c.read_batch(out, pr, 0ns).size(), 5u);  // 20, then 80..83 after the gap
+  WaitSet set;
+  set.add(c);
+  std::atomic<bool> published{false};
+  std::thread producer([&] { published = static_cast<bool>(p.publish(bytes("84"), 5s)); });
+  const auto ready = set.wait(5s);
+  producer.join();
+  EXPECT_TRUE(published) << "the producer waited for a cursor the set's wait never published";
+  ASSERT_EQ(ready.size(), 1u);
+  const ReadResult r = c.next(0ns);
+  ASSERT_EQ(r.status, ReadStatus::message);
+  EXPECT_EQ(r.message.seq, 84u);
+}
+
+// A consumer asleep in next() while the set's thread has armed its slot:
+// the inspector's count of sleepers comes back to zero.
+TEST(WaitSet, SleepersAreCountedOnceWhenAConsumerAndTheSetSleepOnOneSlot) {
+  Buses b(1);
+  {
+    WaitSet set;
+    set.add(*b.consumers[0]);
+    const int fd = set.fd();
+    EXPECT_TRUE(set.wait(0ns).empty());  // the thread arms the slot
+    std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(b.consumers[0]->next(30ms).status, ReadStatus::timeout);  // and so does next()
+    (void)fd;
+  }
+  EXPECT_EQ(Inspector::open(*b.names[0]).snapshot().counters.data_sleepers, 0u);
 }
 
 // A child forked after the set's thread started has no such thread: its

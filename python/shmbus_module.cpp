@@ -442,7 +442,11 @@ struct PyWaitSet;
 
 struct PyConsumer {
   explicit PyConsumer(const shmbus::Bus& b) : bus(b) {}
-  ~PyConsumer() { leave_sets(); }
+  ~PyConsumer() {
+    own_set.reset();
+    for (PyWaitSet* set : std::vector<PyWaitSet*>(sets)) set_dropped(set);
+  }
+  void set_dropped(PyWaitSet* set) noexcept;
   std::optional<shmbus::Consumer> consumer;
   shmbus::Bus bus;
   ViewSlot view;
@@ -460,7 +464,7 @@ struct PyConsumer {
   // fileno(): a wait set of this consumer alone, made on first use.
   std::unique_ptr<shmbus::WaitSet> own_set;
   std::vector<PyWaitSet*> sets;  // the WaitSets it is a member of
-  void leave_sets() noexcept;
+  void leave_sets();
 
   // The descriptor of own_set: readable once news may have come.
   int fileno() {
@@ -637,12 +641,18 @@ struct PyConsumer {
 
 // Waits on many consumers from one thread: wait(), or fileno() for an event
 // loop. Holds its members (they stay alive while in it); a member closed
-// leaves it.
+// leaves it. While wait() waits (the GIL released), its members count as
+// in use by that thread: next() from another thread raises, and close()
+// from another thread (the usual shutdown) makes the wait return within
+// one slice and closes the consumer there, as it does a waiting next().
+// Changing the set from another thread waits for the wait to return.
 struct PyWaitSet {
   shmbus::WaitSet set;
   std::vector<std::pair<PyConsumer*, py::object>> members;
   unsigned born = g_forks;
   bool busy = false;
+  bool changing = false;  // another thread waits to change the set: wait() returns
+  std::thread::id waiter;
   bool closed = false;
 
   shmbus::WaitSet& get() {
@@ -650,16 +660,30 @@ struct PyWaitSet {
     if (closed) throw py::value_error("the wait set is closed");
     return set;
   }
+  // Until no wait() runs on another thread (the GIL released meanwhile).
+  void quiesce() {
+    if (!busy) return;
+    if (waiter == std::this_thread::get_id())
+      throw std::runtime_error("the wait set is changed from inside its own wait()");
+    changing = true;
+    while (busy) {
+      py::gil_scoped_release unlocked;
+      std::this_thread::sleep_for(1ms);
+    }
+    changing = false;
+  }
   void add(py::object obj) {
     PyConsumer& c = obj.cast<PyConsumer&>();
     shmbus::WaitSet& s = get();
+    quiesce();
     s.add(c.get());
     c.sets.push_back(this);
     members.emplace_back(&c, std::move(obj));
   }
   // Without the Python object (the consumer is going).
-  void forget(PyConsumer& c) noexcept {
+  void forget(PyConsumer& c) {
     if (!c.consumer) return;
+    if (born == g_forks) quiesce();
     set.remove(*c.consumer);
     std::erase(c.sets, this);
     for (auto it = members.begin(); it != members.end(); ++it)
@@ -674,8 +698,32 @@ struct PyWaitSet {
     forget(c);
   }
   py::list wait(std::optional<double> timeout) {
+    // Another thread waits to change the set: let it, first.
+    while (changing && !busy) {
+      py::gil_scoped_release unlocked;
+      std::this_thread::sleep_for(1ms);
+    }
     Busy b(busy, "WaitSet");
     shmbus::WaitSet& s = get();
+    waiter = std::this_thread::get_id();
+    // The members are ours while we wait (see above).
+    std::vector<PyConsumer*> held;
+    struct Unhold {
+      std::vector<PyConsumer*>& held;
+      ~Unhold() {
+        for (PyConsumer* pc : held) pc->busy = false;
+      }
+    } unhold{held};
+    for (const auto& [pc, obj] : members) {
+      pc->get();
+      if (pc->busy) throw std::runtime_error("bus '" + pc->bus.name() + "': Consumer is in use by another thread");
+      pc->busy = true;
+      pc->waiter = waiter;
+      held.push_back(pc);
+    }
+    auto closing = [&] {
+      return std::any_of(held.begin(), held.end(), [](const PyConsumer* pc) { return pc->closing; });
+    };
     std::span<shmbus::Consumer* const> ready;
     wait_interruptibly<bool>(
         to_timeout(timeout),
@@ -683,15 +731,25 @@ struct PyWaitSet {
           ready = s.wait(w);
           return true;
         },
-        [&](bool) { return ready.empty(); });
+        [&](bool) { return ready.empty() && !changing && !closing(); });
     py::list out;
     for (shmbus::Consumer* c : ready)
       for (const auto& [pc, obj] : members)
-        if (pc->consumer && &*pc->consumer == c) out.append(obj);
+        if (!pc->closing && pc->consumer && &*pc->consumer == c) out.append(obj);
+    for (PyConsumer* pc : held) pc->busy = false;
+    held.clear();
+    // Closed from another thread while we waited: closed here, from the
+    // thread that waited (which also takes it out of the set).
+    std::vector<PyConsumer*> to_close;
+    for (const auto& [pc, obj] : members)
+      if (pc->closing) to_close.push_back(pc);
+    busy = false;  // forget() below must not wait for ourselves
+    for (PyConsumer* pc : to_close) pc->release();
     return out;
   }
   void close() {
     if (closed) return;
+    if (born == g_forks) quiesce();
     while (!members.empty()) forget(*members.back().first);
     closed = true;
   }
@@ -703,7 +761,14 @@ struct PyWaitSet {
   }
 };
 
-void PyConsumer::leave_sets() noexcept {
+// Destroyed while still in a set (only a set that is itself going holds no
+// reference to it): out of the C++ set without waiting on anyone.
+void PyConsumer::set_dropped(PyWaitSet* set) noexcept {
+  if (consumer) set->set.remove(*consumer);
+  std::erase(sets, set);
+}
+
+void PyConsumer::leave_sets() {
   own_set.reset();
   while (!sets.empty()) sets.back()->forget(*this);
 }

@@ -205,3 +205,34 @@ def test_a_consumer_closed_while_in_a_wait_set_leaves_it(names):
     assert "closed" in repr(ws)
     with pytest.raises(ValueError):
         ws.wait(0)
+
+
+def test_a_wait_set_waiting_in_one_thread_while_another_closes_and_removes(names):
+    buses = [shmbus.Bus.create(n, capacity=64, record_size=64) for n in names[:3]]
+    a, b, c = (shmbus.Consumer(bus) for bus in buses)
+    ws = shmbus.WaitSet()
+    for x in (a, b, c):
+        ws.add(x)
+    results = []
+
+    def waiter():
+        for _ in range(3):
+            results.append(ws.wait(5))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.2)
+    with pytest.raises(RuntimeError, match="in use by another thread"):
+        a.next(0)  # the waiting thread holds it
+    started = time.monotonic()
+    a.close()  # the usual shutdown: the wait returns and closes it
+    assert time.monotonic() - started < 2
+    assert "closed" in repr(a)
+    time.sleep(0.2)
+    ws.remove(b)  # waits for the wait to return
+    assert len(ws) == 1
+    with shmbus.Producer(buses[2]) as p:
+        p.publish(b"c")
+    t.join(10)
+    assert not t.is_alive()
+    assert results[-1] == [c], results

@@ -365,7 +365,16 @@ std::vector<Problem> Inspector::check() const {
     const std::uint64_t h1 = h.head.load(std::memory_order_acquire);
     const std::string where_slot = "slot " + std::to_string(i);
     if (t == 0) {
-      if (h0 > i) add("record (" + where_slot + ")", "never committed, but head " + std::to_string(h0) + " is past it");
+      // A takeover clears the commit marks inside the span its predecessor
+      // died writing (from head on, and from the next lap's start when
+      // that span followed padding): those slots stay unmarked until a
+      // producer gets there. Anywhere else, a slot head has passed was written.
+      const std::uint64_t next_here = h0 + ((i - h0) & (cap - 1));  // the slot's next position from head
+      const std::uint64_t next_lap = (h0 | (cap - 1)) + 1;
+      const bool cleared = next_here - h0 < ring.max_span() ||
+                           (next_here >= next_lap && next_here - next_lap < ring.max_span());
+      if (h0 > i && !cleared)
+        add("record (" + where_slot + ")", "never committed, but head " + std::to_string(h0) + " is past it");
       continue;
     }
     const bool busy = detail::is_busy(t);

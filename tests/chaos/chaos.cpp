@@ -565,10 +565,18 @@ class Round {
     }
     if (policy_ == shmbus::Policy::block) {
       // The producer fills the ring and waits, naming the stopped reader.
+      // Only a ring full up to the stopped reader's cursor holds it: a wait
+      // seen earlier may be one on readers' lazily published cursors that
+      // is about to end (the producer not yet run on a busy machine).
+      constexpr std::uint64_t longest = 3;  // records of the longest message (see the top)
       shmbus::Snapshot s;
       for (;;) {
         s = inspector_->snapshot();
-        if (s.producer.waiting_for_space && s.producer.blocked_on_slot == slot) break;
+        const auto held = std::find_if(s.readers.begin(), s.readers.end(),
+                                       [&](const shmbus::ReaderView& r) { return r.slot == slot; });
+        if (s.producer.waiting_for_space && s.producer.blocked_on_slot == slot && held != s.readers.end() &&
+            s.head + longest > held->cursor + o_.capacity)
+          break;
         if (Clock::now() >= deadline) {
           ok = fail("the producer is not held back by the stopped reader in slot " + std::to_string(slot));
           break;

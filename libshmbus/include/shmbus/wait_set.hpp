@@ -39,9 +39,10 @@ class WaitSet {
   WaitSet& operator=(const WaitSet&) = delete;
 
   // A consumer joins the set (Errc::invalid_options if it is a member
-  // already or the set is full). It must stay alive, and its messages be
-  // read from one thread at a time, while it is a member: remove() it
-  // before destroying it.
+  // already or the set is full). While it is a member it must stay alive
+  // and where it is (not moved from), and be read from the thread that
+  // calls wait(): remove() it before destroying it. An empty set's wait()
+  // returns at once.
   void add(Consumer& consumer);
   // Leaves the set (nothing if it is not a member). Returns once the set's
   // own thread (see fd()) no longer looks at it.

@@ -685,6 +685,7 @@ struct PyWaitSet {
     if (!c.consumer) return;
     if (born == g_forks) quiesce();
     set.remove(*c.consumer);
+    set.notify();  // an event loop watching the set looks again
     std::erase(c.sets, this);
     for (auto it = members.begin(); it != members.end(); ++it)
       if (it->first == &c) {
@@ -752,6 +753,7 @@ struct PyWaitSet {
     if (born == g_forks) quiesce();
     while (!members.empty()) forget(*members.back().first);
     closed = true;
+    set.notify();  // a loop watching it wakes, and finds it closed
   }
   ~PyWaitSet() {
     for (auto& [pc, obj] : members) {
@@ -769,7 +771,12 @@ void PyConsumer::set_dropped(PyWaitSet* set) noexcept {
 }
 
 void PyConsumer::leave_sets() {
-  own_set.reset();
+  if (own_set && consumer) {
+    // Its descriptor stays open (an event loop may watch it) and wakes
+    // whoever watches: the next look finds the consumer closed.
+    own_set->remove(*consumer);
+    own_set->notify();
+  }
   while (!sets.empty()) sets.back()->forget(*this);
 }
 

@@ -325,6 +325,10 @@ std::span<Consumer* const> WaitSet::wait(std::chrono::nanoseconds timeout) {
   return {s.ready.data(), s.ready.size()};
 }
 
+void WaitSet::notify() noexcept {
+  if (impl_->efd >= 0) impl_->signal();
+}
+
 int WaitSet::fd() {
   Impl& s = *impl_;
   if (s.efd >= 0) return s.efd;

@@ -88,6 +88,8 @@ async def _wait_set_wait_async(self: "WaitSet", timeout: _Optional[float] = None
     deadline = None if timeout is None else loop.time() + timeout
     while True:
         ready = self.wait(0)
+        if not ready and len(self) == 0:
+            return []  # nothing left to wait for (every member closed or removed)
         if ready:
             # Other tasks run between two waits even while news keeps coming.
             await _asyncio.sleep(0)

@@ -141,7 +141,8 @@ class Producer:
         into the next record, or the records it takes if longer than
         Bus.max_payload; returns its sequence number. ValueError if too large
         (naming both sizes), TimeoutError if a block bus stays full for
-        `timeout` seconds."""
+        `timeout` seconds, RuntimeError once the producer is closed (also by
+        Bus.remove())."""
     def publish_batch(self, items: Sequence[Buffer], timeout: Optional[float] = None) -> int:
         """Publishes the buffers in order, with one head update and wake-up
         check per run that fits; returns how many went out: all, or fewer if
@@ -151,7 +152,8 @@ class Producer:
         """publish() without blocking the event loop: while a block bus is
         full, other tasks run and it looks again (from every 50 us up to
         every 5 ms). TimeoutError after `timeout` seconds; cancelled or
-        timed out, nothing was published."""
+        timed out, nothing was published. With room, it publishes at once
+        without letting other tasks run first."""
     def claim(self, size: int, timeout: Optional[float] = None) -> memoryview:
         """The next record's payload, writable in place, `size` bytes (up to
         Bus.max_message: one contiguous view over the records a longer one
@@ -216,12 +218,13 @@ class Consumer:
         after the next call (one copy per message). Without it a payload and
         anything made from it are valid until the next call only."""
     @overload
-    def next(self, timeout: None = None) -> Message: ...
+    def next(self, timeout: None = None) -> Message:
+        """The next message, or None after `timeout` seconds with nothing new.
+        Raises EndOfStream; RuntimeError once the consumer is closed (also
+        when close() from another thread ends a wait). Releases the previous
+        message's view."""
     @overload
     def next(self, timeout: float) -> Optional[Message]: ...
-    def next(self, timeout: Optional[float] = None) -> Optional[Message]:
-        """The next message, or None after `timeout` seconds with nothing new.
-        Raises EndOfStream. Releases the previous message's view."""
     def read_batch(self, max: int = 256, timeout: Optional[float] = None) -> List[Message]:
         """Up to `max` (at most 4096) messages available now, waiting up to
         `timeout` for the first (an empty list after it). Their views are valid until the next
@@ -232,15 +235,22 @@ class Consumer:
     def __next__(self) -> Message: ...
     async def next_async(self, timeout: Optional[float] = None) -> Optional[Message]:
         """Awaits the next Message without blocking the event loop; None after
-        `timeout` seconds with nothing new; raises EndOfStream. Cancelling
-        it (asyncio.wait_for, a task cancelled) loses no message."""
+        `timeout` seconds with nothing new; raises EndOfStream, and
+        RuntimeError once the consumer is closed (close() from any thread
+        wakes it). Cancelling it (asyncio.wait_for, a task cancelled) loses
+        no message. A message already there is returned at once, without
+        letting other tasks run first (as asyncio.Queue.get does): a loop
+        that must share its thread fairly awaits asyncio.sleep(0) now and
+        then."""
     def __aiter__(self) -> Consumer: ...
     async def __anext__(self) -> Message: ...
     def fileno(self) -> int:
         """A descriptor for select/poll/epoll or loop.add_reader(): readable
         once next() may have news. It stays readable while there is news and
-        goes quiet after a has_news() that finds none. Owned by the consumer
-        (closed with it)."""
+        goes quiet only after a has_news() that finds none: drain with
+        next(0), then call has_news() before waiting on it again (a loop
+        that only calls next(0) finds it readable every time). Owned by the
+        consumer; close() makes it readable once, to wake a watcher."""
     def has_news(self) -> bool:
         """True if next(0) has something to say: a message, a loss, the end
         of the stream. If not, fileno() goes quiet until there may be."""
@@ -289,10 +299,13 @@ class WaitSet:
     def wait(self, timeout: Optional[float] = None) -> List[Consumer]:
         """The members with news (a message, a loss, the end of the stream),
         in the order they were added, waiting up to `timeout` seconds (0:
-        just look); an empty list after the timeout. A member is returned
-        until its news is read (next(0) until it returns None)."""
+        just look); an empty list after the timeout, or at once when another
+        thread closes a member or changes the set meanwhile. A member is
+        returned until its news is read (next(0) until it returns None)."""
     async def wait_async(self, timeout: Optional[float] = None) -> List[Consumer]:
-        """wait() without blocking the event loop; an empty list after `timeout` seconds."""
+        """wait() without blocking the event loop; an empty list after
+        `timeout` seconds, or once the set has no members left (a member
+        closed leaves it); ValueError once the set is closed."""
     def fileno(self) -> int:
         """A descriptor for an event loop: readable once a member may have
         news; then call wait(0), which keeps it readable while it returns

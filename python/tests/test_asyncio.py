@@ -236,3 +236,47 @@ def test_a_wait_set_waiting_in_one_thread_while_another_closes_and_removes(names
     t.join(10)
     assert not t.is_alive()
     assert results[-1] == [c], results
+
+
+@pytest.mark.parametrize("how", ["next_async", "async_for", "wait_async"])
+@pytest.mark.parametrize("closer", ["loop", "thread"])
+def test_closing_a_consumer_wakes_an_await_on_it(names, how, closer):
+    bus = shmbus.Bus.create(names[0], capacity=64, record_size=64)
+    c = shmbus.Consumer(bus)
+    ws = shmbus.WaitSet()
+    ws.add(c)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        if closer == "loop":
+            loop.call_later(0.2, c.close)
+        else:
+            threading.Timer(0.2, c.close).start()
+        started = loop.time()
+        if how == "wait_async":
+            assert await ws.wait_async() == []  # its only member left
+        else:
+            with pytest.raises(RuntimeError, match="closed"):
+                if how == "next_async":
+                    await c.next_async()
+                else:
+                    async for _ in c:
+                        pass
+        return loop.time() - started
+
+    took = asyncio.run(asyncio.wait_for(main(), 10))
+    assert took < 2
+
+
+def test_closing_a_wait_set_wakes_an_await_on_it(names):
+    bus = shmbus.Bus.create(names[0], capacity=64, record_size=64)
+    c = shmbus.Consumer(bus)
+    ws = shmbus.WaitSet()
+    ws.add(c)
+
+    async def main():
+        asyncio.get_running_loop().call_later(0.2, ws.close)
+        with pytest.raises(ValueError, match="closed"):
+            await ws.wait_async()
+
+    asyncio.run(asyncio.wait_for(main(), 10))

@@ -976,3 +976,19 @@ def test_a_snapshot_shows_the_exact_cursor_of_a_reader_that_waits(name):
     assert len(consumer.read_batch(timeout=1.0)) == 40
     assert consumer.next(0) is None
     assert shown() == (50, 50, 0)
+
+
+def test_the_stubs_pass_mypy_strict_themselves(tmp_path):
+    """An installed package's stub errors are hidden from its users' mypy
+    runs (site-packages): check the stub as a package of its own."""
+    import shutil
+    mypy = shutil.which("mypy")
+    if mypy is None:
+        pytest.skip("mypy is not installed (scripts/install-deps.sh installs it)")
+    pkg = tmp_path / "shmbus"
+    pkg.mkdir()
+    shutil.copy(os.path.join(os.path.dirname(shmbus.__file__), "__init__.pyi"), pkg / "__init__.pyi")
+    (pkg / "py.typed").write_text("")
+    checked = subprocess.run([mypy, "--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"),
+                              "-p", "shmbus"], cwd=tmp_path, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

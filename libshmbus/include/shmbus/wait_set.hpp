@@ -65,6 +65,10 @@ class WaitSet {
   // Owned by the set (do not close it).
   int fd();
 
+  // Makes fd() readable now (once it exists), from any thread: wakes a loop
+  // that watches it, whose wait(0ns) then says what there is.
+  void notify() noexcept;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

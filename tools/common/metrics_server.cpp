@@ -10,6 +10,8 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include <pthread.h>
+
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -226,7 +228,15 @@ void MetricsServer::run_until_signal(const std::function<void()>& ready) {
 }
 
 void MetricsServer::start() {
+  // SIGINT and SIGTERM go to the program's other threads: a stop signal
+  // must interrupt what they block in, not the server's wait.
+  sigset_t stop_signals, before;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &before);
   impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
 }
 
 std::uint64_t MetricsServer::served() const noexcept { return impl_->served.load(std::memory_order_relaxed); }

@@ -19,6 +19,8 @@ std::string serve_metrics(const ServeStats& s, const ServeOptions& o) {
   MetricFamily bytes{"shmbus_bridge_bytes_sent", "counter", "Bytes written to subscribers' sockets", {}};
   MetricFamily dropped{"shmbus_bridge_messages_dropped", "counter",
                        "Messages subscribers were told they lost (loss frames)", {}};
+  MetricFamily queued{"shmbus_bridge_queued_bytes", "gauge",
+                      "Bytes encoded for subscribers and not yet written to their sockets (all subscribers)", {}};
   MetricFamily closed{"shmbus_bridge_connections_closed", "counter",
                       "Connections closed, by reason: slow (lapped), idle, protocol, handshake (failed or "
                       "timed out), refused (limits), tls, peer (the subscriber left), end (end of stream)",
@@ -29,6 +31,7 @@ std::string serve_metrics(const ServeStats& s, const ServeOptions& o) {
   messages.sample(bus, static_cast<double>(s.messages));
   bytes.sample(bus, static_cast<double>(s.bytes));
   dropped.sample(bus, static_cast<double>(s.dropped));
+  queued.sample(bus, static_cast<double>(s.queued_bytes));
   const std::pair<const char*, std::uint64_t> reasons[] = {
       {"slow", s.closed_slow},         {"idle", s.closed_idle},         {"protocol", s.closed_protocol},
       {"handshake", s.closed_handshake}, {"refused", s.closed_refused}, {"tls", s.closed_tls},
@@ -36,7 +39,7 @@ std::string serve_metrics(const ServeStats& s, const ServeOptions& o) {
   for (const auto& [reason, n] : reasons) {
     closed.sample(fmt::format("{},reason=\"{}\"", bus, reason), static_cast<double>(n));
   }
-  return tools::render_families({&subscribers, &max_subscribers, &accepted, &messages, &bytes, &dropped, &closed});
+  return tools::render_families({&subscribers, &max_subscribers, &accepted, &messages, &bytes, &dropped, &queued, &closed});
 }
 
 std::string mirror_metrics(const MirrorStats& s, const MirrorOptions& o) {

@@ -264,6 +264,7 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
           continue;
         }
         if (ai->delivered > 1) ++st.redelivered;
+        st.pending = ai->pending;
         const char* seq_value = nullptr;
         natsMsgHeader_Get(m, kSeqHeader, &seq_value);
         const std::optional<std::uint64_t> seq = parse_seq(seq_value);

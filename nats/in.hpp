@@ -44,6 +44,8 @@ struct InStats {
   double seconds = 0;
   std::string end;
   std::uint64_t bytes = 0;             // payload bytes published
+  std::uint64_t pending = 0;           // messages left for the durable after the last one fetched (the
+                                       // server's count in that delivery): how far `in` is behind
   std::uint64_t largest = 0;           // the largest message fetched, payload bytes
   std::uint64_t max_message = 0;       // the largest the bus takes (BusInfo::max_message)
   bool connected = false;              // connected to the NATS server now

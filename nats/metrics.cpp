@@ -82,6 +82,9 @@ std::string in_metrics(const InStats& s, const InOptions& o) {
   e.add("shmbus_nats_in_rewinds", "counter", "Times the durable was recreated after a reconnect or a failed fetch",
         d(s.rewinds));
   e.add("shmbus_nats_in_reconnects", "counter", "Reconnections to the NATS server", d(s.reconnects));
+  e.add("shmbus_nats_in_pending_messages", "gauge",
+        "Messages the stream held for the durable after the last one fetched (the server's count): the lag",
+        d(s.pending));
   e.add("shmbus_nats_in_next_seq", "gauge", "The bus's next sequence", d(s.next_seq));
   e.add("shmbus_nats_in_largest_message_bytes", "gauge", "The largest message fetched so far, payload bytes",
         d(s.largest));

@@ -186,6 +186,7 @@ def test_bridge_serve_and_mirror_export_their_counters_during_a_transfer(procs):
     assert s["shmbus_bridge_connections_accepted_total"] == 1
     assert s["shmbus_bridge_bytes_sent_total"] > COUNT * 100
     assert s["shmbus_bridge_messages_dropped_total"] == 0
+    assert s["shmbus_bridge_queued_bytes"] >= 0
 
     text = counters_reach(mirror_url, "shmbus_mirror_messages_received_total", COUNT)
     check_with_promtool(text)
@@ -265,6 +266,7 @@ def test_nats_out_and_in_export_their_counters_during_a_transfer(nats_server, pr
     assert s["shmbus_nats_in_bytes_published_total"] == COUNT * 100
     assert s["shmbus_nats_in_next_seq"] == COUNT
     assert s["shmbus_nats_in_invalid_messages_total"] == 0
+    assert s["shmbus_nats_in_pending_messages"] == 0  # caught up
     dribblers_do_not_stall(in_url)
 
 

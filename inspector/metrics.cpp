@@ -11,14 +11,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
-#include <chrono>
-#include <csignal>
 #include <cstdio>
-#include <memory>
 #include <optional>
 #include <span>
-#include <stdexcept>
+#include <string_view>
 
 #include "inspector/report.hpp"
 #include "shmbus/inspect.hpp"

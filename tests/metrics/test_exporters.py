@@ -125,6 +125,33 @@ def counters_reach(url, name, want):
     return last["text"]
 
 
+def scrapes_during(url, name, args):
+    """Runs the producer `args` and scrapes `name` until it has reached COUNT.
+    The values must never go down, and some scrape must see the transfer
+    in the middle."""
+    producer = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen = []
+    try:
+        text = counters_reach_seen(url, name, COUNT, seen)
+    finally:
+        producer.wait(timeout=10)
+    assert seen == sorted(seen), f"{name} went down: {seen}"
+    assert any(0 < v < COUNT for v in seen), f"no scrape during the transfer: {seen}"
+    return text
+
+
+def counters_reach_seen(url, name, want, seen):
+    last = {}
+
+    def reached():
+        text = scrape(url)
+        last["text"] = text
+        seen.append(samples(text).get(name, 0))
+        return seen[-1] >= want
+    assert wait_for(reached), f"{name} never reached {want}:\n{last.get('text')}"
+    return last["text"]
+
+
 def dribblers_do_not_stall(url):
     """Three clients send their request a byte at a time; scrapes are answered meanwhile."""
     port = int(re.search(r":(\d+)/", url).group(1))
@@ -178,9 +205,9 @@ def test_bridge_serve_and_mirror_export_their_counters_during_a_transfer(procs):
     counters_reach(mirror_url, "shmbus_mirror_connected", 1)
     counters_reach(serve_url, "shmbus_bridge_subscribers", 1)
 
-    subprocess.run([PRODUCER, source, "--count", str(COUNT), "--size", "100", "--keep-open"], check=True,
-                   capture_output=True)
-    text = counters_reach(serve_url, "shmbus_bridge_messages_sent_total", COUNT)
+    # 2000 messages in about half a second.
+    text = scrapes_during(serve_url, "shmbus_bridge_messages_sent_total",
+                          [PRODUCER, source, "--count", str(COUNT), "--size", "100", "--rate", "4000", "--keep-open"])
     check_with_promtool(text)
     s = samples(text)
     assert s["shmbus_bridge_connections_accepted_total"] == 1
@@ -242,9 +269,8 @@ def test_nats_out_and_in_export_their_counters_during_a_transfer(nats_server, pr
                           "--follow", "--metrics-listen", "127.0.0.1:0", "--stats-interval", "0"], "out")
     out_url = metrics_url(olog, out)
     counters_reach(out_url, "shmbus_nats_out_connected", 1)
-    subprocess.run([PRODUCER, source, "--count", str(COUNT), "--size", "100", "--keep-open"], check=True,
-                   capture_output=True)
-    text = counters_reach(out_url, "shmbus_nats_out_messages_acknowledged_total", COUNT)
+    text = scrapes_during(out_url, "shmbus_nats_out_messages_acknowledged_total",
+                          [PRODUCER, source, "--count", str(COUNT), "--size", "100", "--rate", "4000", "--keep-open"])
     check_with_promtool(text)
     s = samples(text)
     assert s["shmbus_nats_out_messages_published_total"] == COUNT

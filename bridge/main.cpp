@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <memory>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -15,9 +16,11 @@
 #include "bridge/client.hpp"
 #include "tools/common/duration.hpp"
 #include "bridge/log.hpp"
+#include "bridge/metrics.hpp"
 #include "bridge/mirror.hpp"
 #include "tools/common/choice.hpp"
 #include "tools/common/failure.hpp"
+#include "tools/common/metrics_server.hpp"
 #include "tools/common/open_bus.hpp"
 #include "tools/common/program.hpp"
 #include "tools/common/run_main.hpp"
@@ -72,6 +75,7 @@ struct ServeArgs {
   bool quiet = false;
   std::string tls_cert, tls_key;
   std::optional<std::string> wait_for_bus;
+  std::string metrics_listen;
   TrustArgs trust;
 };
 
@@ -116,8 +120,18 @@ struct MirrorArgs {
   std::string stats_interval = "10s";
   bool json = false;
   bool quiet = false;
+  std::string metrics_listen;
   TrustArgs trust;
 };
+
+// --metrics-listen: a Prometheus exporter on a thread of its own, or none.
+std::unique_ptr<MetricsServer> start_metrics(const std::string& listen, MetricsServer::Render render) {
+  if (listen.empty()) return nullptr;
+  auto server = std::make_unique<MetricsServer>(listen, "--metrics-listen", kProgram, std::move(render));
+  server->start();
+  log_always(fmt::format("serving metrics on {}", server->url()));
+  return server;
+}
 
 std::string mirror_stats_text(const MirrorStats& s) {
   return fmt::format("stats: connected={} connects={} failures={} messages={} gaps={} lost={} next_seq={}",
@@ -152,6 +166,9 @@ int mirror(const MirrorArgs& a) {
   set_quiet(a.quiet);
   if (!a.token_file.empty()) o.remote.token = read_token_file(a.token_file);
   install_stop_handlers();
+  Latest<MirrorStats> latest;
+  o.sample = [&latest](const MirrorStats& s) { latest.set(s); };
+  const auto metrics = start_metrics(a.metrics_listen, [&] { return mirror_metrics(latest.get(), o); });
   const bool json = a.json;
   // A line only when something changed since the last one (or since the
   // start): an idle mirror stays quiet.
@@ -203,6 +220,8 @@ int serve(const ServeArgs& a) {
                          a.wait_for_bus ? std::optional(parse_duration(*a.wait_for_bus)) : std::nullopt);
   log_line(fmt::format("serving bus '{}' on {}:{} (--slow {}{})", a.bus, o.host, server.port(),
                        choice_name(slow_names, a.slow), o.tls_cert.empty() ? "" : ", TLS"));
+  // Counters only (atomics): read from the exporter's own thread.
+  const auto metrics = start_metrics(a.metrics_listen, [&] { return serve_metrics(server.stats(), o); });
   const auto interval = parse_duration_ms(a.stats_interval);
   const bool json = a.json;
   if (interval.count() > 0) {
@@ -279,6 +298,9 @@ int main(int argc, char** argv) {
                  "Wait up to DURATION (or forever) for the bus to exist before serving; without it a "
                  "bus that does not exist (or is refused) fails at start")
       ->check(duration_validator());
+  s->add_option("--metrics-listen", sa.metrics_listen,
+                "HOST:PORT to serve Prometheus metrics on (GET /metrics; no authentication: keep it on "
+                "loopback or a private interface)");
   s->add_flag("--json", sa.json, "Stats lines as JSON");
   s->add_flag("--quiet", sa.quiet, "No per-connection log lines");
   s->add_option("--tls-cert", sa.tls_cert, "Serve TLS with this PEM certificate chain (needs --tls-key)");
@@ -315,6 +337,9 @@ int main(int argc, char** argv) {
   m->add_option("--stats-interval", ma.stats_interval,
                 "Stats line period on stderr, when something changed (0: off)")
       ->check(duration_validator())->capture_default_str();
+  m->add_option("--metrics-listen", ma.metrics_listen,
+                "HOST:PORT to serve Prometheus metrics on (GET /metrics; no authentication: keep it on "
+                "loopback or a private interface)");
   m->add_flag("--json", ma.json, "Stats lines as JSON");
   m->add_flag("--quiet", ma.quiet, "No per-connection log lines (gaps, stats and errors are still printed)");
   add_trust_options(*m, ma.trust);

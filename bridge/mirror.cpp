@@ -101,6 +101,7 @@ class Mirror {
   }
 
   void report_stats(bool force) {
+    if (o_.sample) o_.sample(stats());
     if (!on_stats_ || (interval_.count() <= 0 && !force)) return;
     if (!force && Clock::now() < next_stats_) return;
     next_stats_ = Clock::now() + interval_;
@@ -277,6 +278,7 @@ class Mirror {
     std::size_t done = 0;
     while (done < payloads.size()) {
       c.keep_alive();  // a long wait for local readers must not look like a dead subscriber
+      report_stats(false);
       const std::size_t k = producer_->publish_batch(std::span(payloads).subspan(done), kStep);
       done += k;
       if (k == 0) {  // full for a whole step (a slow local reader), or worse: ask why
@@ -291,6 +293,7 @@ class Mirror {
       if (done < payloads.size() && stopping()) return MirrorEnd::stopped;
     }
     stats_.messages += payloads.size();
+    for (const auto& p : payloads) stats_.bytes += p.size();
     return std::nullopt;
   }
 

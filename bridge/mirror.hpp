@@ -24,19 +24,9 @@
 
 namespace shmbus::bridge {
 
-struct MirrorOptions {
-  ClientOptions remote;  // host, port, bus (the remote one), token, tls_ca; start for a fresh local bus
-  std::string bus;       // the local bus; created with the remote's geometry if missing
-  std::uint64_t capacity = 65536;
-  std::uint32_t max_readers = 16;
-  mode_t mode = 0600;
-  Trust trust{};
-  std::chrono::milliseconds backoff_min{100};
-  std::chrono::milliseconds backoff_max{5000};
-};
-
 struct MirrorStats {
   std::uint64_t messages = 0;     // republished
+  std::uint64_t bytes = 0;        // their payload bytes
   std::uint64_t gaps = 0;         // ranges that could not be filled
   std::uint64_t lost = 0;         // messages in those ranges
   std::uint64_t connects = 0;     // successful handshakes
@@ -46,6 +36,21 @@ struct MirrorStats {
   bool ended = false;             // the last call of on_stats: the mirror has stopped
   bool operator==(const MirrorStats&) const = default;
 };
+
+struct MirrorOptions {
+  ClientOptions remote;  // host, port, bus (the remote one), token, tls_ca; start for a fresh local bus
+  std::string bus;       // the local bus; created with the remote's geometry if missing
+  std::uint64_t capacity = 65536;
+  std::uint32_t max_readers = 16;
+  mode_t mode = 0600;
+  Trust trust{};
+  std::chrono::milliseconds backoff_min{100};
+  std::chrono::milliseconds backoff_max{5000};
+  // Called on the mirror's thread with the current stats at least every
+  // 100 ms while it runs (what a metrics exporter shows); may be empty.
+  std::function<void(const MirrorStats&)> sample;
+};
+
 
 enum class MirrorEnd {
   end_of_stream,  // the remote producer ended the stream; forwarded to the local bus

@@ -40,6 +40,10 @@ struct Counters {
   std::atomic<std::uint64_t> subscribers{0}, accepted{0}, messages{0}, bytes{0}, dropped{0},
       closed_slow{0}, closed_idle{0}, closed_protocol{0}, closed_handshake{0}, closed_refused{0},
       closed_peer{0}, closed_end{0}, closed_tls{0};
+  // Bytes encoded for subscribers and not yet handed to their sockets: each
+  // session adds the change of its own share (Session::count_pending,
+  // count_sending), with wrap-around arithmetic.
+  std::atomic<std::uint64_t> queued{0};
 };
 
 void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
@@ -213,6 +217,10 @@ struct Session : std::enable_shared_from_this<Session> {
   // io thread only: the buffer being written and how much of it is.
   std::vector<std::byte> sending;
   std::size_t sending_off = 0;
+  // This session's share of Counters::queued: `pending` (under `m`) and
+  // what is left of `sending` (io thread).
+  std::uint64_t counted_pending = 0;
+  std::uint64_t counted_sending = 0;
   std::uint64_t written = 0;  // bytes handed to the socket so far
   // io thread only, while closing: everything queued is in the socket and a
   // FIN follows it; the current window of the progress watch (its start,
@@ -229,6 +237,21 @@ struct Session : std::enable_shared_from_this<Session> {
     peer = ec ? std::string("tcp:?") : fmt::format("tcp:{}:{}", ep.address().to_string(), ep.port());
     addr_key = ec ? std::string("?") : address_key(ep.address());
     if (srv.tls) tls.emplace(std::move(sock), *srv.tls);
+  }
+
+  ~Session() { srv.counters.queued.fetch_sub(counted_pending + counted_sending, std::memory_order_relaxed); }
+
+  // Under `m`: Counters::queued follows pending's size.
+  void count_pending() noexcept {
+    srv.counters.queued.fetch_add(pending.size() - counted_pending, std::memory_order_relaxed);
+    counted_pending = pending.size();
+  }
+
+  // io thread: Counters::queued follows what is left of `sending`.
+  void count_sending() noexcept {
+    const std::uint64_t left = sending.size() - sending_off;
+    srv.counters.queued.fetch_add(left - counted_sending, std::memory_order_relaxed);
+    counted_sending = left;
   }
 
   // Counts against the handshake budget from now on.
@@ -545,6 +568,7 @@ struct Session : std::enable_shared_from_this<Session> {
     {
       std::lock_guard lk(m);
       append_welcome(pending, w);
+      count_pending();
       resume_seq = w.first_seq;
     }
     state = State::streaming;
@@ -625,6 +649,7 @@ struct Session : std::enable_shared_from_this<Session> {
             stop_reader = true;
             end_kind = End::slow;
             end_seq = next;
+            count_pending();
             lk.unlock();
             // A stalled peer never takes the error frame: begin_closing bounds the wait.
             asio::post(srv.io, [self = shared_from_this()] { self->slow_close(); });
@@ -699,6 +724,7 @@ struct Session : std::enable_shared_from_this<Session> {
         append_seq_frame(pending, FrameType::heartbeat, next);
         last_sent = Clock::now();
       }
+      count_pending();
       if (!pending.empty() && !writing && !kick_posted) {
         kick_posted = true;
         lk.unlock();
@@ -727,9 +753,11 @@ struct Session : std::enable_shared_from_this<Session> {
       if (writing || pending.empty()) return;
       sending.swap(pending);
       pending.clear();
+      count_pending();
       writing = true;
     }
     sending_off = 0;
+    count_sending();
     space.notify_all();
     write_some();
   }
@@ -749,9 +777,11 @@ struct Session : std::enable_shared_from_this<Session> {
     bump(srv.counters.bytes, n);
     written += n;
     sending_off += n;
+    count_sending();
     if (!ec && state != State::closed && sending_off < sending.size()) return write_some();
     sending.clear();
     sending_off = 0;
+    count_sending();
     {
       std::lock_guard lk(m);
       writing = false;
@@ -887,6 +917,7 @@ struct Session : std::enable_shared_from_this<Session> {
       // `end` already queued is the stream's last frame: nothing follows it.
       if (queue_error && end_kind != End::eos) {
         append_error(pending, code, resume_seq, reason);
+        count_pending();
         finish_after_flush = true;
       }
       stop_reader = true;
@@ -975,6 +1006,7 @@ ServeStats Server::Impl::snapshot() const {
   s.closed_peer = c.closed_peer.load(std::memory_order_relaxed);
   s.closed_end = c.closed_end.load(std::memory_order_relaxed);
   s.closed_tls = c.closed_tls.load(std::memory_order_relaxed);
+  s.queued_bytes = c.queued.load(std::memory_order_relaxed);
   return s;
 }
 

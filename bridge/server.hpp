@@ -83,6 +83,7 @@ struct ServeStats {
   std::uint64_t closed_slow = 0, closed_idle = 0, closed_protocol = 0, closed_handshake = 0,
                 closed_refused = 0, closed_peer = 0, closed_end = 0;
   std::uint64_t closed_tls = 0;  // TLS handshake failed (wrong CA, plain client...)
+  std::uint64_t queued_bytes = 0;  // now: encoded for subscribers, not yet written to their sockets
   bool operator==(const ServeStats&) const = default;
 };
 

@@ -1,79 +1,50 @@
 // shmbus-inspect metrics: Prometheus text exposition of the counters every
 // bus keeps in its segment, read through shmbus::Inspector (read-only, no
-// reader slot). With --listen, a small HTTP server (Boost.Beast, one
-// thread, every connection asynchronous with its own deadlines) renders them
-// afresh for every GET /metrics.
+// reader slot). With --listen, the shared metrics server
+// (tools/common/metrics_server.hpp: one thread, every connection
+// asynchronous with its own deadlines) renders them afresh for every GET
+// /metrics.
 //
 // Everything in a segment is untrusted: reader names are written by other
 // processes, so label values are escaped and limited to printable ASCII.
 #include "inspector/metrics.hpp"
 
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
-#include <chrono>
-#include <csignal>
+#include <algorithm>
+#include <array>
 #include <cstdio>
-#include <memory>
 #include <optional>
-#include <stdexcept>
+#include <span>
+#include <string_view>
 
 #include "inspector/report.hpp"
 #include "shmbus/inspect.hpp"
+#include "tools/common/metrics_server.hpp"
 #include "tools/common/program.hpp"
+#include "tools/common/prometheus_text.hpp"
 
 namespace shmbus::inspect_tool {
 namespace {
 
-// A label value: printable ASCII, with \ " escaped; anything else becomes '?'.
-std::string label(std::string_view v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '\\' || c == '"') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20 || u > 0x7e) {
-      out += '?';
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-// One metric family: HELP and TYPE once, then its samples.
-struct Family {
-  const char* name;
-  const char* type;  // "counter" or "gauge"
-  const char* help;
-  std::string samples;
-};
-
-class Writer {
- public:
-  void sample(Family& f, const std::string& labels, double value) {
-    const bool counter = std::string_view(f.type) == "counter";
-    f.samples += fmt::format("{}{}{{{}}} {}\n", f.name, counter ? "_total" : "", labels, value);
-  }
-  static std::string render(const std::vector<Family*>& families) {
-    std::string out;
-    for (const Family* f : families) {
-      if (f->samples.empty()) continue;
-      const bool counter = std::string_view(f->type) == "counter";
-      out += fmt::format("# HELP {}{} {}\n# TYPE {}{} {}\n", f->name, counter ? "_total" : "",
-                         f->help, f->name, counter ? "_total" : "", f->type);
-      out += f->samples;
-    }
-    return out;
-  }
-};
+using Family = tools::MetricFamily;
 
 double seconds(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }
+
+constexpr std::array<const char*, 4> kProducerStates = {"alive", "stopped", "dead", "unknown"};
+constexpr std::array<const char*, 6> kReaderStates = {"alive", "stopped", "let_go", "evicted", "dead", "unknown"};
+
+// A reader's one state, the most urgent first: its process gone (or not
+// testable), its slot taken from it (the producer ignores it), let go by the
+// producer's hold limit (it no longer holds the producer: it is lapped if it
+// falls behind, stopped or not), stopped, alive.
+std::string_view reader_state_name(const ReaderReport& rr) {
+  const ReaderView& r = rr.view;
+  if (r.liveness != Liveness::alive) return to_string(r.liveness);
+  if (r.evicted) return "evicted";
+  if (r.let_go_ns != 0) return "let_go";
+  return rr.stopped ? "stopped" : "alive";
+}
 
 }  // namespace
 
@@ -117,13 +88,13 @@ std::string render_metrics(const std::vector<std::string>& buses, const Trust& t
                  "1 if the reader's process is alive (holds its slot's lock; stopped or not); 0 if dead or "
                  "unknown", {}};
   Family r_state{"shmbus_reader_state", "gauge",
-                 "1 for the reader's state (alive, stopped, dead, unknown), 0 for the others", {}};
+                 "1 for the reader's state (alive, stopped, let_go, evicted, dead, unknown), 0 for the others", {}};
   Family r_pid{"shmbus_reader_pid", "gauge", "Pid of the reader's process (in its own PID namespace)", {}};
   Family r_last{"shmbus_reader_last_active_timestamp_seconds", "gauge",
                 "CLOCK_REALTIME of the reader's last batch or wait", {}};
   Family r_holds{"shmbus_reader_holds_producer", "gauge",
                  "1 if the reader holds a block bus's producer back, 0 if it does not (best-effort, let go, "
-                 "or an overwrite bus)", {}};
+                 "evicted, or an overwrite bus)", {}};
   Family r_let_go{"shmbus_reader_let_go_timestamp_seconds", "gauge",
                   "CLOCK_REALTIME the producer let the reader go after its hold limit, 0 if never", {}};
   Family d_cursor{"shmbus_durable_cursor", "gauge", "Where the durable reader name resumes", {}};
@@ -155,27 +126,27 @@ std::string render_metrics(const std::vector<std::string>& buses, const Trust& t
 
   const std::uint64_t now = tools::realtime_ns();
   MetricsMemory seen;
-  Writer w;
   // One sample per state, 1 for the one that holds: the set of series stays
   // the same while the state changes.
-  const auto states = [&](Family& f, const std::string& labels, std::string_view state) {
-    for (const char* s : {"alive", "stopped", "dead", "unknown"}) {
-      w.sample(f, fmt::format("{},state=\"{}\"", labels, s), state == s ? 1 : 0);
+  const auto states = [&](Family& f, const std::string& labels, std::span<const char* const> all,
+                          std::string_view state) {
+    for (const char* s : all) {
+      f.sample(fmt::format("{},state=\"{}\"", labels, s), state == s ? 1 : 0);
     }
   };
   for (const auto& [name, snap] : found) {
-    const std::string bus = fmt::format("bus=\"{}\"", label(name));
-    w.sample(up, bus, snap ? 1 : 0);
+    const std::string bus = fmt::format("bus=\"{}\"", tools::prometheus_label(name));
+    up.sample(bus, snap ? 1 : 0);
     if (!snap) continue;
     const Snapshot& s = *snap;
     // The same judgement as `show`: a live process in state T is stopped.
     const BusReport report = make_report(s, now);
-    w.sample(capacity, bus, static_cast<double>(s.info.capacity));
-    w.sample(record_size, bus, s.info.record_size);
-    w.sample(head, bus, static_cast<double>(s.head));
-    w.sample(oldest, bus, static_cast<double>(s.oldest));
-    w.sample(published, bus, static_cast<double>(s.counters.published));
-    w.sample(waits, bus, static_cast<double>(s.counters.producer_waits));
+    capacity.sample(bus, static_cast<double>(s.info.capacity));
+    record_size.sample(bus, s.info.record_size);
+    head.sample(bus, static_cast<double>(s.head));
+    oldest.sample(bus, static_cast<double>(s.oldest));
+    published.sample(bus, static_cast<double>(s.counters.published));
+    waits.sample(bus, static_cast<double>(s.counters.producer_waits));
     // A wait in progress counts as it goes, so that rate() sees a live
     // stall. The library adds a wait to the counter when it ends; until
     // then it is now - the time it began (a live producer's only).
@@ -195,49 +166,50 @@ std::string render_metrics(const std::vector<std::string>& buses, const Trust& t
       }
       seen.wait_seconds[key] = wait_total;
     }
-    w.sample(wait_s, bus, wait_total);
-    w.sample(waiting_s, bus, seconds(ongoing_ns));
-    w.sample(wakeups, bus, static_cast<double>(s.counters.wakeups));
-    w.sample(reclaimed, bus, static_cast<double>(s.counters.readers_reclaimed));
-    w.sample(let_go, bus, static_cast<double>(s.counters.readers_let_go));
-    w.sample(max_hold, bus, seconds(s.producer.max_hold_ns));
-    w.sample(last_pub, bus, seconds(s.last_publish_ns));
-    w.sample(sleepers, bus, s.counters.data_sleepers);
-    w.sample(readers, bus, static_cast<double>(s.readers.size()));
-    w.sample(prod_alive, bus, producer_alive ? 1 : 0);
-    states(prod_state, bus, report.producer_stopped ? "stopped" : to_string(s.producer.liveness));
-    w.sample(prod_pid, bus, s.producer.pid);
-    w.sample(prod_waiting, bus, s.producer.waiting_for_space ? 1 : 0);
-    w.sample(prod_closed, bus, s.producer.closed ? 1 : 0);
-    w.sample(takeovers, bus, s.producer.takeovers);
+    wait_s.sample(bus, wait_total);
+    waiting_s.sample(bus, seconds(ongoing_ns));
+    wakeups.sample(bus, static_cast<double>(s.counters.wakeups));
+    reclaimed.sample(bus, static_cast<double>(s.counters.readers_reclaimed));
+    let_go.sample(bus, static_cast<double>(s.counters.readers_let_go));
+    max_hold.sample(bus, seconds(s.producer.max_hold_ns));
+    last_pub.sample(bus, seconds(s.last_publish_ns));
+    sleepers.sample(bus, s.counters.data_sleepers);
+    readers.sample(bus, static_cast<double>(s.readers.size()));
+    prod_alive.sample(bus, producer_alive ? 1 : 0);
+    states(prod_state, bus, kProducerStates,
+           report.producer_stopped ? "stopped" : to_string(s.producer.liveness));
+    prod_pid.sample(bus, s.producer.pid);
+    prod_waiting.sample(bus, s.producer.waiting_for_space ? 1 : 0);
+    prod_closed.sample(bus, s.producer.closed ? 1 : 0);
+    takeovers.sample(bus, s.producer.takeovers);
     for (const ReaderReport& rr : report.readers) {
       const ReaderView& r = rr.view;
       // Slot and name only: a restarted reader continues its series.
-      const std::string l = fmt::format("{},slot=\"{}\",name=\"{}\"", bus, r.slot, label(r.name));
-      w.sample(r_cursor, l, static_cast<double>(r.cursor));
-      w.sample(r_lag, l, static_cast<double>(rr.lag));
-      w.sample(r_delivered, l, static_cast<double>(r.delivered));
-      w.sample(r_lost, l, static_cast<double>(r.lost));
-      w.sample(r_alive, l, rr.alive ? 1 : 0);
-      states(r_state, l, rr.stopped ? "stopped" : to_string(r.liveness));
-      w.sample(r_pid, l, r.pid);
-      w.sample(r_last, l, seconds(r.last_active_ns));
-      w.sample(r_holds, l, s.info.policy == Policy::block && !r.best_effort ? 1 : 0);
-      w.sample(r_let_go, l, seconds(r.let_go_ns));
+      const std::string l = fmt::format("{},slot=\"{}\",name=\"{}\"", bus, r.slot, tools::prometheus_label(r.name));
+      r_cursor.sample(l, static_cast<double>(r.cursor));
+      r_lag.sample(l, static_cast<double>(rr.lag));
+      r_delivered.sample(l, static_cast<double>(r.delivered));
+      r_lost.sample(l, static_cast<double>(r.lost));
+      r_alive.sample(l, rr.alive ? 1 : 0);
+      states(r_state, l, kReaderStates, reader_state_name(rr));
+      r_pid.sample(l, r.pid);
+      r_last.sample(l, seconds(r.last_active_ns));
+      r_holds.sample(l, s.info.policy == Policy::block && !r.best_effort && !r.evicted ? 1 : 0);
+      r_let_go.sample(l, seconds(r.let_go_ns));
     }
     for (const BookmarkView& b : s.bookmarks) {
-      const std::string l = fmt::format("{},name=\"{}\"", bus, label(b.name));
+      const std::string l = fmt::format("{},name=\"{}\"", bus, tools::prometheus_label(b.name));
       const std::uint64_t cursor = std::min(b.cursor, s.head);  // untrusted: never past the head
-      w.sample(d_cursor, l, static_cast<double>(b.cursor));
-      w.sample(d_lag, l, static_cast<double>(s.head - cursor));
-      w.sample(d_retained, l, cursor >= s.oldest ? 1 : 0);
-      w.sample(d_gone, l, static_cast<double>(cursor < s.oldest ? s.oldest - cursor : 0));
-      w.sample(d_held, l, b.held ? 1 : 0);
-      w.sample(d_updated, l, seconds(b.updated_ns));
+      d_cursor.sample(l, static_cast<double>(b.cursor));
+      d_lag.sample(l, static_cast<double>(s.head - cursor));
+      d_retained.sample(l, cursor >= s.oldest ? 1 : 0);
+      d_gone.sample(l, static_cast<double>(cursor < s.oldest ? s.oldest - cursor : 0));
+      d_held.sample(l, b.held ? 1 : 0);
+      d_updated.sample(l, seconds(b.updated_ns));
     }
   }
   if (memory != nullptr) *memory = std::move(seen);  // forgets buses that are gone
-  return Writer::render({&up,        &capacity,   &record_size, &head,         &oldest,      &published,
+  return tools::render_families({&up,        &capacity,   &record_size, &head,         &oldest,      &published,
                          &waits,     &wait_s,     &waiting_s,   &wakeups,      &reclaimed,   &let_go,
                          &max_hold,  &last_pub,   &sleepers,    &readers,      &prod_alive,  &prod_state,
                          &prod_pid,  &prod_waiting, &prod_closed, &takeovers,  &r_cursor,    &r_lag,
@@ -246,191 +218,23 @@ std::string render_metrics(const std::vector<std::string>& buses, const Trust& t
                          &d_held,    &d_updated});
 }
 
-namespace {
-
-namespace beast = boost::beast;
-namespace http = boost::beast::http;
-using tcp = boost::asio::ip::tcp;
-
-// "HOST:PORT" (HOST an IPv4 address, or [IPv6]).
-tcp::endpoint parse_listen(const std::string& s) {
-  const auto colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size()) {
-    throw std::invalid_argument("--listen wants HOST:PORT, e.g. 127.0.0.1:9464, not '" + s + "'");
-  }
-  std::string host = s.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  unsigned long port = 0;
-  try {
-    std::size_t used = 0;
-    port = std::stoul(s.substr(colon + 1), &used);
-    if (used != s.size() - colon - 1) throw std::invalid_argument("port");
-  } catch (const std::exception&) {
-    throw std::invalid_argument("--listen: not a port number in '" + s + "'");
-  }
-  if (port > 65535) throw std::invalid_argument("--listen: port out of range in '" + s + "'");
-  boost::system::error_code ec;
-  const auto addr = boost::asio::ip::make_address(host, ec);
-  if (ec) throw std::invalid_argument("--listen: not an IP address: '" + host + "'");
-  return {addr, static_cast<unsigned short>(port)};
-}
-
-// Deadlines of one connection: the whole request, however slowly it comes
-// (a client that dribbles a header byte every few seconds is dropped at
-// it), and the whole response.
-constexpr std::chrono::seconds kRequestDeadline{5};
-constexpr std::chrono::seconds kResponseDeadline{10};
-// Connections at once; one more is closed at once (a flood of idle
-// connections costs at most this many sockets and buffers).
-constexpr std::size_t kMaxConnections = 64;
-
-struct Server {
-  std::vector<std::string> buses;
-  Trust trust;
-  MetricsMemory memory;
-  std::size_t connections = 0;
-  std::uint64_t served = 0;
-};
-
-// One connection: read a request, answer it, close. Every step is
-// asynchronous on the server's one thread, so a slow client waits alone.
-class Session : public std::enable_shared_from_this<Session> {
- public:
-  Session(tcp::socket socket, Server& server) : stream_(std::move(socket)), server_(server) {
-    ++server_.connections;
-  }
-  ~Session() { --server_.connections; }
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
-
-  void start() {
-    parser_.header_limit(8192);
-    parser_.body_limit(0);
-    stream_.expires_after(kRequestDeadline);
-    http::async_read(stream_, buffer_, parser_,
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
-  }
-
- private:
-  void on_read(beast::error_code ec) {
-    if (ec) return close();  // timed out, malformed, too large, or gone
-    const auto& req = parser_.get();
-    res_.version(req.version());
-    res_.keep_alive(false);
-    res_.set(http::field::server, "shmbus-inspect");
-    const auto target = req.target();
-    const bool known = target == "/metrics" || target == "/";
-    if (req.method() != http::verb::get && req.method() != http::verb::head) {
-      res_.result(http::status::method_not_allowed);
-      res_.set(http::field::allow, "GET, HEAD");
-      res_.body() = "only GET\n";
-    } else if (!known) {
-      res_.result(http::status::not_found);
-      res_.body() = "shmbus-inspect serves /metrics\n";
-    } else {
-      res_.result(http::status::ok);
-      res_.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-      try {
-        res_.body() = render_metrics(server_.buses, server_.trust, &server_.memory);
-      } catch (const std::exception& e) {
-        res_.result(http::status::internal_server_error);
-        res_.body() = std::string(e.what()) + "\n";
-      }
-    }
-    res_.prepare_payload();
-    serializer_.emplace(res_);
-    stream_.expires_after(kResponseDeadline);
-    const auto done = [self = shared_from_this()](beast::error_code wec, std::size_t) {
-      if (!wec) ++self->server_.served;
-      self->close();
-    };
-    if (req.method() == http::verb::head) {
-      http::async_write_header(stream_, *serializer_, done);
-    } else {
-      http::async_write(stream_, *serializer_, done);
-    }
-  }
-
-  void close() {
-    beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.close();
-  }
-
-  beast::tcp_stream stream_;
-  Server& server_;
-  beast::flat_buffer buffer_{16384};
-  http::request_parser<http::empty_body> parser_;
-  http::response<http::string_body> res_;
-  std::optional<http::response_serializer<http::string_body>> serializer_;
-};
-
-void accept_next(tcp::acceptor& acceptor, Server& server) {
-  acceptor.async_accept([&acceptor, &server](beast::error_code ec, tcp::socket socket) {
-    if (ec == boost::asio::error::operation_aborted) return;  // stopping
-    if (!ec) {
-      if (server.connections >= kMaxConnections) {
-        socket.close(ec);
-      } else {
-        std::make_shared<Session>(std::move(socket), server)->start();
-      }
-    }
-    // A failed accept (out of descriptors, a connection reset before it was
-    // taken) drops that one connection; the server goes on.
-    accept_next(acceptor, server);
-  });
-}
-
-}  // namespace
-
 int run_metrics(const MetricsArgs& args, const Trust& trust) {
   if (args.listen.empty()) {
     const std::string text = render_metrics(args.buses, trust);
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
   }
-  const tcp::endpoint ep = parse_listen(args.listen);
-  Server server{args.buses, trust, {}, 0, 0};  // outlives the sessions io still owns when it stops
-  boost::asio::io_context io;
-  // Before the address is printed: a script that reads it and sends
-  // SIGTERM at once still gets a clean stop.
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  tcp::acceptor acceptor(io);
-  boost::system::error_code ec;
-  // Every step names the address: a port in use fails at bind, or at
-  // listen when another socket took it in between.
-  const auto check = [&](const char* step) {
-    if (!ec) return;
-    throw std::runtime_error(fmt::format("--listen {}: cannot {}: {}{}", args.listen, step, ec.message(),
-                                         ec == boost::asio::error::address_in_use
-                                             ? " (another program listens there; choose another port)"
-                                             : ""));
-  };
-  acceptor.open(ep.protocol(), ec);
-  check("open a socket");
-  acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  check("set SO_REUSEADDR");
-  acceptor.bind(ep, ec);
-  check("bind");
-  acceptor.listen(boost::asio::socket_base::max_listen_connections, ec);
-  check("listen");
-  const tcp::endpoint bound = acceptor.local_endpoint();
-  // The real port (useful with port 0), so a script can find the server.
-  std::fprintf(stderr, "shmbus-inspect: serving metrics on http://%s/metrics\n",
-               (bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
-                                        : bound.address().to_string())
-                   .append(":" + std::to_string(bound.port()))
-                   .c_str());
-  std::fflush(stderr);
-
-  signals.async_wait([&](beast::error_code, int) {
-    acceptor.close();
-    io.stop();
+  MetricsMemory memory;  // the server's thread only
+  tools::MetricsServer server(args.listen, "--listen", "shmbus-inspect", [&] {
+    return render_metrics(args.buses, trust, &memory);
   });
-  accept_next(acceptor, server);
-  io.run();
+  server.run_until_signal([&] {
+    // The real port (useful with port 0), so a script can find the server.
+    std::fprintf(stderr, "shmbus-inspect: serving metrics on %s\n", server.url().c_str());
+    std::fflush(stderr);
+  });
   std::fprintf(stderr, "shmbus-inspect: metrics server stopped after %llu requests\n",
-               static_cast<unsigned long long>(server.served));
+               static_cast<unsigned long long>(server.served()));
   return 0;
 }
 

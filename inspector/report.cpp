@@ -102,6 +102,7 @@ bool is_alive(Liveness l) noexcept { return l == Liveness::alive; }
 std::string reader_state(const ReaderReport& r) {
   std::string s = r.stopped ? std::string("stopped")
                             : std::string(to_string(r.view.liveness)) + (r.view.sleeping && r.alive ? ",asleep" : "");
+  if (r.view.evicted) return s + ",evicted";
   if (r.view.let_go_ns != 0) return s + ",let-go@" + hms(r.view.let_go_ns);
   return s + (r.view.best_effort ? ",best-effort" : "");
 }
@@ -182,6 +183,7 @@ nlohmann::ordered_json to_json(const ReaderView& v) {
       {"sleeping", v.sleeping},
       {"best_effort", v.best_effort},
       {"let_go_ns", v.let_go_ns == 0 ? json(nullptr) : json(v.let_go_ns)},
+      {"evicted", v.evicted},
   };
 }
 
@@ -424,7 +426,10 @@ std::string render_watch_line(const BusReport& r) {
   for (const ReaderReport& rr : r.readers) {
     line += fmt::format(" | {} {} {}{} lag {} {}", rr.view.slot, display_name(rr.view.name),
                         rr.stopped ? "stopped" : to_string(rr.view.liveness),
-                        rr.view.let_go_ns != 0 ? fmt::format(",let-go@{}", hms(rr.view.let_go_ns)) : "", rr.lag,
+                        rr.view.evicted          ? std::string(",evicted")
+                        : rr.view.let_go_ns != 0 ? fmt::format(",let-go@{}", hms(rr.view.let_go_ns))
+                                                 : std::string(),
+                        rr.lag,
                         human_rate(rr.rate));
   }
   return line;

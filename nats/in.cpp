@@ -14,6 +14,7 @@ namespace shmbus::nats {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kSampleEvery{50};  // at most this often to InOptions::sample
 constexpr std::int64_t kFetchWaitMs = 1000;  // a pull request's expiry
 
 // A durable pull consumer read with pull requests of our own: a plain
@@ -189,6 +190,7 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
   auto snapshot = [&] {
     st.next_seq = producer.next_seq();
     st.reconnects = conn.reconnects();
+    st.connected = conn.connected();
     st.seconds = std::chrono::duration<double>(Clock::now() - started).count();
     return st;
   };
@@ -203,7 +205,13 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
   bool stopped = false;
   FetchedBatch fetched;
 
+  st.max_message = max_message;
+  auto last_sample = Clock::time_point{};
   while (!stop()) {
+    if (o.sample && Clock::now() - last_sample >= kSampleEvery) {
+      last_sample = Clock::now();
+      o.sample(snapshot());
+    }
     if (o.count != 0 && st.published >= o.count) {
       st.end = "count";
       break;
@@ -256,6 +264,7 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
           continue;
         }
         if (ai->delivered > 1) ++st.redelivered;
+        st.pending = ai->pending;
         const char* seq_value = nullptr;
         natsMsgHeader_Get(m, kSeqHeader, &seq_value);
         const std::optional<std::uint64_t> seq = parse_seq(seq_value);
@@ -282,6 +291,7 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
           continue;
         }
         const int len = natsMsg_GetDataLength(m);
+        if (len > 0) st.largest = std::max<std::uint64_t>(st.largest, static_cast<std::uint64_t>(len));
         if (len < 0 || static_cast<std::uint32_t>(len) > max_message) {
           throw GatewayError(fmt::format("bus '{}': message {} has {} bytes, more than the {} the bus accepts "
                                          "(capacity {}, records of {} bytes): recreate it with a larger capacity",
@@ -346,6 +356,7 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
           throw GatewayError(fmt::format("bus '{}': message {} was published at sequence {}", o.bus, *seq, r.seq));
         }
         ++st.published;
+        st.bytes += payload.size();
         last_msg = m;
         ++handled;
         last_committed_sseq = ai->stream_seq;

@@ -30,20 +30,6 @@
 
 namespace shmbus::nats {
 
-struct InOptions {
-  ConnectArgs connect;
-  std::string stream;
-  std::string durable;
-  std::string subject;              // filter; empty: every subject of the stream
-  std::string bus;
-  BusOptions create{};              // used when the bus does not exist
-  int batch = 512;                  // messages per fetch
-  std::int64_t ack_wait_ms = 30000; // the server redelivers what is unacknowledged this long
-  std::uint64_t count = 0;          // stop after this many published (0: no limit)
-  std::chrono::nanoseconds idle_timeout{0};
-  std::chrono::milliseconds stats_interval{10000};
-};
-
 struct InStats {
   std::uint64_t received = 0;          // messages fetched
   std::uint64_t published = 0;         // committed to the bus
@@ -57,7 +43,32 @@ struct InStats {
   std::uint64_t next_seq = 0;          // the bus's next sequence
   double seconds = 0;
   std::string end;
+  std::uint64_t bytes = 0;             // payload bytes published
+  std::uint64_t pending = 0;           // messages left for the durable after the last one fetched (the
+                                       // server's count in that delivery): how far `in` is behind
+  std::uint64_t largest = 0;           // the largest message fetched, payload bytes
+  std::uint64_t max_message = 0;       // the largest the bus takes (BusInfo::max_message)
+  bool connected = false;              // connected to the NATS server now
 };
+
+struct InOptions {
+  ConnectArgs connect;
+  std::string stream;
+  std::string durable;
+  std::string subject;              // filter; empty: every subject of the stream
+  std::string bus;
+  BusOptions create{};              // used when the bus does not exist
+  int batch = 512;                  // messages per fetch
+  std::int64_t ack_wait_ms = 30000; // the server redelivers what is unacknowledged this long
+  std::uint64_t count = 0;          // stop after this many published (0: no limit)
+  std::chrono::nanoseconds idle_timeout{0};
+  std::chrono::milliseconds stats_interval{10000};
+  // Called on the gateway's thread with the current stats once per fetch
+  // (at least every second, a fetch's longest wait) while it runs (what a
+  // metrics exporter shows); may be empty.
+  std::function<void(const InStats&)> sample;
+};
+
 
 InStats run_in(const InOptions& options, const std::function<bool()>& stop,
                const std::function<void(const InStats&)>& progress);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "nats/connection.hpp"
@@ -12,7 +13,9 @@
 #include "tools/common/duration.hpp"
 #include "nats/headers.hpp"
 #include "nats/in.hpp"
+#include "nats/metrics.hpp"
 #include "nats/out.hpp"
+#include "tools/common/metrics_server.hpp"
 #include "tools/common/program.hpp"
 #include "tools/common/run_main.hpp"
 #include "tools/common/trust.hpp"
@@ -30,6 +33,7 @@ struct Common {
   ConnectArgs connect;
   std::string stats_interval = "10s";
   std::string idle_timeout = "0";
+  std::string metrics_listen;
   bool json = false;
 };
 
@@ -53,6 +57,9 @@ void add_connect_options(CLI::App& s, Common& c) {
                "Stop after this long with nothing new: 500ms, 2s, 1h... (a bare number is seconds; 0 or "
                "forever: never)")
       ->check(duration_validator())->capture_default_str();
+  s.add_option("--metrics-listen", c.metrics_listen,
+               "HOST:PORT to serve Prometheus metrics on (GET /metrics; no authentication: keep it on loopback "
+               "or a private interface)");
   s.add_flag("--json", c.json, "Progress and summary lines as JSON");
 }
 
@@ -100,6 +107,16 @@ void line(const std::string& text, bool json) {
     std::fprintf(stderr, "%s: %s\n", kProgram, text.c_str());
   }
   std::fflush(stderr);
+}
+
+// --metrics-listen: a Prometheus exporter on a thread of its own, or none.
+std::unique_ptr<MetricsServer> start_metrics(const Common& c, MetricsServer::Render render) {
+  if (c.metrics_listen.empty()) return nullptr;
+  auto server = std::make_unique<MetricsServer>(c.metrics_listen, "--metrics-listen", kProgram, std::move(render));
+  server->start();
+  const std::string notice = "serving metrics on " + server->url();
+  line(c.json ? nlohmann::json{{"program", kProgram}, {"notice", notice}}.dump() : notice, c.json);
+  return server;
 }
 
 }  // namespace
@@ -166,6 +183,9 @@ int main(int argc, char** argv) {
       oo.trust = resolve_trust(otrust);
       oo.stats_interval = parse_duration_ms(oc.stats_interval);
       oo.idle_timeout = parse_duration(oc.idle_timeout);
+      Latest<OutStats> latest;
+      oo.sample = [&latest](const OutStats& p) { latest.set(p); };
+      const auto metrics = start_metrics(oc, [&] { return out_metrics(latest.get(), oo); });
       const bool json = oc.json;
       const OutStats s = run_out(
           oo, stop, [json](const OutStats& p) { line(json ? out_json(p, "progress").dump() : out_text(p), json); });
@@ -185,6 +205,9 @@ int main(int argc, char** argv) {
       // removes the bus again.
       const OpenedBus opened = open_or_create_bus(io.bus, io.create);
       const CreatedBusGuard created(opened, io.create.trust);
+      Latest<InStats> latest;
+      io.sample = [&latest](const InStats& p) { latest.set(p); };
+      const auto metrics = start_metrics(ic, [&] { return in_metrics(latest.get(), io); });
       const bool json = ic.json;
       const InStats s = run_in(
           io, stop, [json](const InStats& p) { line(json ? in_json(p, "progress").dump() : in_text(p), json); });

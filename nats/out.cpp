@@ -16,6 +16,7 @@ namespace shmbus::nats {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kSampleEvery{50};  // at most this often to OutOptions::sample
 
 // Written by the client's ack thread, read by the publishing loop. Relaxed
 // counters; `resync` is a flag the loop polls (acq_rel not needed: the loop
@@ -199,6 +200,7 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
     const std::uint64_t answered = st.acknowledged + st.failed;
     st.in_flight = st.published > answered ? st.published - answered : 0;
     st.reconnects = conn.reconnects();
+    st.connected = conn.connected();
     st.seconds = std::chrono::duration<double>(Clock::now() - started).count();
     return st;
   };
@@ -324,7 +326,12 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
     return !acks.resync.load(std::memory_order_relaxed);
   };
 
+  auto last_sample = Clock::time_point{};
   while (!stop()) {
+    if (o.sample && Clock::now() - last_sample >= kSampleEvery) {
+      last_sample = Clock::now();
+      o.sample(snapshot());
+    }
     if (acks.resync.load(std::memory_order_relaxed)) {
       resync();
       continue;
@@ -348,11 +355,13 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
     // max_payload, as it announced it when (re)connecting.
     const std::uint64_t max_payload =
         static_cast<std::uint64_t>(std::max<std::int64_t>(natsConnection_GetMaxPayload(conn.nc()), 0));
+    st.max_payload = max_payload;
     for (const Message& m : got) {
       // The server refuses a message (payload and headers) above its
       // max_payload. Nothing is lost silently: `out` stops before it with
       // everything earlier acknowledged, and a restart resumes at it.
       const std::uint64_t header_bytes = headers_size(identity.size(), msg_id.size() + 20, prev_id.size());
+      st.largest = std::max<std::uint64_t>(st.largest, m.payload.size() + header_bytes);
       if (max_payload != 0 && m.payload.size() + header_bytes > max_payload) {  // 0: not connected now
         if (!settled()) break;  // a failed publish before it: resync first, then meet it again
         if (stop()) break;
@@ -406,6 +415,7 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
         break;  // the rest of the batch is republished after the resync
       }
       ++st.published;
+      st.bytes += m.payload.size();
       st.next_seq = m.seq + m.records;
       prev_id.assign(msg_id);
     }

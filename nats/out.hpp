@@ -26,21 +26,6 @@
 
 namespace shmbus::nats {
 
-struct OutOptions {
-  ConnectArgs connect;
-  std::string bus;
-  std::string stream;
-  std::string subject;               // empty: default_subject(bus)
-  std::int64_t max_in_flight = 4096;  // unacknowledged publishes
-  std::int64_t ack_timeout_ms = 5000;
-  bool follow = false;               // keep going across producer close/crash/takeover
-  bool create_stream = false;        // create STREAM (file storage, SUBJECT) if missing
-  std::uint64_t count = 0;           // stop after this many published (0: no limit)
-  std::chrono::nanoseconds idle_timeout{0};  // stop after this long with nothing new (0: never)
-  std::chrono::milliseconds stats_interval{10000};
-  Trust trust{};
-};
-
 struct OutStats {
   std::uint64_t published = 0;      // handed to the client
   std::uint64_t acknowledged = 0;   // stored by the stream (duplicates included)
@@ -54,7 +39,30 @@ struct OutStats {
   std::uint64_t next_seq = 0;       // next bus sequence to publish
   double seconds = 0;
   std::string end;                  // why it stopped: signal, closed, producer_died, count, idle
+  std::uint64_t bytes = 0;          // payload bytes published
+  std::uint64_t largest = 0;        // the largest message read from the bus, payload and headers
+  std::uint64_t max_payload = 0;    // the server's max_payload (0 while not connected)
+  bool connected = false;           // connected to the NATS server now
 };
+
+struct OutOptions {
+  ConnectArgs connect;
+  std::string bus;
+  std::string stream;
+  std::string subject;               // empty: default_subject(bus)
+  std::int64_t max_in_flight = 4096;  // unacknowledged publishes
+  std::int64_t ack_timeout_ms = 5000;
+  bool follow = false;               // keep going across producer close/crash/takeover
+  bool create_stream = false;        // create STREAM (file storage, SUBJECT) if missing
+  std::uint64_t count = 0;           // stop after this many published (0: no limit)
+  std::chrono::nanoseconds idle_timeout{0};  // stop after this long with nothing new (0: never)
+  std::chrono::milliseconds stats_interval{10000};
+  Trust trust{};
+  // Called on the gateway's thread with the current stats about every
+  // 100 ms while it runs (what a metrics exporter shows); may be empty.
+  std::function<void(const OutStats&)> sample;
+};
+
 
 // Runs until `stop()` is true, the count is reached, or the bus ends (unless
 // follow). `progress` is called every stats_interval. Throws GatewayError

@@ -807,6 +807,7 @@ py::dict reader_dict(const shmbus::ReaderView& r, std::uint64_t head) {
   d["sleeping"] = r.sleeping;
   d["best_effort"] = r.best_effort;
   d["let_go_ns"] = r.let_go_ns;
+  d["evicted"] = r.evicted;
   d["stopped"] = r.stopped;
   return d;
 }

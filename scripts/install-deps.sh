@@ -24,6 +24,7 @@ packages=(
   mypy                               # type-checks typed programs against the stubs in the tests
   python3-prometheus-client          # parses shmbus-inspect metrics in the tests
   curl                               # scrapes the metrics endpoint in the tests
+  prometheus                         # promtool: checks every exporter's text and the alert rules (docs/alerts.yml) in the tests
   libnats-dev                        # NATS C client: shmbus-nats (the JetStream gateway)
   nats-server                        # NATS server with JetStream: shmbus-nats tests and benchmark
   systemd                            # systemd-analyze verify on the units of systemd/ (installs without systemd running)

@@ -83,7 +83,10 @@ ReaderView reader_view(const detail::Segment& seg, std::uint32_t i) {
   v.attach_time_ns = r.attach_time_ns.load(std::memory_order_relaxed);
   v.last_active_ns = r.last_active_ns.load(std::memory_order_relaxed);
   v.sleeping = r.sleeping.load(std::memory_order_relaxed) != 0;
-  v.best_effort = r.state.load(std::memory_order_relaxed) == layout::kSlotBestEffort;
+  const std::uint32_t state = r.state.load(std::memory_order_relaxed);
+  v.best_effort = state == layout::kSlotBestEffort;
+  // Shown (in_use) with a free state: it has an owner the producer ignores.
+  v.evicted = state == layout::kSlotFree;
   // A stamp left by an earlier attachment of the slot (or half-written by a
   // producer that raced with a new one) is not this reader's.
   const std::uint64_t let_go = r.let_go_ns.load(std::memory_order_relaxed);
@@ -217,6 +220,14 @@ Diagnosis diagnose(const Snapshot& s) {
     d.warnings.push_back({"producer_blocked", d.blocked_on_slot,
                           "producer " + pid_label(p.pid, p.pid_namespace) +
                               " is blocked on a full ring, held back by " + who});
+  }
+  for (const ReaderView* r : readers) {
+    if (!r->evicted) continue;
+    d.warnings.push_back({"reader_evicted", r->slot,
+                          reader_label(*r) + " was evicted: its slot's state was cleared while it held it "
+                              "(a stray store into the segment, or a slot freed by force); the producer no "
+                              "longer waits for it and may lap it; it is told at its next read and takes "
+                              "the slot back"});
   }
   for (const ReaderView* r : readers) {
     if (r->let_go_ns == 0) continue;

@@ -361,6 +361,7 @@ class ReaderInfo(TypedDict):
     sleeping: bool
     best_effort: bool
     let_go_ns: int
+    evicted: bool
 
 class BookmarkInfo(TypedDict):
     name: str
@@ -407,6 +408,6 @@ class Inspector:
         producer: {attached, pid, liveness, stopped, closed, waiting_for_space,
         blocked_on_slot, takeovers}, readers: [{slot, pid, liveness, stopped,
         name, cursor, lag, delivered, lost, attach_time_ns, last_active_ns,
-        sleeping, best_effort, let_go_ns}], bookmarks: [{name, cursor, updated_ns, held,
+        sleeping, best_effort, let_go_ns, evicted}], bookmarks: [{name, cursor, updated_ns, held,
         holder_pid}], removed, warnings: [{kind, slot, message}]}: what
         shmbus-inspect show --json reports, judged by the same library code."""

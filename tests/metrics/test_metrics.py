@@ -3,6 +3,7 @@
 
 Run by ctest with SHMBUS_INSPECT, SHMBUS_PRODUCER and SHMBUS_ACTOR set to
 the binaries under test."""
+import json
 import os
 import re
 import signal
@@ -127,11 +128,15 @@ def test_bus_and_reader_metrics_parse_and_match_the_bus(bus):
     assert state_of(parsed, "shmbus_reader_state", name="audit") == "dead"
 
 
+PRODUCER_STATES = {"alive", "stopped", "dead", "unknown"}
+READER_STATES = PRODUCER_STATES | {"let_go", "evicted"}
+
+
 def state_of(parsed, metric, **labels):
-    """The one state whose sample is 1, checking that all four are there."""
+    """The one state whose sample is 1, checking that every state is there."""
     states = {dict(ls)["state"]: v for (n, ls), v in parsed.items()
               if n == metric and set(labels.items()) <= ls}
-    assert set(states) == {"alive", "stopped", "dead", "unknown"}, states
+    assert set(states) == (READER_STATES if metric.startswith("shmbus_reader") else PRODUCER_STATES), states
     ones = [s for s, v in states.items() if v == 1]
     assert len(ones) == 1 and sum(states.values()) == 1, states
     return ones[0]
@@ -147,12 +152,59 @@ def test_a_stopped_reader_is_exported_as_stopped(bus):
     stalled = start_reader(name, tmp_path, procs, "stall", "audit")
     os.kill(stalled.pid, signal.SIGSTOP)
     try:
+        # The signal is delivered after kill() returns: wait until it is stopped.
+        assert wait_for(lambda: open(f"/proc/{stalled.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T")
         parsed = samples(scrape(name))
         assert state_of(parsed, "shmbus_reader_state", name="audit") == "stopped"
         assert value(parsed, "shmbus_reader_alive", name="audit") == 1  # alive, but reads nothing
     finally:
         os.kill(stalled.pid, signal.SIGCONT)
     assert state_of(samples(scrape(name)), "shmbus_reader_state", name="audit") == "alive"
+
+
+# layout.hpp: the reader table starts at 512, a slot is 128 bytes, its state
+# word is at offset 8 of the slot.
+def clear_slot_state(bus, slot):
+    with open(f"/dev/shm/shmbus.{bus}", "r+b") as f:
+        f.seek(512 + 128 * slot + 8)
+        f.write(b"\0\0\0\0")
+
+
+def test_an_evicted_reader_is_exported_as_evicted(bus):
+    name, tmp_path, procs = bus
+    start_reader(name, tmp_path, procs, "stall", "audit")
+    parsed = samples(scrape(name))
+    assert state_of(parsed, "shmbus_reader_state", name="audit") == "alive"
+    assert value(parsed, "shmbus_reader_holds_producer", name="audit") == 1
+    # A stray store clears the slot's state: the producer no longer counts
+    # it. The stalled reader never reads, so it is not told and stays so.
+    clear_slot_state(name, int((tmp_path / "ready-0").read_text()))
+    parsed = samples(scrape(name))
+    assert state_of(parsed, "shmbus_reader_state", name="audit") == "evicted"
+    assert value(parsed, "shmbus_reader_holds_producer", name="audit") == 0
+    assert value(parsed, "shmbus_reader_alive", name="audit") == 1
+    # shmbus-inspect show says so too, in text and JSON.
+    shown = subprocess.run([INSPECT, "show", name, "--interval", "0"], check=True, capture_output=True,
+                           text=True).stdout
+    assert re.search(r"audit\s+\d+\s+alive,evicted\b", shown), shown
+    report = json.loads(subprocess.run([INSPECT, "show", name, "--interval", "0", "--json"], check=True,
+                                       capture_output=True, text=True).stdout)
+    assert [r["evicted"] for r in report["readers"]] == [True]
+    assert "reader_evicted" in [w["kind"] for w in report["warnings"]]
+
+
+def test_a_reader_let_go_is_exported_as_let_go(bus):
+    name, tmp_path, procs = bus
+    start_reader(name, tmp_path, procs, "stall", "audit")
+    # 10 behind on a 64-record ring: the producer waits 0.2 s for the stalled
+    # reader, lets it go, and publishes the rest.
+    subprocess.run([PRODUCER, name, "--count", "100", "--size", "64", "--max-hold", "200ms", "--keep-open"],
+                   check=True, capture_output=True, timeout=10)
+    parsed = samples(scrape(name))
+    assert value(parsed, "shmbus_readers_let_go_total", bus=name) == 1
+    assert state_of(parsed, "shmbus_reader_state", name="audit") == "let_go"
+    assert value(parsed, "shmbus_reader_holds_producer", name="audit") == 0
+    assert value(parsed, "shmbus_reader_let_go_timestamp_seconds", name="audit") > 0
 
 
 def test_reader_series_stay_the_same_across_a_restart(bus):

@@ -67,6 +67,11 @@ struct ReaderView {
                                   // (ConsumerOptions::hold_producer = false), or one
                                   // the producer let go
   std::uint64_t let_go_ns = 0;    // CLOCK_REALTIME the producer let it go (hold limit), 0 = never
+  // Its slot was taken from it: the slot's state word is free while the
+  // slot still has an owner (a stray store, a slot freed by force), so the
+  // producer no longer counts its cursor and may lap it. A live reader is
+  // told at its next call (ReadStatus::evicted) and takes the slot back.
+  bool evicted = false;
   // Alive but stopped (SIGSTOP, a debugger): reads nothing until resumed.
   // Told only of a process of this PID namespace, by its /proc (false otherwise).
   bool stopped = false;
@@ -107,7 +112,8 @@ struct Snapshot {
 
 // Something in a snapshot a person should know of or act on.
 struct Warning {
-  // dead_reader, producer_dead, producer_blocked, reader_let_go, reader_lagging
+  // dead_reader, producer_dead, producer_blocked, reader_evicted, reader_let_go,
+  // reader_lagging
   std::string kind;
   std::optional<std::uint32_t> slot;  // the reader it is about
   std::string message;                // one line, naming who (and what to do)
@@ -124,7 +130,7 @@ struct Diagnosis {
   // padding of up to half a ring (a span).
   std::optional<std::uint32_t> blocked_on_slot;
   // Most urgent first: dead readers, a dead producer, a blocked producer,
-  // readers let go, then readers more than half a ring behind.
+  // evicted readers, readers let go, then readers more than half a ring behind.
   std::vector<Warning> warnings;
 };
 Diagnosis diagnose(const Snapshot& s);

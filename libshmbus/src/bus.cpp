@@ -104,7 +104,7 @@ bool Bus::remove(std::string_view name, std::string_view dir) {
   const std::string path = segment_path(name, dir);
   if (::unlink(path.c_str()) == 0) return true;
   const int err = errno;
-  if (err == ENOENT) {
+  if (err == ENOENT || err == ENOTDIR) {
     detail::resolve_dir(dir, name);  // a missing or unusable directory says so
     return false;
   }

@@ -391,7 +391,7 @@ std::shared_ptr<Segment> Segment::open(std::string_view name, Access access, con
   const int raw = ::open(path.c_str(), (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
   if (raw < 0) {
     const int err = errno;
-    if (err == ENOENT) {
+    if (err == ENOENT || err == ENOTDIR) {
       resolve_dir(dir, name);  // a missing or unusable directory says so
       fail(Errc::not_found, name, "no such bus (" + path + " does not exist)");
     }

@@ -152,6 +152,7 @@ int main(int argc, char** argv) {
       const std::string pages = shmbus::Bus::create(probe, {.capacity = 64, .record_size = 64}).info().pages;
       shmbus::Bus::remove(probe);
       std::printf("- shmbus buses in %s: %s\n\n", shmbus::bus_dir().c_str(), pages.c_str());
+      std::fflush(stdout);
       doc["bus_dir"] = shmbus::bus_dir();
       doc["bus_pages"] = pages;
     }

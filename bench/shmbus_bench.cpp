@@ -7,6 +7,10 @@
 // (report.hpp) on stdout and in --json. The machine and the placement
 // (machine.hpp) head both. Progress goes to stderr.
 #include <CLI/CLI.hpp>
+#include <shmbus/bus.hpp>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -107,6 +111,11 @@ int main(int argc, char** argv) {
   app.add_option("--bridge-path", o.bridge_path,
                  "the shmbus-bridge program the bridge transport runs")
       ->capture_default_str();
+  std::string dir;
+  app.add_option("--dir", dir,
+                 "directory of the shmbus buses, tmpfs or hugetlbfs (default: $SHMBUS_DIR, else /dev/shm): "
+                 "e.g. a hugetlbfs mount for 2 MiB pages (docs/huge-pages.md)")
+      ->type_name("DIR");
   app.add_flag("--quick", o.quick,
                "tiny counts (a smoke test): 20000 msgs (and backlog), 2000 round trips, 1 s idle");
   // Set by the orchestrator when it execs a role; hidden from --help.
@@ -123,12 +132,30 @@ int main(int argc, char** argv) {
   if (!role.empty()) return child_main(role, id, ctl_fd);
 
   try {
+    // The roles are other processes: they find the directory in the
+    // environment. Set before any thread starts.
+    if (!dir.empty()) {
+      shmbus::set_bus_dir(dir);
+      ::setenv("SHMBUS_DIR", shmbus::bus_dir().c_str(), 1);
+    } else {
+      shmbus::check_bus_dir();
+    }
     const auto groups = plan(o);
     start_orchestrator();
     const bool tsc = o.clock == "tsc" && invariant_tsc();
     const ClockCalibration cal = Clock::calibrate(tsc);
     nlohmann::json doc = describe_run(o, tsc, argc, argv);
     print_header(doc["machine"], doc["placement"], o.shmbus_read);
+    {
+      // What backs a bus there, from a small one made for the purpose.
+      const std::string probe = "bench-probe-" + std::to_string(::getpid());
+      const std::string pages = shmbus::Bus::create(probe, {.capacity = 64, .record_size = 64}).info().pages;
+      shmbus::Bus::remove(probe);
+      std::printf("- shmbus buses in %s: %s\n\n", shmbus::bus_dir().c_str(), pages.c_str());
+      std::fflush(stdout);
+      doc["bus_dir"] = shmbus::bus_dir();
+      doc["bus_pages"] = pages;
+    }
 
     std::size_t total_runs = 0;
     for (const auto& g : groups) total_runs += g.size() * static_cast<std::size_t>(o.runs);

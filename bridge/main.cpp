@@ -26,6 +26,7 @@
 #include "tools/common/run_main.hpp"
 #include "bridge/protocol.hpp"
 #include "bridge/server.hpp"
+#include "tools/common/bus_dir.hpp"
 #include "tools/common/trust.hpp"
 
 namespace {
@@ -306,6 +307,8 @@ int main(int argc, char** argv) {
   s->add_option("--tls-cert", sa.tls_cert, "Serve TLS with this PEM certificate chain (needs --tls-key)");
   s->add_option("--tls-key", sa.tls_key, "PEM private key of --tls-cert");
   add_trust_options(*s, sa.trust);
+  std::string dir;
+  add_dir_option(*s, dir);
 
   MirrorArgs ma;
   auto* m = app.add_subcommand(
@@ -343,10 +346,12 @@ int main(int argc, char** argv) {
   m->add_flag("--json", ma.json, "Stats lines as JSON");
   m->add_flag("--quiet", ma.quiet, "No per-connection log lines (gaps, stats and errors are still printed)");
   add_trust_options(*m, ma.trust);
+  add_dir_option(*m, dir);
   refuse_negative_numbers(app);
   return run_main(app, ErrorSink{kProgram, wants_json(argc, argv), stderr}, [&] {
     app.parse(argc, argv);
     set_json_lines((s->parsed() && sa.json) || (m->parsed() && ma.json));
+    apply_dir(dir);
     if (s->parsed()) return serve(sa);
     if (m->parsed()) return mirror(ma);
     return exit_usage;

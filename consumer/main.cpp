@@ -20,6 +20,7 @@
 #include "tools/common/duration.hpp"
 #include "tools/common/program.hpp"
 #include "tools/common/run_main.hpp"
+#include "tools/common/bus_dir.hpp"
 #include "tools/common/trust.hpp"
 
 namespace {
@@ -125,6 +126,8 @@ int main(int argc, char** argv) {
   add_choice(app, "--wait", o.wait, wait_strategies(), "How to wait for data: adaptive, spin-yield or busy-spin",
              wait_strategy_choice());
   add_trust_options(app, o.trust);
+  std::string dir;
+  add_dir_option(app, dir);
   app.add_option("--tls-ca", o.tls_ca,
                  "tcp:// only: speak TLS and trust only servers whose certificate chains to this PEM CA "
                  "and names the address connected to");
@@ -138,6 +141,8 @@ int main(int argc, char** argv) {
       [&] {
         app.parse(normalise_args(argc, argv));
         o.named = name->count() > 0;
+        // A tcp:// bus lives on another host: only a local one needs the directory.
+        if (!dir.empty() || o.bus.rfind("tcp://", 0) != 0) apply_dir(dir);
         install_stop_handlers();
         signal(SIGPIPE, SIG_IGN);  // a closed stdout is seen as EPIPE and stops the consumer
         return run(o);

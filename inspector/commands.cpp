@@ -195,7 +195,7 @@ int run_list(bool json_out) {
     return 0;
   }
   if (entries.empty()) {
-    std::fputs("shmbus-inspect: no shmbus segments in /dev/shm\n", stderr);
+    std::fputs(fmt::format("shmbus-inspect: no shmbus segments in {}\n", bus_dir()).c_str(), stderr);
     return 0;
   }
   print_out(render_list(entries, now));
@@ -447,7 +447,7 @@ int run_check(const std::string& bus, bool json_out) {
 }
 
 int run_gc(const std::string& bus, const std::vector<std::string>& forget, bool json_out) {
-  // What creators killed mid-way left in /dev/shm (the bus itself may not
+  // What creators killed mid-way left in the bus directory (the bus itself may not
   // exist then).
   const std::vector<std::string> abandoned = remove_abandoned_creations(bus);
   if (!json_out) {

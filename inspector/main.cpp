@@ -21,6 +21,7 @@
 #include "tools/common/duration.hpp"
 #include "tools/common/failure.hpp"
 #include "tools/common/program.hpp"
+#include "tools/common/bus_dir.hpp"
 #include "tools/common/run_main.hpp"
 #include "tools/common/trust.hpp"
 
@@ -40,7 +41,7 @@ std::string subcommand_problem(int argc, char** argv, const std::vector<std::str
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "-h" || a == "--help" || a == "--version") return {};
-    if (a == "--trust-owner" || a == "--trust-group") {
+    if (a == "--trust-owner" || a == "--trust-group" || a == "--dir") {
       ++i;  // its value
       continue;
     }
@@ -70,13 +71,15 @@ CLI::Validator interval_validator() {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "shmbus-inspect: look inside shmbus buses (/dev/shm/shmbus.*) without disturbing them.\n"
+      "shmbus-inspect: look inside shmbus buses (DIR/shmbus.*: /dev/shm, $SHMBUS_DIR or --dir) without disturbing them.\n"
       "Views map a bus read-only and take no reader slot; gc and rm say what they change."};
   tools::add_version_flag(app, kProgram);
   app.require_subcommand(1);
-  app.fallthrough();  // --trust-owner/--trust-group may follow the subcommand
+  app.fallthrough();  // --trust-owner/--trust-group/--dir may follow the subcommand
   tools::TrustArgs trust_args;
   tools::add_trust_options(app, trust_args);
+  std::string dir;
+  tools::add_dir_option(app, dir);
 
   bool json = false;
   const char* json_help = "machine-readable JSON output (schema in docs/inspector.md)";
@@ -166,6 +169,7 @@ int main(int argc, char** argv) {
         }
         app.parse(argc, argv);
         set_trust(tools::resolve_trust(trust_args));
+        tools::apply_dir(dir);
         if (list->parsed()) return run_list(json);
         if (show->parsed()) return run_show(bus, tools::parse_duration(interval), json);
         if (dump_cmd->parsed()) {

@@ -222,7 +222,10 @@ nlohmann::ordered_json to_json(const BusReport& r) {
   }
   return json{
       {"bus", s.info.name},
-      {"segment", segment_path(s.info.name)},
+      {"segment", s.info.path},
+      {"dir", s.info.dir},
+      {"pages", s.info.pages},
+      {"page_size", s.info.page_size},
       {"time_ns", r.now_ns},
       {"layout_version", s.info.layout_version},
       {"policy", to_string(s.info.policy)},
@@ -318,12 +321,13 @@ nlohmann::ordered_json to_json(const ListEntry& e, std::uint64_t now_ns) {
 std::string render_show(const BusReport& r) {
   const Snapshot& s = r.snap;
   const BusInfo& i = s.info;
-  std::string out = fmt::format("bus '{}'  {}  {}  layout v{}\n", i.name, segment_path(i.name),
+  std::string out = fmt::format("bus '{}'  {}  {}  layout v{}\n", i.name, i.path,
                                 human_bytes(i.segment_size), i.layout_version);
   const auto row = [&out](std::string_view key, const std::string& value) {
     out += fmt::format("  {:<10} {}\n", key, value);
   };
   row("policy", to_string(i.policy));
+  row("pages", i.pages);
   row("ring", fmt::format("{} records x {} B (max payload {} B, max message {} B), {} ({} in use)",
                           i.capacity, i.record_size, i.max_payload, i.max_message,
                           tools::plural(i.max_readers, "reader slot"), s.readers.size()));

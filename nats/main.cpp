@@ -18,6 +18,7 @@
 #include "tools/common/metrics_server.hpp"
 #include "tools/common/program.hpp"
 #include "tools/common/run_main.hpp"
+#include "tools/common/bus_dir.hpp"
 #include "tools/common/trust.hpp"
 
 namespace {
@@ -150,6 +151,8 @@ int main(int argc, char** argv) {
   out->add_option("--count", oo.count, "Stop after N messages");
   add_connect_options(*out, oc);
   add_trust_options(*out, otrust);
+  std::string dir;
+  add_dir_option(*out, dir);
 
   Common ic;
   InOptions io;
@@ -169,12 +172,14 @@ int main(int argc, char** argv) {
   in->add_option("--record-size", record_size, "Bytes per record, when the bus is created")->capture_default_str();
   in->add_option("--count", io.count, "Stop after N messages published");
   add_connect_options(*in, ic);
+  add_dir_option(*in, dir);
   refuse_negative_numbers(app);
 
   const auto stop = [] { return stop_requested(); };
   return run_main(app, ErrorSink{kProgram, wants_json(argc, argv), stderr}, [&] {
     app.parse(argc, argv);
     set_json_lines((out->parsed() && oc.json) || (in->parsed() && ic.json));
+    if (out->parsed() || in->parsed()) apply_dir(dir);
     install_stop_handlers();
     if (out->parsed()) {
       validate_name(oo.bus);

@@ -13,6 +13,7 @@
 #include "tools/common/duration.hpp"
 #include "tools/common/program.hpp"
 #include "tools/common/run_main.hpp"
+#include "tools/common/bus_dir.hpp"
 #include "tools/common/trust.hpp"
 
 namespace {
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
       "least 2 x the largest message, plus what the ring should retain for slow or late readers. "
       "E.g. messages of 100 B to 4 MiB: --record-size 128 --capacity 131072 (16 MiB of records).");
   Options o;
-  app.add_option("bus", o.bus, "Bus name ([A-Za-z0-9._-], the segment is /dev/shm/shmbus.NAME)")
+  app.add_option("bus", o.bus, "Bus name ([A-Za-z0-9._-], the segment is DIR/shmbus.NAME, DIR /dev/shm unless --dir)")
       ->required();
   auto* create = app.add_flag("--create", o.create,
                               "Create the bus if it does not exist (an existing bus is used as it "
@@ -132,6 +133,8 @@ int main(int argc, char** argv) {
                  "Synthetic messages carry their own send time either way");
   app.add_flag("--json", o.json, "Write the summary to stderr as one JSON object");
   add_trust_options(app, o.trust);
+  std::string dir;
+  add_dir_option(app, dir);
   add_version_flag(app, kProgram);
   refuse_negative_numbers(app);
 
@@ -140,6 +143,7 @@ int main(int argc, char** argv) {
       app, sink,
       [&] {
         app.parse(argc, argv);
+        apply_dir(dir);
         o.synthetic = count->count() > 0;
         prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // --rate pacing wakes within ~1 us of its target
         return run(o, app);

@@ -268,13 +268,15 @@ struct PyBus {
 template <class F>
 auto bus_factory(F f) {
   return [f](const std::string& name, std::int64_t capacity, std::int64_t record_size, const std::string& policy,
-             std::int64_t max_readers, std::int64_t mode) {
-    return PyBus(f(name, bus_options(capacity, record_size, policy, max_readers, mode)));
+             std::int64_t max_readers, std::int64_t mode, const std::optional<std::string>& dir) {
+    shmbus::BusOptions o = bus_options(capacity, record_size, policy, max_readers, mode);
+    o.dir = dir.value_or("");
+    return PyBus(f(name, o));
   };
 }
 constexpr const char* bus_doc =
     "capacity: records (power of two; 0, the default: as many as fit 4 MiB, at least 64); "
-    "record_size: bytes incl. 24-byte header";
+    "record_size: bytes incl. 24-byte header; dir: the bus directory (default: shmbus.bus_dir())";
 
 // Bus.open_or_create: a bus that exists with other options than asked is an
 // error naming both (a caller that wants whatever is there uses Bus.open).
@@ -884,6 +886,12 @@ PYBIND11_MODULE(_shmbus, m) {
   m.doc() = "shmbus: a shared-memory message bus (one producer, many consumers, each reading "
             "every message). The stubs, shmbus/__init__.pyi, type the API.";
   m.attr("__version__") = SHMBUS_VERSION;
+  m.def("bus_dir", &shmbus::bus_dir,
+        "The directory a bus without dir= lives in: the one set_bus_dir() set, else $SHMBUS_DIR, else /dev/shm.");
+  m.def("set_bus_dir", [](const std::string& dir) { shmbus::set_bus_dir(dir); },
+        "Makes dir (a tmpfs or hugetlbfs directory; checked) the default of this process; '' goes back to "
+        "$SHMBUS_DIR or /dev/shm.",
+        py::arg("dir"));
   ::pthread_atfork(nullptr, nullptr, after_fork_in_child);
 
   static py::exception<shmbus::Error> error(m, "Error", PyExc_OSError);
@@ -954,29 +962,33 @@ PYBIND11_MODULE(_shmbus, m) {
   }
 
   py::class_<PyBus>(m, "Bus",
-                    "A named bus (/dev/shm/shmbus.NAME): create, open or remove it; pickles by name. A context "
+                    "A named bus (DIR/shmbus.NAME, DIR /dev/shm unless set): create, open or remove it; pickles by "
+                    "name and directory. A context "
                     "manager: leaving it closes this handle (Producers and Consumers made from it carry on).")
       .def_static("create", bus_factory(&shmbus::Bus::create), bus_doc, py::arg("name"), py::kw_only(),
                   py::arg("capacity") = 0, py::arg("record_size") = 256, py::arg("policy") = "block",
-                  py::arg("max_readers") = 16, py::arg("mode") = 0600)
+                  py::arg("max_readers") = 16, py::arg("mode") = 0600, py::arg("dir") = py::none())
       .def_static("open_or_create", bus_factory(&open_or_create_same), bus_doc, py::arg("name"),
                   py::kw_only(), py::arg("capacity") = 0, py::arg("record_size") = 256,
-                  py::arg("policy") = "block", py::arg("max_readers") = 16, py::arg("mode") = 0600)
+                  py::arg("policy") = "block", py::arg("max_readers") = 16, py::arg("mode") = 0600,
+                  py::arg("dir") = py::none())
       .def_static("open",
-                  [](const std::string& name, double ready_timeout) {
+                  [](const std::string& name, double ready_timeout, const std::optional<std::string>& dir) {
                     shmbus::OpenOptions o;
                     o.ready_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(ready_timeout * 1000));
+                    o.dir = dir.value_or("");
                     py::gil_scoped_release unlocked;
                     return PyBus(shmbus::Bus::open(name, o));
                   },
-                  py::arg("name"), py::arg("ready_timeout") = 2.0)
+                  py::arg("name"), py::arg("ready_timeout") = 2.0, py::kw_only(), py::arg("dir") = py::none())
       .def_static(
           "remove",
-          [](const std::string& name, bool end_streams) {
+          [](const std::string& name, bool end_streams, const std::optional<std::string>& dir_arg) {
+            const std::string dir = dir_arg.value_or("");
             py::gil_scoped_release unlocked;
-            if (!end_streams) return shmbus::Bus::remove(name);
+            if (!end_streams) return shmbus::Bus::remove(name, dir);
             try {
-              return shmbus::remove_in_use(name);
+              return shmbus::remove_in_use(name, {}, dir);
             } catch (const shmbus::Error& e) {
               // A segment this library cannot read (another layout version,
               // not a bus, half made) has no stream of ours to end: its name
@@ -987,7 +999,7 @@ PYBIND11_MODULE(_shmbus, m) {
                 case shmbus::Errc::truncated:
                 case shmbus::Errc::corrupt:
                 case shmbus::Errc::not_ready:
-                case shmbus::Errc::not_allocated: return shmbus::Bus::remove(name);
+                case shmbus::Errc::not_allocated: return shmbus::Bus::remove(name, dir);
                 default: throw;
               }
             }
@@ -995,8 +1007,20 @@ PYBIND11_MODULE(_shmbus, m) {
           "Removes the bus; True if it existed. Ends the stream of every consumer still attached (EndOfStream, "
           "reason 'removed') and closes its producer, so nobody runs on in a removed bus; end_streams=False only "
           "removes the name (mapped users carry on).",
-          py::arg("name"), py::kw_only(), py::arg("end_streams") = true)
-      .def_static("exists", &shmbus::Bus::exists, "True if a bus of that name exists.", py::arg("name"))
+          py::arg("name"), py::kw_only(), py::arg("end_streams") = true, py::arg("dir") = py::none())
+      .def_static(
+          "exists",
+          [](const std::string& name, const std::optional<std::string>& dir) {
+            return shmbus::Bus::exists(name, dir.value_or(""));
+          },
+          "True if a bus of that name exists (in dir, default shmbus.bus_dir()).", py::arg("name"), py::kw_only(),
+          py::arg("dir") = py::none())
+      .def_property_readonly("dir", [](const PyBus& b) { return b.get().info().dir; },
+                             "The directory of the bus's segment (absolute).")
+      .def_property_readonly("path", [](const PyBus& b) { return b.get().info().path; })
+      .def_property_readonly("pages", [](const PyBus& b) { return b.get().info().pages; },
+                             "What backs the bus's memory, e.g. 'hugetlbfs, 2 MiB huge pages'.")
+      .def_property_readonly("page_size", [](const PyBus& b) { return b.get().info().page_size; })
       .def_property_readonly("name", [](const PyBus& b) { return b.name; })
       .def_property_readonly("policy", [](const PyBus& b) { return shmbus::to_string(b.get().info().policy); })
       .def_property_readonly("capacity", [](const PyBus& b) { return b.get().info().capacity; })
@@ -1017,10 +1041,12 @@ PYBIND11_MODULE(_shmbus, m) {
       .def("__exit__", [](PyBus& b, py::args) { b.bus.reset(); })
       // A Bus travels to another process (multiprocessing's spawn) by name,
       // and is opened again there.
-      .def(py::pickle([](const PyBus& b) { return py::make_tuple(b.get().name()); },
+      .def(py::pickle([](const PyBus& b) { return py::make_tuple(b.get().name(), b.get().info().dir); },
                       [](const py::tuple& t) {
-                        if (t.size() != 1) throw py::value_error("not a pickled shmbus.Bus");
-                        return PyBus(shmbus::Bus::open(t[0].cast<std::string>()));
+                        if (t.size() != 1 && t.size() != 2) throw py::value_error("not a pickled shmbus.Bus");
+                        shmbus::OpenOptions o;
+                        if (t.size() == 2) o.dir = t[1].cast<std::string>();
+                        return PyBus(shmbus::Bus::open(t[0].cast<std::string>(), o));
                       }))
       .def("__repr__", [](const PyBus& b) {
         if (!b.bus) return "<shmbus.Bus '" + b.name + "', closed>";
@@ -1226,7 +1252,10 @@ PYBIND11_MODULE(_shmbus, m) {
       });
 
   py::class_<shmbus::Inspector>(m, "Inspector", "Reads a bus's header, counters and reader table without attaching.")
-      .def(py::init([](const std::string& name) { return shmbus::Inspector::open(name); }), py::arg("name"))
+      .def(py::init([](const std::string& name, const std::optional<std::string>& dir) {
+             return shmbus::Inspector::open(name, {}, dir.value_or(""));
+           }),
+           py::arg("name"), py::kw_only(), py::arg("dir") = py::none())
       .def(
           "snapshot", [](const shmbus::Inspector& i) { return snapshot_dict(i.snapshot()); },
           "The bus as a dict: geometry, head, oldest, counters, producer, readers, bookmarks, warnings (typed in "

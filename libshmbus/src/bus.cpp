@@ -63,7 +63,9 @@ void validate_name(std::string_view name) {
   }
 }
 
-std::string segment_path(std::string_view name) { return "/dev/shm/shmbus." + std::string(name); }
+std::string segment_path(std::string_view name, std::string_view dir) {
+  return detail::path_in(detail::absolute_dir(dir), name);
+}
 
 Bus::Bus(std::shared_ptr<detail::Segment> s) : segment_(std::move(s)) {}
 
@@ -76,7 +78,7 @@ Bus Bus::open(std::string_view name, std::chrono::milliseconds ready_timeout) {
 }
 
 Bus Bus::open(std::string_view name, const OpenOptions& options) {
-  return Bus(detail::Segment::open(name, detail::Segment::Access::read_write, options.trust));
+  return Bus(detail::Segment::open(name, detail::Segment::Access::read_write, options.trust, std::nullopt, options.dir));
 }
 
 Bus Bus::open_or_create(std::string_view name, const BusOptions& options) {
@@ -88,7 +90,8 @@ Bus Bus::open_or_create(std::string_view name, const BusOptions& options) {
     }
     try {
       // Never join a foreign segment, nor one that grants more than was asked.
-      return Bus(detail::Segment::open(name, detail::Segment::Access::read_write, options.trust, options.mode));
+      return Bus(
+          detail::Segment::open(name, detail::Segment::Access::read_write, options.trust, options.mode, options.dir));
     } catch (const Error& e) {
       // Removed between our create and open: try again, a few times.
       if (e.errc() != Errc::not_found || attempt >= 8) throw;
@@ -96,19 +99,23 @@ Bus Bus::open_or_create(std::string_view name, const BusOptions& options) {
   }
 }
 
-bool Bus::remove(std::string_view name) {
+bool Bus::remove(std::string_view name, std::string_view dir) {
   validate_name(name);
-  if (::shm_unlink(("/shmbus." + std::string(name)).c_str()) == 0) return true;
+  const std::string path = segment_path(name, dir);
+  if (::unlink(path.c_str()) == 0) return true;
   const int err = errno;
-  if (err == ENOENT) return false;
+  if (err == ENOENT || err == ENOTDIR) {
+    detail::resolve_dir(dir, name);  // a missing or unusable directory says so
+    return false;
+  }
   throw Error(err == EACCES || err == EPERM ? Errc::permission_denied : Errc::system,
-              "bus '" + std::string(name) + "': cannot remove " + segment_path(name) + ": " +
-                  std::strerror(err) + (err == EACCES || err == EPERM ? " (only its owner or root may)" : ""));
+              "bus '" + std::string(name) + "': cannot remove " + path + ": " + std::strerror(err) +
+                  (err == EACCES || err == EPERM ? " (only its owner or root may)" : ""));
 }
 
-bool Bus::exists(std::string_view name) {
+bool Bus::exists(std::string_view name, std::string_view dir) {
   validate_name(name);
-  return ::access(segment_path(name).c_str(), F_OK) == 0;
+  return ::access(segment_path(name, dir).c_str(), F_OK) == 0;
 }
 
 const BusInfo& Bus::info() const noexcept { return segment_->info(); }

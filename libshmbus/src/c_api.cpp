@@ -48,6 +48,7 @@ static_assert(SHMBUS_TIMEOUT == static_cast<int>(shmbus::Errc::timeout));
 static_assert(SHMBUS_NOT_ALLOCATED == static_cast<int>(shmbus::Errc::not_allocated));
 static_assert(SHMBUS_BOOKMARKS_FULL == static_cast<int>(shmbus::Errc::bookmarks_full));
 static_assert(SHMBUS_UNSAFE_FILE == static_cast<int>(shmbus::Errc::unsafe_file));
+static_assert(SHMBUS_BAD_DIRECTORY == static_cast<int>(shmbus::Errc::bad_directory));
 static_assert(SHMBUS_START_RESUME == static_cast<int>(shmbus::Start::resume));
 static_assert(SHMBUS_END_REMOVED == static_cast<int>(shmbus::EndReason::removed));
 static_assert(SHMBUS_DEAD == static_cast<int>(shmbus::Liveness::dead));
@@ -230,14 +231,14 @@ const char* shmbus_status_str(int status) {
     case SHMBUS_NO_CLAIM: return "no open claim";
     default: break;
   }
-  if (status >= SHMBUS_INVALID_NAME && status <= SHMBUS_UNSAFE_FILE) {
+  if (status >= SHMBUS_INVALID_NAME && status <= SHMBUS_BAD_DIRECTORY) {
     // The C++ category's messages are string literals' copies; keep static ones here.
     static const char* const names[] = {
         "invalid name", "invalid options", "already exists", "not found", "permission denied",
         "no space", "not a bus", "version mismatch", "truncated", "corrupt", "not ready",
         "producer active", "reader table full", "not retained", "system error", "timeout",
         "foreign owner", "insecure mode", "not allocated", "name in use", "bookmarks full",
-        "unsafe file"};
+        "unsafe file", "bad directory"};
     return names[status - 1];
   }
   return "unknown status";
@@ -259,13 +260,14 @@ void shmbus_bus_options_init(shmbus_bus_options* options) {
   options->mode = static_cast<std::uint32_t>(d.mode);
 }
 
-static shmbus_status make_bus(const char* fn, const char* name, const shmbus_bus_options* options,
+static shmbus_status make_bus(const char* fn, const char* dir, const char* name, const shmbus_bus_options* options,
                               shmbus_bus** out, bool open_existing) noexcept {
   if (!out) return invalid(fn, "out is NULL");
   *out = nullptr;
   if (!name) return invalid(fn, "name is NULL");
   shmbus::BusOptions o;
   if (!to_bus_options(options, o)) return invalid(fn, "policy or mode out of range");
+  if (dir) o.dir = dir;
   return guard(fn, [&] {
     auto b = open_existing ? shmbus::Bus::open_or_create(name, o) : shmbus::Bus::create(name, o);
     *out = new shmbus_bus{std::move(b)};
@@ -275,16 +277,26 @@ static shmbus_status make_bus(const char* fn, const char* name, const shmbus_bus
 
 shmbus_status shmbus_bus_create(const char* name, const shmbus_bus_options* options,
                                 shmbus_bus** out) {
-  return make_bus("shmbus_bus_create", name, options, out, false);
+  return make_bus("shmbus_bus_create", nullptr, name, options, out, false);
+}
+
+shmbus_status shmbus_bus_create_in(const char* dir, const char* name, const shmbus_bus_options* options,
+                                   shmbus_bus** out) {
+  return make_bus("shmbus_bus_create_in", dir, name, options, out, false);
 }
 
 shmbus_status shmbus_bus_open_or_create(const char* name, const shmbus_bus_options* options,
                                         shmbus_bus** out) {
-  return make_bus("shmbus_bus_open_or_create", name, options, out, true);
+  return make_bus("shmbus_bus_open_or_create", nullptr, name, options, out, true);
 }
 
-shmbus_status shmbus_bus_open(const char* name, int64_t ready_timeout_ns, shmbus_bus** out) {
-  constexpr const char* fn = "shmbus_bus_open";
+shmbus_status shmbus_bus_open_or_create_in(const char* dir, const char* name, const shmbus_bus_options* options,
+                                           shmbus_bus** out) {
+  return make_bus("shmbus_bus_open_or_create_in", dir, name, options, out, true);
+}
+
+static shmbus_status open_bus(const char* fn, const char* dir, const char* name, int64_t ready_timeout_ns,
+                              shmbus_bus** out) noexcept {
   if (!out) return invalid(fn, "out is NULL");
   *out = nullptr;
   if (!name) return invalid(fn, "name is NULL");
@@ -294,31 +306,66 @@ shmbus_status shmbus_bus_open(const char* name, int64_t ready_timeout_ns, shmbus
       o.ready_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
           std::chrono::nanoseconds(ready_timeout_ns));
     }
+    if (dir) o.dir = dir;
     *out = new shmbus_bus{shmbus::Bus::open(name, o)};
     return SHMBUS_OK;
   });
 }
 
+shmbus_status shmbus_bus_open(const char* name, int64_t ready_timeout_ns, shmbus_bus** out) {
+  return open_bus("shmbus_bus_open", nullptr, name, ready_timeout_ns, out);
+}
+
+shmbus_status shmbus_bus_open_in(const char* dir, const char* name, shmbus_bus** out) {
+  return open_bus("shmbus_bus_open_in", dir, name, 0, out);
+}
+
 void shmbus_bus_close(shmbus_bus* bus) { delete bus; }
 
-shmbus_status shmbus_bus_remove(const char* name, int* removed) {
-  constexpr const char* fn = "shmbus_bus_remove";
+static shmbus_status remove_bus(const char* fn, const char* dir, const char* name, int* removed) noexcept {
   if (removed) *removed = 0;
   if (!name) return invalid(fn, "name is NULL");
   return guard(fn, [&] {
-    const bool r = shmbus::Bus::remove(name);
+    const bool r = shmbus::Bus::remove(name, dir ? dir : "");
     if (removed) *removed = r ? 1 : 0;
     return SHMBUS_OK;
   });
 }
 
-int shmbus_bus_exists(const char* name) {
+shmbus_status shmbus_bus_remove(const char* name, int* removed) {
+  return remove_bus("shmbus_bus_remove", nullptr, name, removed);
+}
+
+shmbus_status shmbus_bus_remove_in(const char* dir, const char* name, int* removed) {
+  return remove_bus("shmbus_bus_remove_in", dir, name, removed);
+}
+
+int shmbus_bus_exists_in(const char* dir, const char* name) {
   if (!name) return 0;
   try {
-    return shmbus::Bus::exists(name) ? 1 : 0;
+    return shmbus::Bus::exists(name, dir ? dir : "") ? 1 : 0;
   } catch (...) {
     return 0;
   }
+}
+
+int shmbus_bus_exists(const char* name) { return shmbus_bus_exists_in(nullptr, name); }
+
+shmbus_status shmbus_set_dir(const char* dir) {
+  return guard("shmbus_set_dir", [&] {
+    shmbus::set_bus_dir(dir ? dir : "");
+    return SHMBUS_OK;
+  });
+}
+
+const char* shmbus_dir(void) {
+  static thread_local std::string dir;
+  try {
+    dir = shmbus::bus_dir();
+  } catch (...) {
+    dir = shmbus::system_bus_dir;
+  }
+  return dir.c_str();
 }
 
 shmbus_status shmbus_bus_get_info(const shmbus_bus* bus, shmbus_bus_info* out) {
@@ -630,13 +677,12 @@ void shmbus_wait_set_destroy(shmbus_wait_set* set) { delete set; }
 
 // ---- Inspection
 
-shmbus_status shmbus_inspect(const char* name, shmbus_snapshot** out) {
-  constexpr const char* fn = "shmbus_inspect";
+static shmbus_status inspect_bus(const char* fn, const char* dir, const char* name, shmbus_snapshot** out) noexcept {
   if (!out) return invalid(fn, "out is NULL");
   *out = nullptr;
   if (!name) return invalid(fn, "name is NULL");
   return guard(fn, [&] {
-    const shmbus::Snapshot s = shmbus::Inspector::open(name).snapshot();
+    const shmbus::Snapshot s = shmbus::Inspector::open(name, {}, dir ? dir : "").snapshot();
     auto snap = std::make_unique<shmbus_snapshot>();
     std::memset(snap.get(), 0, sizeof *snap);
     fill_info(s.info, snap->info);
@@ -685,6 +731,14 @@ shmbus_status shmbus_inspect(const char* name, shmbus_snapshot** out) {
     *out = snap.release();
     return SHMBUS_OK;
   });
+}
+
+shmbus_status shmbus_inspect(const char* name, shmbus_snapshot** out) {
+  return inspect_bus("shmbus_inspect", nullptr, name, out);
+}
+
+shmbus_status shmbus_inspect_in(const char* dir, const char* name, shmbus_snapshot** out) {
+  return inspect_bus("shmbus_inspect_in", dir, name, out);
 }
 
 void shmbus_snapshot_free(shmbus_snapshot* snapshot) {

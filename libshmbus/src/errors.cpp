@@ -13,7 +13,7 @@ class Category final : public std::error_category {
       case Errc::already_exists: return "bus already exists";
       case Errc::not_found: return "bus not found";
       case Errc::permission_denied: return "permission denied";
-      case Errc::no_space: return "not enough space in /dev/shm";
+      case Errc::no_space: return "not enough space in the bus directory";
       case Errc::not_a_bus: return "not a shmbus segment";
       case Errc::version_mismatch: return "segment has another layout version";
       case Errc::truncated: return "segment is truncated";
@@ -29,6 +29,7 @@ class Category final : public std::error_category {
       case Errc::name_in_use: return "reader name is held by a live reader";
       case Errc::bookmarks_full: return "every bookmark is in use";
       case Errc::unsafe_file: return "not a regular file with a single link";
+      case Errc::bad_directory: return "unusable bus directory";
       case Errc::system: return "system call failed";
     }
     return "unknown shmbus error";

@@ -28,9 +28,9 @@ Inspector::~Inspector() = default;
 Inspector::Inspector(Inspector&&) noexcept = default;
 Inspector& Inspector::operator=(Inspector&&) noexcept = default;
 
-Inspector Inspector::open(std::string_view name, const Trust& trust) {
+Inspector Inspector::open(std::string_view name, const Trust& trust, std::string_view dir) {
   Inspector i;
-  i.impl_->seg = detail::Segment::open(name, detail::Segment::Access::read_only, trust);
+  i.impl_->seg = detail::Segment::open(name, detail::Segment::Access::read_only, trust, std::nullopt, dir);
   return i;
 }
 
@@ -420,8 +420,8 @@ std::vector<Problem> Inspector::check() const {
   return out;
 }
 
-std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust& trust) {
-  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, trust);
+std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust& trust, std::string_view dir) {
+  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, trust, std::nullopt, dir);
   std::vector<ReaderView> out;
   for (std::uint32_t i = 0; i < seg->max_readers(); ++i) {
     if (!in_use(*seg->reader(i))) continue;
@@ -433,19 +433,19 @@ std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust&
   return out;
 }
 
-std::vector<std::string> remove_abandoned_creations(std::string_view name) {
+std::vector<std::string> remove_abandoned_creations(std::string_view name, std::string_view dir) {
   validate_name(name);
-  return detail::remove_dead_temporaries(name);
+  return detail::remove_dead_temporaries(name, detail::resolve_dir(dir, name).path);
 }
 
-bool forget_reader_name(std::string_view name, std::string_view reader, const Trust& trust) {
-  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, trust);
+bool forget_reader_name(std::string_view name, std::string_view reader, const Trust& trust, std::string_view dir) {
+  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, trust, std::nullopt, dir);
   return detail::forget_bookmark(*seg, reader);
 }
 
-std::optional<bool> segment_in_use(std::string_view name) {
+std::optional<bool> segment_in_use(std::string_view name, std::string_view dir) {
   validate_name(name);
-  const int fd = ::open(segment_path(name).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  const int fd = ::open(segment_path(name, dir).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return std::nullopt;
   struct stat st {};
   std::optional<bool> out;
@@ -458,16 +458,16 @@ std::optional<bool> segment_in_use(std::string_view name) {
   return out;
 }
 
-bool remove_in_use(std::string_view name, const Trust& trust) {
+bool remove_in_use(std::string_view name, const Trust& trust, std::string_view dir) {
   // Mapped before the unlink, to tell its users after it.
   std::shared_ptr<detail::Segment> seg;
   try {
-    seg = detail::Segment::open(name, detail::Segment::Access::read_write, trust);
+    seg = detail::Segment::open(name, detail::Segment::Access::read_write, trust, std::nullopt, dir);
   } catch (const Error& e) {
     if (e.errc() == Errc::not_found) return false;
     throw;
   }
-  if (!Bus::remove(name)) return false;
+  if (!Bus::remove(name, dir)) return false;
   layout::SegmentHeader& h = *seg->header();
   h.removed.store(1, std::memory_order_relaxed);
   // Consumers read `removed` after their acquire load of `closed`.
@@ -480,10 +480,11 @@ bool remove_in_use(std::string_view name, const Trust& trust) {
   return true;
 }
 
-std::vector<ListEntry> list_buses(const Trust& trust) {
+std::vector<ListEntry> list_buses(const Trust& trust, std::string_view dir_option) {
   std::vector<ListEntry> out;
-  DIR* d = ::opendir("/dev/shm");
-  if (!d) return out;
+  const std::string dir = detail::resolve_dir(dir_option, {}).path;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) throw Error(Errc::bad_directory, "bus directory " + dir + ": " + std::strerror(errno));
   while (dirent* e = ::readdir(d)) {
     const std::string_view fn = e->d_name;
     constexpr std::string_view prefix = "shmbus.";
@@ -492,9 +493,10 @@ std::vector<ListEntry> list_buses(const Trust& trust) {
     entry.name = std::string(fn.substr(prefix.size()));
     struct stat st {};
     // lstat: a FIFO, device or symlink planted here is listed, never opened.
-    if (::lstat(("/dev/shm/" + std::string(fn)).c_str(), &st) == 0) entry.file_size = static_cast<std::uint64_t>(st.st_size);
+    if (::lstat(detail::path_in(dir, entry.name).c_str(), &st) == 0)
+      entry.file_size = static_cast<std::uint64_t>(st.st_size);
     try {
-      entry.snapshot = Inspector::open(entry.name, trust).snapshot();
+      entry.snapshot = Inspector::open(entry.name, trust, dir).snapshot();
     } catch (const std::exception& ex) {
       entry.error = ex.what();
     }

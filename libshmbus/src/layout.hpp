@@ -1,7 +1,8 @@
 // shmbus — the shared-memory layout. Everything that crosses the process
 // boundary is defined here and nowhere else.
 //
-// A bus is one POSIX shared-memory segment, /dev/shm/shmbus.NAME:
+// A bus is one shared-memory segment, DIR/shmbus.NAME (DIR is /dev/shm or
+// another tmpfs or hugetlbfs directory):
 //
 //   offset 0                header_size              bookmark_table_offset_for()
 //   +-----------------------+------------------------+---------------------------+
@@ -17,6 +18,8 @@
 //   |                                             | slot = seq & (capacity - 1)     |
 //   +---------------------------------------------+---------------------------------+
 //                                       segment_size = log_offset + capacity * record_size
+//   On hugetlbfs the file is segment_size rounded up to a whole huge page
+//   (the file system sizes files in nothing smaller); the rest is unused.
 //
 // SegmentHeader, one 64-byte cache line per row (byte offsets):
 //

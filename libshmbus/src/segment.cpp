@@ -5,10 +5,13 @@
 #include <stdio.h>  // renameat2
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <boost/interprocess/mapped_region.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -87,7 +90,7 @@ std::uint64_t segment_size_for(const BusOptions& o) {
 }  // namespace
 
 std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std::uint64_t file_size,
-                                             HeaderValues& out) {
+                                             HeaderValues& out, std::uint64_t granule) {
   auto problem = [](Errc c, std::string w) { return std::optional<HeaderProblem>({c, std::move(w)}); };
   if (file_size < sizeof(std::uint64_t)) return problem(Errc::truncated, "segment is " + num(file_size) + " bytes, smaller than a header");
   const std::uint64_t magic = h.magic;
@@ -134,7 +137,7 @@ std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std
                                       num(expected) + ")");
   if (file_size < size)
     return problem(Errc::truncated, "segment is " + num(file_size) + " bytes but its header needs " + num(size));
-  if (file_size > size)
+  if (file_size > size && (granule <= 1 || file_size != layout::align_up(size, granule)))
     return problem(Errc::corrupt, "segment is " + num(file_size) + " bytes, larger than its header says (" + num(size) + ")");
   out.version = version;
   out.record_size = record_size;
@@ -147,7 +150,7 @@ std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std
   return std::nullopt;
 }
 
-void Segment::attach(std::string_view name, const HeaderValues& v, bool writable) {
+void Segment::attach(std::string_view name, const HeaderValues& v, bool writable, const std::string& dir) {
   base_ = static_cast<std::byte*>(region_->get_address());
   size_ = region_->get_size();
   if (writable) {
@@ -184,6 +187,9 @@ void Segment::attach(std::string_view name, const HeaderValues& v, bool writable
   info_.segment_size = v.segment_size;
   info_.creation_time_ns = v.creation_time_ns;
   info_.layout_version = v.version;
+  info_.dir = dir;
+  info_.path = path_;
+  info_.pages = describe_pages(fd_, info_.page_size);
 }
 
 namespace {
@@ -225,9 +231,9 @@ int publish_name(const std::string& from, const std::string& to) {
 
 // Removes temporary files of earlier creations of `bus` whose creator died
 // (nobody holds their creator lock). Only files this process may remove.
-std::vector<std::string> remove_dead_temporaries(std::string_view bus) {
+std::vector<std::string> remove_dead_temporaries(std::string_view bus, const std::string& dir) {
   std::vector<std::string> removed;
-  DIR* d = ::opendir(kShmDir);
+  DIR* d = ::opendir(dir.c_str());
   if (!d) return removed;
   const std::string prefix = ".shmbus." + std::string(bus) + ".";
   std::vector<std::string> names;
@@ -237,7 +243,7 @@ std::vector<std::string> remove_dead_temporaries(std::string_view bus) {
   }
   ::closedir(d);
   for (const std::string& fn : names) {
-    const std::string path = std::string(kShmDir) + "/" + fn;
+    const std::string path = (dir == "/" ? std::string() : dir) + "/" + fn;
     const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) continue;
     struct stat st {}, now {};
@@ -257,19 +263,23 @@ std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions
   BusOptions o = requested;
   if (o.capacity == 0) o.capacity = default_capacity_for(o.record_size);
   validate_options(name, o);
-  const std::string path = segment_path(name);
+  const BusDir dir = resolve_dir(o.dir, name);
+  const std::string path = path_in(dir.path, name);
   const std::uint64_t size = segment_size_for(o);
-  remove_dead_temporaries(name);
+  // hugetlbfs sizes (ftruncate) and maps files only in whole huge pages;
+  // the header keeps the bus's own size and open() accepts the rounding.
+  const std::uint64_t file_size = dir.hugetlbfs ? layout::align_up(size, dir.huge_page) : size;
+  remove_dead_temporaries(name, dir.path);
   for (int attempt = 0;; ++attempt) {
     // Built under a temporary name and renamed into place once complete
     // (layout.hpp): nobody ever opens a half-made bus.
-    const std::string temp = std::string(kShmDir) + "/" + temp_prefix(name) + random_suffix();
+    const std::string temp = (dir.path == "/" ? std::string() : dir.path) + "/" + temp_prefix(name) + random_suffix();
     const int raw = ::open(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (raw < 0) {
       if (errno == EEXIST && attempt < 16) continue;
       const int err = errno;
       fail(err == EACCES || err == EPERM ? Errc::permission_denied : err == ENOSPC ? Errc::no_space : Errc::system,
-           name, "cannot create a segment in " + std::string(kShmDir) + ": " + std::strerror(err));
+           name, "cannot create a segment in " + dir.path + ": " + std::strerror(err));
     }
     std::shared_ptr<Segment> seg(new Segment);
     seg->fd_ = raw;
@@ -288,15 +298,20 @@ std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions
       }
       if (::fchmod(raw, o.mode) != 0)  // the umask applied; the user asked for exactly o.mode
         fail(Errc::system, name, std::string("fchmod: ") + std::strerror(errno));
-      if (::ftruncate(raw, static_cast<off_t>(size)) != 0)
+      if (::ftruncate(raw, static_cast<off_t>(file_size)) != 0)
         fail(errno == ENOSPC || errno == EFBIG ? Errc::no_space : Errc::system, name,
-             "cannot size segment to " + num(size) + " bytes: " + std::strerror(errno));
-      // Reserve every page now: on a full /dev/shm this fails here instead of
-      // raising SIGBUS on first touch in the middle of a run.
-      if (int rc = ::posix_fallocate(raw, 0, static_cast<off_t>(size)); rc != 0)
+             "cannot size segment to " + num(file_size) + " bytes in " + dir.path + ": " + std::strerror(errno));
+      // Reserve every page now: on a full /dev/shm (or a hugetlbfs short of
+      // free huge pages) this fails here instead of raising SIGBUS on first
+      // touch in the middle of a run. hugetlbfs allocates on fallocate too.
+      if (int rc = ::posix_fallocate(raw, 0, static_cast<off_t>(file_size)); rc != 0)
         fail(rc == ENOSPC ? Errc::no_space : Errc::system, name,
-             "cannot reserve " + num(size) + " bytes in " + std::string(kShmDir) + ": " + std::strerror(rc));
-      seg->region_ = std::make_unique<bip::mapped_region>(FdMapping{raw}, bip::read_write, 0, size);
+             "cannot reserve " + num(file_size) + " bytes in " + dir.path + ": " + std::strerror(rc) +
+                 (dir.hugetlbfs && rc == ENOSPC ? " (too few free huge pages: see HugePages_Free in /proc/meminfo, "
+                                                  "raise /proc/sys/vm/nr_hugepages)"
+                                                : ""));
+      // The whole file: a hugetlbfs mapping cannot end inside a huge page.
+      seg->region_ = std::make_unique<bip::mapped_region>(FdMapping{raw}, bip::read_write, 0, file_size);
       auto* h = static_cast<layout::SegmentHeader*>(seg->region_->get_address());
       // The file is zero-filled: every counter, cursor and commit tag starts at 0.
       h->magic = layout::kMagic;
@@ -323,7 +338,7 @@ std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions
       v.log_offset = layout::log_offset_for(o.max_readers, o.capacity);
       v.segment_size = size;
       v.creation_time_ns = h->creation_time_ns;
-      seg->attach(name, v, true);
+      seg->attach(name, v, true, dir.path);
       struct stat st {};
       if (::fstat(raw, &st) != 0) fail(Errc::system, name, std::string("fstat: ") + std::strerror(errno));
       seg->dev_ = st.st_dev;
@@ -366,16 +381,20 @@ bool read_at(int fd, void* to, std::size_t n, std::uint64_t off) {
 }  // namespace
 
 std::shared_ptr<Segment> Segment::open(std::string_view name, Access access, const Trust& trust,
-                                       std::optional<mode_t> max_mode) {
+                                       std::optional<mode_t> max_mode, std::string_view dir_option) {
   validate_name(name);
-  const std::string path = segment_path(name);
+  const std::string dir = absolute_dir(dir_option);
+  const std::string path = path_in(dir, name);
   const bool rw = access == Access::read_write;
   // No symlink is followed, and a FIFO or device planted at the path does
   // not block the open (O_NONBLOCK); both are refused below.
   const int raw = ::open(path.c_str(), (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
   if (raw < 0) {
     const int err = errno;
-    if (err == ENOENT) fail(Errc::not_found, name, "no such bus (" + path + " does not exist)");
+    if (err == ENOENT || err == ENOTDIR) {
+      resolve_dir(dir, name);  // a missing or unusable directory says so
+      fail(Errc::not_found, name, "no such bus (" + path + " does not exist)");
+    }
     if (err == ELOOP) fail(Errc::unsafe_file, name, path + " is a symbolic link: refusing to follow it");
     fail(err == EACCES || err == EPERM ? Errc::permission_denied : Errc::system, name,
          "cannot open " + path + ": " + std::strerror(err));
@@ -417,8 +436,15 @@ std::shared_ptr<Segment> Segment::open(std::string_view name, Access access, con
   // allocated past the end (FALLOC_FL_KEEP_SIZE) count too and could hide a
   // hole, so more than a huge page's worth of them is refused as well.
   // (SEEK_HOLE cannot tell: tmpfs reports reserved, unwritten pages as holes.)
+  // hugetlbfs counts its huge pages the same way.
   const std::uint64_t blocks_bytes = static_cast<std::uint64_t>(st.st_blocks) * 512u;
-  constexpr std::uint64_t kHugePage = 2u << 20;
+  (void)resolve_dir(dir, name);  // refuses a directory on a disk file system
+  // The file's own file system decides its page size.
+  struct statfs fs {};
+  const std::uint64_t huge_page = ::fstatfs(raw, &fs) == 0 && static_cast<std::uint64_t>(fs.f_type) == HUGETLBFS_MAGIC
+                                      ? static_cast<std::uint64_t>(fs.f_bsize)
+                                      : 0;
+  const std::uint64_t kHugePage = std::max<std::uint64_t>(huge_page, 2u << 20);
   if (blocks_bytes < file_size || blocks_bytes > layout::align_up(file_size, kHugePage))
     fail(Errc::not_allocated, name,
          path + " claims " + num(file_size) + " bytes but has " + num(blocks_bytes) + " allocated " +
@@ -431,9 +457,10 @@ std::shared_ptr<Segment> Segment::open(std::string_view name, Access access, con
   }
   HeaderValues values;
   if (const auto problem =
-          validate_header(*static_cast<const layout::SegmentHeader*>(seg->region_->get_address()), file_size, values))
+          validate_header(*static_cast<const layout::SegmentHeader*>(seg->region_->get_address()), file_size, values,
+                          huge_page ? huge_page : 1))
     fail(problem->code, name, problem->what);
-  seg->attach(name, values, rw);
+  seg->attach(name, values, rw, dir);
   return seg;
 }
 

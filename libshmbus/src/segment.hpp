@@ -23,8 +23,21 @@ class mapped_region;
 
 namespace shmbus::detail {
 
-// Where segments live.
-inline constexpr const char* kShmDir = "/dev/shm";
+// A bus directory as a segment uses it.
+struct BusDir {
+  std::string path;             // absolute, no trailing '/'
+  bool hugetlbfs = false;
+  std::uint64_t huge_page = 0;  // on hugetlbfs: its page size, which a file's size must be a multiple of
+};
+// `dir` (empty: bus_dir()) made absolute against the working directory.
+std::string absolute_dir(std::string_view dir);
+// absolute_dir(dir), checked (check_bus_dir). Errors name `bus` if not empty.
+BusDir resolve_dir(std::string_view dir, std::string_view bus);
+// DIR/shmbus.NAME
+std::string path_in(const std::string& dir, std::string_view name);
+// What backs the memory of the file open at `fd` (BusInfo::pages), and its
+// page size.
+std::string describe_pages(int fd, std::uint64_t& page_size);
 
 // "bus 'NAME': " — every error message starts with it.
 std::string bus_prefix(std::string_view name);
@@ -50,8 +63,10 @@ struct HeaderValues {
 // reading each field once into `out`. Never touches memory past
 // `file_size`. The mapping must be built from `out`, never by reading the
 // shared header again (another process could change it after the check).
+// On hugetlbfs a file's size is a whole number of huge pages: `granule`
+// (1 elsewhere) lets the file be the header's size rounded up to one.
 std::optional<HeaderProblem> validate_header(const layout::SegmentHeader& h, std::uint64_t file_size,
-                                             HeaderValues& out);
+                                             HeaderValues& out, std::uint64_t granule = 1);
 
 // The mapping behind a Bus, for the library's own sources (Producer,
 // Consumer); Bus keeps it private so that users never see a Segment.
@@ -69,8 +84,9 @@ class Segment {
   // against `trust`, allocation checked against its size, header
   // validated, all before it is used. With `max_mode`, a segment whose mode
   // grants more than it is refused too.
+  // `dir` as in OpenOptions::dir.
   static std::shared_ptr<Segment> open(std::string_view name, Access access, const Trust& trust,
-                                       std::optional<mode_t> max_mode = std::nullopt);
+                                       std::optional<mode_t> max_mode = std::nullopt, std::string_view dir = {});
   ~Segment();
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
@@ -110,7 +126,7 @@ class Segment {
 
  private:
   Segment() = default;
-  void attach(std::string_view name, const HeaderValues& v, bool writable);
+  void attach(std::string_view name, const HeaderValues& v, bool writable, const std::string& dir);
 
   BusInfo info_{};
   int fd_ = -1;
@@ -134,8 +150,8 @@ class Segment {
 std::uint64_t oldest_retained(const Segment& s, std::uint64_t head) noexcept;
 
 // Removes the temporary files (.shmbus.NAME.XXXXXX) that creators of `bus`
-// who died mid-way left behind: those whose creator lock nobody holds, and
-// that this process may remove. Returns their paths.
-std::vector<std::string> remove_dead_temporaries(std::string_view bus);
+// who died mid-way left behind in `dir` (absolute): those whose creator lock
+// nobody holds, and that this process may remove. Returns their paths.
+std::vector<std::string> remove_dead_temporaries(std::string_view bus, const std::string& dir);
 
 }  // namespace shmbus::detail

@@ -62,36 +62,58 @@ class EndOfStream(Exception):
     it committed has been read."""
     reason: Literal["closed", "producer_died", "removed"]
 
+def bus_dir() -> str:
+    """The directory a bus without dir= lives in: the one set_bus_dir() set,
+    else $SHMBUS_DIR, else /dev/shm."""
+    ...
+
+def set_bus_dir(dir: str) -> None:
+    """Makes `dir` (tmpfs or hugetlbfs; checked, shmbus.Error otherwise) the
+    default directory of this process; '' goes back to $SHMBUS_DIR, /dev/shm."""
+    ...
+
 class Bus:
-    """A handle on a named bus (/dev/shm/shmbus.NAME). A context manager:
+    """A handle on a named bus (DIR/shmbus.NAME; DIR is bus_dir() unless dir= names one). A context manager:
     leaving it closes the handle. Producers, Consumers and views made from
     it hold their own, so closing it ends nothing they do."""
     @staticmethod
     def create(name: str, *, capacity: int = 0, record_size: int = 256,
-               policy: Policy = "block", max_readers: int = 16, mode: int = 0o600) -> Bus:
+               policy: Policy = "block", max_readers: int = 16, mode: int = 0o600,
+               dir: Optional[str] = None) -> Bus:
         """Creates a bus exclusively (Error if it exists). record_size includes
         a 24-byte header and is a multiple of 8; capacity is a power of two,
         or 0 (the default): as many records as fit 4 MiB, at least 64."""
     @staticmethod
     def open_or_create(name: str, *, capacity: int = 0, record_size: int = 256,
-                       policy: Policy = "block", max_readers: int = 16, mode: int = 0o600) -> Bus:
+                       policy: Policy = "block", max_readers: int = 16, mode: int = 0o600,
+                       dir: Optional[str] = None) -> Bus:
         """Creates the bus, or opens it if it exists with exactly these
         options (ValueError naming both if it exists otherwise; Bus.open
         takes a bus as it is)."""
     @staticmethod
-    def open(name: str, ready_timeout: float = 2.0) -> Bus:
+    def open(name: str, ready_timeout: float = 2.0, *, dir: Optional[str] = None) -> Bus:
         """Opens an existing bus. Never waits: a bus appears under its name
         only once complete (ready_timeout is unused, kept for compatibility)."""
     @staticmethod
-    def remove(name: str, *, end_streams: bool = True) -> bool:
+    def remove(name: str, *, end_streams: bool = True, dir: Optional[str] = None) -> bool:
         """Removes the bus; True if it existed. Ends the stream of every
         consumer still attached (EndOfStream, reason "removed") and closes its
         producer, so nobody runs on in a removed bus; end_streams=False only
         removes the name (mapped users carry on)."""
     @staticmethod
-    def exists(name: str) -> bool: ...
+    def exists(name: str, *, dir: Optional[str] = None) -> bool: ...
     @property
     def name(self) -> str: ...
+    @property
+    def dir(self) -> str:
+        """The directory of the bus's segment (absolute)."""
+    @property
+    def path(self) -> str: ...
+    @property
+    def pages(self) -> str:
+        """What backs the bus's memory, e.g. "hugetlbfs, 2 MiB huge pages"."""
+    @property
+    def page_size(self) -> int: ...
     @property
     def policy(self) -> Policy: ...
     @property
@@ -398,7 +420,7 @@ class Snapshot(TypedDict):
 
 class Inspector:
     """Reads a bus's header, counters and reader table without attaching."""
-    def __init__(self, name: str) -> None: ...
+    def __init__(self, name: str, *, dir: Optional[str] = None) -> None: ...
     def snapshot(self) -> Snapshot:
         """{name, policy, capacity, record_size, max_payload, max_message, max_readers,
         segment_size, creation_time_ns, layout_version, head, oldest,

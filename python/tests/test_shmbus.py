@@ -992,3 +992,55 @@ def test_the_stubs_pass_mypy_strict_themselves(tmp_path):
     checked = subprocess.run([mypy, "--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"),
                               "-p", "shmbus"], cwd=tmp_path, capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.fixture
+def bus_dirs():
+    import tempfile
+    a = tempfile.mkdtemp(prefix="shmbus-pydir.", dir="/dev/shm")
+    b = tempfile.mkdtemp(prefix="shmbus-pydir.", dir="/dev/shm")
+    yield a, b
+    import shutil
+    shutil.rmtree(a, ignore_errors=True)
+    shutil.rmtree(b, ignore_errors=True)
+
+
+def test_a_bus_lives_in_the_directory_it_is_given(name, bus_dirs):
+    a, b = bus_dirs
+    bus = shmbus.Bus.create(name, capacity=16, record_size=128, dir=a)
+    assert (bus.dir, bus.path) == (a, f"{a}/shmbus.{name}")
+    assert bus.pages == "tmpfs, 4 KiB pages" and bus.page_size == 4096
+    assert os.path.exists(f"{a}/shmbus.{name}") and not os.path.exists(f"/dev/shm/shmbus.{name}")
+    assert shmbus.Bus.exists(name, dir=a) and not shmbus.Bus.exists(name, dir=b) and not shmbus.Bus.exists(name)
+    with pytest.raises(shmbus.BusNotFound, match=f"{b}/shmbus.{name} does not exist"):
+        shmbus.Bus.open(name, dir=b)
+    producer = shmbus.Producer(bus)
+    consumer = shmbus.Consumer(shmbus.Bus.open(name, dir=a))
+    producer.publish(b"in a")
+    assert bytes(consumer.next(1.0).payload) == b"in a"
+    assert shmbus.Inspector(name, dir=a).snapshot()["head"] == 1
+    # A Bus pickles with its directory.
+    import pickle
+    assert pickle.loads(pickle.dumps(bus)).path == bus.path
+    consumer.close()
+    producer.close()
+    assert not shmbus.Bus.remove(name, dir=b)
+    assert shmbus.Bus.remove(name, dir=a)
+
+
+def test_the_default_directory_is_set_bus_dir_then_shmbus_dir_then_dev_shm(name, bus_dirs, monkeypatch):
+    a, b = bus_dirs
+    monkeypatch.setenv("SHMBUS_DIR", a)
+    try:
+        assert shmbus.bus_dir() == a
+        assert shmbus.Bus.create(name, capacity=16).dir == a
+        shmbus.set_bus_dir(b)
+        assert shmbus.bus_dir() == b and not shmbus.Bus.exists(name)
+        with pytest.raises(shmbus.Error, match=f"bus directory {a}/missing does not exist"):
+            shmbus.set_bus_dir(f"{a}/missing")
+        assert shmbus.bus_dir() == b
+    finally:
+        shmbus.set_bus_dir("")
+    assert shmbus.Bus.remove(name)  # from $SHMBUS_DIR again
+    monkeypatch.delenv("SHMBUS_DIR")
+    assert shmbus.bus_dir() == "/dev/shm"

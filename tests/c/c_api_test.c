@@ -679,6 +679,66 @@ static void test_wait_set(void) {
     shmbus_bus_close(buses[i]);
     shmbus_bus_remove(names[i], NULL);
   }
+
+
+/* Buses in a directory of the caller's choice: the _in calls, shmbus_set_dir
+ * and $SHMBUS_DIR; a bus of one directory is not seen from another. */
+static void test_bus_directories(void) {
+  char a[] = "/dev/shm/shmbus-capi.XXXXXX";
+  char b[] = "/dev/shm/shmbus-capi.XXXXXX";
+  char path[256], missing[128];
+  const char* name = "c-api-dir";
+  shmbus_bus* bus = NULL;
+  shmbus_bus* again = NULL;
+  shmbus_snapshot* snap = NULL;
+  shmbus_bus_options o;
+  int removed = -1;
+  if (!mkdtemp(a) || !mkdtemp(b)) {
+    CHECK(!"mkdtemp");
+    return;
+  }
+  shmbus_bus_options_init(&o);
+  o.capacity = 64;
+  o.record_size = 128;
+  CHECK_STATUS(shmbus_bus_create_in(a, name, &o, &bus), SHMBUS_OK);
+  snprintf(path, sizeof path, "%s/shmbus.%s", a, name);
+  CHECK(access(path, F_OK) == 0);
+  CHECK(shmbus_bus_exists_in(a, name) == 1);
+  CHECK(shmbus_bus_exists_in(b, name) == 0);
+  CHECK(shmbus_bus_exists(name) == 0);
+  CHECK_STATUS(shmbus_bus_open_in(b, name, &again), SHMBUS_NOT_FOUND);
+  CHECK(strstr(shmbus_last_error(), b) != NULL);
+  CHECK_STATUS(shmbus_bus_open_in(a, name, &again), SHMBUS_OK);
+  shmbus_bus_close(again);
+  CHECK_STATUS(shmbus_inspect_in(a, name, &snap), SHMBUS_OK);
+  shmbus_snapshot_free(snap);
+  CHECK_STATUS(shmbus_bus_open_or_create_in(a, name, &o, &again), SHMBUS_OK);
+  shmbus_bus_close(again);
+
+  /* The process default, over $SHMBUS_DIR, over /dev/shm. */
+  setenv("SHMBUS_DIR", b, 1);
+  CHECK(strcmp(shmbus_dir(), b) == 0);
+  CHECK(shmbus_bus_exists(name) == 0);
+  CHECK_STATUS(shmbus_set_dir(a), SHMBUS_OK);
+  CHECK(strcmp(shmbus_dir(), a) == 0);
+  CHECK(shmbus_bus_exists(name) == 1);
+  CHECK_STATUS(shmbus_set_dir(NULL), SHMBUS_OK);
+  unsetenv("SHMBUS_DIR");
+  CHECK(strcmp(shmbus_dir(), "/dev/shm") == 0);
+
+  snprintf(missing, sizeof missing, "%s/missing", a);
+  CHECK_STATUS(shmbus_set_dir(missing), SHMBUS_BAD_DIRECTORY);
+  CHECK(strstr(shmbus_last_error(), missing) != NULL);
+  CHECK(strcmp(shmbus_status_str(SHMBUS_BAD_DIRECTORY), "bad directory") == 0);
+  CHECK_STATUS(shmbus_bus_create_in(missing, name, &o, &again), SHMBUS_BAD_DIRECTORY);
+
+  shmbus_bus_close(bus);
+  CHECK_STATUS(shmbus_bus_remove_in(b, name, &removed), SHMBUS_OK);
+  CHECK(removed == 0);
+  CHECK_STATUS(shmbus_bus_remove_in(a, name, &removed), SHMBUS_OK);
+  CHECK(removed == 1);
+  rmdir(a);
+  rmdir(b);
 }
 
 int main(void) {
@@ -695,6 +755,7 @@ int main(void) {
   test_spanning_messages(SHMBUS_POLICY_BLOCK);
   test_spanning_messages(SHMBUS_POLICY_OVERWRITE);
   test_wait_set();
+  test_bus_directories();
   shmbus_bus_remove(bus_name, NULL);
   shmbus_bus_remove(bus_name2, NULL);
   if (failures) {

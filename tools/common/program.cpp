@@ -209,6 +209,8 @@ const char* errc_name(Errc e) noexcept {
     case Errc::not_allocated: return "not_allocated";
     case Errc::name_in_use: return "name_in_use";
     case Errc::bookmarks_full: return "bookmarks_full";
+    case Errc::unsafe_file: return "unsafe_file";
+    case Errc::bad_directory: return "bad_directory";
     default: break;  // a code newer than this list
   }
   return "error";

@@ -1,6 +1,8 @@
 // shmbus — a bus: one named POSIX shared-memory segment.
 //
-// A bus is a ring-shaped log of fixed-size records in /dev/shm/shmbus.NAME.
+// A bus is a ring-shaped log of fixed-size records in DIR/shmbus.NAME, where
+// DIR is /dev/shm unless the caller, the process or $SHMBUS_DIR names another
+// tmpfs or hugetlbfs directory (see bus_dir()).
 // One Producer appends; any number of Consumers each read every message from
 // their own cursor. Create, open or remove a bus here; attach a Producer or a
 // Consumer to a Bus to move messages (producer.hpp, consumer.hpp).
@@ -61,6 +63,29 @@ inline constexpr std::uint64_t default_min_capacity = 64;
 // default_min_capacity. 256-byte records: 16,384 (4 MiB).
 std::uint64_t default_capacity_for(std::uint32_t record_size) noexcept;
 
+// Where buses live. Every call that names a bus takes an optional directory;
+// an empty one means bus_dir(): the directory set_bus_dir() set in this
+// process, else $SHMBUS_DIR (when set and not empty), else /dev/shm. A
+// directory must be on tmpfs or hugetlbfs: a bus on a disk file system would
+// be written back to the disk behind the producer's back and outlive a
+// reboot, so it is refused (Errc::bad_directory). On hugetlbfs the segment
+// file is rounded up to whole huge pages (docs/huge-pages.md). Every process
+// of a bus must name the same directory: a bus in one is not visible in
+// another. Anything a bus needs besides its segment (the temporary file it
+// is built in) lives beside it there.
+inline constexpr const char* system_bus_dir = "/dev/shm";
+
+// The directory an empty `dir` stands for, as given (not checked).
+std::string bus_dir();
+// Makes `dir` this process's default directory (over $SHMBUS_DIR), after
+// check_bus_dir(dir). An empty `dir` goes back to $SHMBUS_DIR or /dev/shm.
+// Safe to call from any thread; buses already open keep theirs.
+void set_bus_dir(std::string_view dir);
+// Checks that `dir` (empty: bus_dir()) can hold buses: it exists, is a
+// directory, and is on tmpfs or hugetlbfs. Throws Error(Errc::bad_directory)
+// with one line naming the directory and what is wrong.
+void check_bus_dir(std::string_view dir = {});
+
 struct BusOptions {
   std::uint64_t capacity = 0;      // records in the ring; a power of two, >= 2; 0: default_capacity_for(record_size)
   std::uint32_t record_size = 256; // bytes per record, header included; a multiple of 8
@@ -68,6 +93,7 @@ struct BusOptions {
   std::uint32_t max_readers = 16;  // reader slots, 1..1024
   mode_t mode = 0600;              // permission bits of the segment
   Trust trust{};                   // open_or_create: whose existing segment it may join
+  std::string dir{};               // directory of the segment; empty: bus_dir()
 };
 
 struct OpenOptions {
@@ -76,6 +102,7 @@ struct OpenOptions {
   // open never waits. Kept so that existing callers still compile.
   std::chrono::milliseconds ready_timeout{2000};
   Trust trust{};
+  std::string dir{};  // directory of the segment; empty: bus_dir()
 };
 
 // Limits checked by create() (and by open(), which trusts nothing it maps).
@@ -100,8 +127,9 @@ std::uint32_t record_size_for(std::uint32_t payload) noexcept;
 // problem.
 void validate_name(std::string_view name);
 
-// The path of a bus's segment, e.g. "/dev/shm/shmbus.NAME".
-std::string segment_path(std::string_view name);
+// The path of a bus's segment in `dir` (empty: bus_dir()), e.g.
+// "/dev/shm/shmbus.NAME".
+std::string segment_path(std::string_view name, std::string_view dir = {});
 
 // A fixed description of an open bus.
 struct BusInfo {
@@ -117,6 +145,14 @@ struct BusInfo {
   std::uint64_t segment_size;
   std::uint64_t creation_time_ns;  // CLOCK_REALTIME
   std::uint32_t layout_version;
+  std::string dir;        // the directory the segment is in (absolute)
+  std::string path;       // dir + "/shmbus." + name
+  // Bytes per page of the memory behind the segment: the huge page size on
+  // hugetlbfs, else the base page size (transparent huge pages aside).
+  std::uint64_t page_size = 0;
+  // What backs it, for people: "hugetlbfs, 2 MiB huge pages", "tmpfs, 4 KiB
+  // pages", "tmpfs huge=always, 2 MiB transparent huge pages where aligned".
+  std::string pages;
 };
 
 // A handle to a mapped bus. Cheap to copy (it shares the mapping); the mapping
@@ -124,8 +160,9 @@ struct BusInfo {
 class Bus {
  public:
   // Creates a new bus, exclusively: throws Errc::already_exists if it exists.
-  // The whole segment is reserved up front, so a full /dev/shm is
-  // Errc::no_space here, never a SIGBUS later.
+  // The whole segment is reserved up front, so a full /dev/shm (or a
+  // hugetlbfs without enough free huge pages) is Errc::no_space here, never
+  // a SIGBUS later.
   static Bus create(std::string_view name, const BusOptions& options = {});
 
   // Opens an existing bus and validates its header against the real segment
@@ -148,11 +185,11 @@ class Bus {
 
   // Removes the segment's name. Processes that have it mapped keep using it.
   // Returns false if it did not exist; throws Errc::permission_denied if we may
-  // not remove it (in /dev/shm only a segment's owner or root may).
-  static bool remove(std::string_view name);
+  // not remove it (in /dev/shm, sticky, only a segment's owner or root may).
+  static bool remove(std::string_view name, std::string_view dir = {});
 
-  // True if a segment of that name exists (it may still fail to open).
-  static bool exists(std::string_view name);
+  // True if a segment of that name exists in `dir` (it may still fail to open).
+  static bool exists(std::string_view name, std::string_view dir = {});
 
   const BusInfo& info() const noexcept;
   const std::string& name() const noexcept;

@@ -19,7 +19,7 @@ enum class Errc : int {
   already_exists,       // create() on a bus that exists
   not_found,            // open() on a bus that does not exist
   permission_denied,    // the segment exists but we may not open or map it
-  no_space,             // /dev/shm cannot hold the segment (reserved at creation)
+  no_space,             // the bus directory (/dev/shm) cannot hold the segment (reserved at creation)
   not_a_bus,            // the segment's magic number is not shmbus's
   version_mismatch,     // the segment has another layout version
   truncated,            // the segment is smaller than its header says
@@ -36,6 +36,7 @@ enum class Errc : int {
   name_in_use,          // a live durable reader already holds this name (the message names its pid)
   bookmarks_full,       // every bookmark holds a durable reader name (shmbus-inspect gc --forget)
   unsafe_file,          // the bus path is a FIFO, device, symlink or a file with more than one link
+  bad_directory,        // the bus directory is missing, not a directory, or not on tmpfs/hugetlbfs
 };
 
 // The std::error_category of shmbus::Errc ("shmbus").

@@ -167,8 +167,8 @@ struct Problem {
 class Inspector {
  public:
   // Maps the bus read-only and validates it like Bus::open (owner, allocation,
-  // header). Throws Error.
-  static Inspector open(std::string_view name, const Trust& trust = {});
+  // header). Throws Error. `dir` as in OpenOptions::dir (empty: bus_dir()).
+  static Inspector open(std::string_view name, const Trust& trust = {}, std::string_view dir = {});
   ~Inspector();
   Inspector(Inspector&&) noexcept;
   Inspector& operator=(Inspector&&) noexcept;
@@ -191,23 +191,26 @@ class Inspector {
 
 // Reclaims the slots of dead readers of `name` (maps the bus read-write).
 // Returns the reclaimed readers as they were.
-std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust& trust = {});
+// Every call below takes the bus directory as OpenOptions::dir does.
+std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust& trust = {},
+                                             std::string_view dir = {});
 
 // Removes what creations of bus `name` that were killed mid-way left in
-// /dev/shm (.shmbus.NAME.XXXXXX files nobody is building any more; the bus
+// its directory (.shmbus.NAME.XXXXXX files nobody is building any more; the bus
 // itself was never there). Returns their paths. Creating the bus again does
 // the same.
-std::vector<std::string> remove_abandoned_creations(std::string_view name);
+std::vector<std::string> remove_abandoned_creations(std::string_view name, std::string_view dir = {});
 
 // Drops the remembered reader name `reader` of bus `name`. Returns false if
 // there is none; throws Errc::name_in_use if a live reader holds it.
-bool forget_reader_name(std::string_view name, std::string_view reader, const Trust& trust = {});
+bool forget_reader_name(std::string_view name, std::string_view reader, const Trust& trust = {},
+                        std::string_view dir = {});
 
 // Whether any live process holds a role in the segment of bus `name`
 // (producer, reader or durable name, or a creator still building it), by
 // its role locks: needs no valid header. nullopt if it cannot be told (the
 // segment cannot be opened, or the test failed).
-std::optional<bool> segment_in_use(std::string_view name);
+std::optional<bool> segment_in_use(std::string_view name, std::string_view dir = {});
 
 // Removes a bus that processes still use: unlinks the segment, then ends
 // every consumer's stream (EndReason::removed) and makes its producer's
@@ -215,7 +218,7 @@ std::optional<bool> segment_in_use(std::string_view name);
 // unlinked segment. Nothing is told if the unlink fails (Errc::permission_denied:
 // in /dev/shm only a segment's owner or root may remove it). Returns false
 // if there was no such bus.
-bool remove_in_use(std::string_view name, const Trust& trust = {});
+bool remove_in_use(std::string_view name, const Trust& trust = {}, std::string_view dir = {});
 
 struct ListEntry {
   std::string name;            // bus name (segment name without "shmbus.")
@@ -224,8 +227,9 @@ struct ListEntry {
   std::string error;           // why it did not
 };
 
-// Every shmbus segment in /dev/shm, sorted by name. Segments that are not
-// named shmbus.* are skipped.
-std::vector<ListEntry> list_buses(const Trust& trust = {});
+// Every shmbus segment in `dir` (empty: bus_dir()), sorted by name. Files
+// that are not named shmbus.* are skipped. Throws Errc::bad_directory if
+// `dir` is missing, not a directory, or not on tmpfs or hugetlbfs.
+std::vector<ListEntry> list_buses(const Trust& trust = {}, std::string_view dir = {});
 
 }  // namespace shmbus

@@ -50,7 +50,7 @@ extern "C" {
 
 /* ---- Status codes ------------------------------------------------------ */
 
-/* 1..21 are the setup errors of the C++ API (shmbus::Errc), same values. */
+/* 1..23 are the setup errors of the C++ API (shmbus::Errc), same values. */
 typedef enum shmbus_status {
   SHMBUS_OK = 0,
   SHMBUS_INVALID_NAME = 1,       /* empty, too long, '/', "..", leading '.' or '-' */
@@ -58,7 +58,7 @@ typedef enum shmbus_status {
   SHMBUS_ALREADY_EXISTS = 3,     /* create on a bus that exists */
   SHMBUS_NOT_FOUND = 4,          /* open on a bus that does not exist */
   SHMBUS_PERMISSION_DENIED = 5,  /* the segment exists but may not be opened, mapped or removed */
-  SHMBUS_NO_SPACE = 6,           /* /dev/shm cannot hold the segment */
+  SHMBUS_NO_SPACE = 6,           /* the bus directory (/dev/shm) cannot hold the segment */
   SHMBUS_NOT_A_BUS = 7,          /* wrong magic number */
   SHMBUS_VERSION_MISMATCH = 8,   /* another layout version */
   SHMBUS_TRUNCATED = 9,          /* the segment is smaller than its header says */
@@ -75,6 +75,7 @@ typedef enum shmbus_status {
   SHMBUS_NAME_IN_USE = 20,       /* a live durable reader holds this name (the message names its pid) */
   SHMBUS_BOOKMARKS_FULL = 21,    /* every bookmark holds a durable name (shmbus-inspect gc --forget) */
   SHMBUS_UNSAFE_FILE = 22,       /* the bus path is a FIFO, device, symlink or has more than one link */
+  SHMBUS_BAD_DIRECTORY = 23,     /* the bus directory is missing, not a directory, not tmpfs/hugetlbfs */
 
   SHMBUS_INVALID_ARGUMENT = 100, /* NULL handle or pointer, size or value out of range */
   SHMBUS_OUT_OF_MEMORY = 101,
@@ -136,6 +137,24 @@ SHMBUS_API shmbus_status shmbus_bus_open(const char* name, int64_t ready_timeout
 SHMBUS_API shmbus_status shmbus_bus_open_or_create(const char* name,
                                                    const shmbus_bus_options* options,
                                                    shmbus_bus** out);
+
+/* Where buses live. Every call without `_in` uses the default directory:
+ * the one shmbus_set_dir() set in this process, else $SHMBUS_DIR (when set
+ * and not empty), else /dev/shm. The `_in` calls take the directory first
+ * (NULL: the default). A directory must exist and be on tmpfs or hugetlbfs
+ * (SHMBUS_BAD_DIRECTORY otherwise); on hugetlbfs a segment is rounded up to
+ * whole huge pages. A bus in one directory is not visible from another. */
+SHMBUS_API shmbus_status shmbus_set_dir(const char* dir); /* NULL or "": back to $SHMBUS_DIR, /dev/shm */
+/* The default directory, as given. Valid until the next call on this thread. */
+SHMBUS_API const char* shmbus_dir(void);
+SHMBUS_API shmbus_status shmbus_bus_create_in(const char* dir, const char* name,
+                                              const shmbus_bus_options* options, shmbus_bus** out);
+SHMBUS_API shmbus_status shmbus_bus_open_in(const char* dir, const char* name, shmbus_bus** out);
+SHMBUS_API shmbus_status shmbus_bus_open_or_create_in(const char* dir, const char* name,
+                                                      const shmbus_bus_options* options,
+                                                      shmbus_bus** out);
+SHMBUS_API shmbus_status shmbus_bus_remove_in(const char* dir, const char* name, int* removed);
+SHMBUS_API int shmbus_bus_exists_in(const char* dir, const char* name);
 
 /* Releases the handle (NULL is ignored). Producers and consumers made from it
  * stay usable. */
@@ -483,6 +502,7 @@ typedef struct shmbus_snapshot {
  * read without attaching (no reader slot, nothing disturbed). Free it with
  * shmbus_snapshot_free. */
 SHMBUS_API shmbus_status shmbus_inspect(const char* name, shmbus_snapshot** out);
+SHMBUS_API shmbus_status shmbus_inspect_in(const char* dir, const char* name, shmbus_snapshot** out);
 SHMBUS_API void shmbus_snapshot_free(shmbus_snapshot* snapshot);
 
 #ifdef __cplusplus

@@ -179,15 +179,25 @@ completion_bash)  # the bash completion offers subcommands, options, values and 
   # After a subcommand, no subcommand again; an option's value is no subcommand.
   complete_words shmbus-inspect --trust-owner show s >"$work/after_value"
   grep -qxF show "$work/after_value" || fail "the value of --trust-owner was taken for a subcommand"
-  # Every option of every program and subcommand is offered.
+  # Every option of every program and subcommand is offered: one line
+  # "WANT WORD..." each, checked in one shell.
   for program in $PROGRAMS; do
     name=$(basename "$program")
-    for option in $(long_options "$program"); do offers "$option" "$name" "$option"; done
+    for option in $(long_options "$program"); do echo "$option $name $option"; done
     for sub in $(subcommands "$program"); do
-      offers "$sub" "$name" "$sub"
-      for option in $(long_options "$program" "$sub"); do offers "$option" "$name" "$sub" "$option"; done
+      echo "$sub $name $sub"
+      for option in $(long_options "$program" "$sub"); do echo "$option $name $sub $option"; done
     done
-  done
+  done >"$work/cases"
+  bash --norc --noprofile -c '
+    source "$1"
+    while read -r want words; do
+      COMP_WORDS=($words); COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+      _shmbus
+      printf "%s\n" "${COMPREPLY[@]}" | grep -qxF -- "$want" || echo "MISSING: $words -> $want"
+    done <"$2"' _ "$COMPLETION_BASH" "$work/cases" >"$work/missing"
+  [[ ! -s "$work/missing" ]] || fail "not offered: $(cat "$work/missing")"
+  note "$(wc -l <"$work/cases") subcommands and options offered"
   ;;
 
 completion_zsh)  # the zsh completion, called as zsh's completion system calls it

@@ -35,11 +35,12 @@ parse() {
         next
       }
       if (section != "Options:") next
-      if (type == "" || type == "REQUIRED" || type == "...") kind = "flag"
+      # A value in brackets is optional: complete what follows as if none.
+      if (type == "" || type == "REQUIRED" || type == "..." || type ~ /^\[/) kind = "flag"
       else if (match(type, /:\{[^}]*\}/)) { kind = substr(type, RSTART + 2, RLENGTH - 3); gsub(/,/, "|", kind); kind = "choice:" kind }
       else if (match(type, /:[a-z][a-z0-9-]*(\|[a-z][a-z0-9-]*)+/)) kind = "choice:" substr(type, RSTART + 1, RLENGTH - 1)
       else if (names ~ /(^|,)--bus$/) kind = "bus"
-      else if (names ~ /(file|tls-ca|tls-cert|tls-key)$/) kind = "file"
+      else if (names ~ /(file|tls-ca|tls-cert|tls-key|creds)$/) kind = "file"
       else kind = "any"
       print names " " kind
     }

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include <string>
+#include <thread>
 
 #include <shmbus/inspect.hpp>
 #include <shmbus/shmbus.hpp>
@@ -67,7 +68,12 @@ TEST(ResetName, EachTargetIsWhereTheNextResumingConsumerStarts) {
   po.timestamps = shmbus::Timestamps::precise;
   shmbus::Producer p(bus, po);
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(p.publish(bytes("early " + std::to_string(i)), 1s));
+  // Precise stamps come from the TSC, re-anchored to CLOCK_REALTIME every
+  // millisecond (PublishClock): a few milliseconds apart, the two batches
+  // are on either side of `between` whatever the scale error.
+  std::this_thread::sleep_for(5ms);
   const std::uint64_t between = now_ns();
+  std::this_thread::sleep_for(5ms);
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(p.publish(bytes("late " + std::to_string(i)), 1s));
   remember(bus, "r", 15);
 

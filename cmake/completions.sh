@@ -18,7 +18,8 @@ shift
 here=$(cd "$(dirname "$0")/.." && pwd)
 
 # One help text's options as "NAMES KIND" lines: NAMES the option's names
-# joined by ",", KIND "flag", "bus", "file", "any" or "choice:a|b|c";
+# joined by ",", KIND "flag", "bus", "reader" (a name the bus remembers),
+# "file", "any" or "choice:a|b|c";
 # positionals as "@pos KIND".
 parse() {
   awk '
@@ -40,6 +41,7 @@ parse() {
       else if (match(type, /:\{[^}]*\}/)) { kind = substr(type, RSTART + 2, RLENGTH - 3); gsub(/,/, "|", kind); kind = "choice:" kind }
       else if (match(type, /:[a-z][a-z0-9-]*(\|[a-z][a-z0-9-]*)+/)) kind = "choice:" substr(type, RSTART + 1, RLENGTH - 1)
       else if (names ~ /(^|,)--bus$/) kind = "bus"
+      else if (names ~ /(^|,)--(reader|forget)$/) kind = "reader"
       else if (names ~ /(file|tls-ca|tls-cert|tls-key|creds)$/) kind = "file"
       else kind = "any"
       print names " " kind
@@ -68,7 +70,8 @@ branch() {
 spec="_shmbus_spec() {
   # \$1 program, \$2 subcommand (empty: the program itself). Sets subs (its
   # subcommands), opts (its options), vals (\"OPTION=KIND\" for those that
-  # take a value: bus, file, any, choice:A|B) and pos (bus: its positional is a bus).
+  # take a value: bus, reader, file, any, choice:A|B) and pos (bus: its
+  # positional is a bus).
   subs= opts= vals= pos=
   case \"\$1 \$2\" in"
 for program in "$@"; do

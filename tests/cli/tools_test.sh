@@ -176,6 +176,13 @@ completion_bash)  # the bash completion offers subcommands, options, values and 
   grep -qxF "$bus" "$work/dir_offered" && fail "SHMBUS_DIR: offered a bus of /dev/shm"
   complete_words shmbus-inspect --dir "$work/dir" show e >"$work/dir_opt"
   grep -qxF elsewhere "$work/dir_opt" || fail "--dir: offered $(cat "$work/dir_opt")"
+  # The names a bus remembers, for reset --reader and gc --forget (the
+  # completion asks shmbus-inspect, found on PATH as the user typed it).
+  "$CONSUMER" "$bus" --name keeper --count 1 >/dev/null 2>&1
+  PATH="$(dirname "$INSPECT"):$PATH" complete_words shmbus-inspect reset "$bus" --reader k >"$work/readers"
+  grep -qxF keeper "$work/readers" || fail "reset --reader offered: $(cat "$work/readers")"
+  PATH="$(dirname "$INSPECT"):$PATH" complete_words shmbus-inspect gc "$bus" --forget "" >"$work/readers"
+  grep -qxF keeper "$work/readers" || fail "gc --forget offered: $(cat "$work/readers")"
   # After a subcommand, no subcommand again; an option's value is no subcommand.
   complete_words shmbus-inspect --trust-owner show s >"$work/after_value"
   grep -qxF show "$work/after_value" || fail "the value of --trust-owner was taken for a subcommand"
@@ -226,6 +233,8 @@ completion_zsh)  # the zsh completion, called as zsh's completion system calls i
   offers overwrite shmbus-producer x --policy o
   offers "$bus" shmbus-inspect show x
   offers "(files)" shmbus-producer x --file ""
+  "$CONSUMER" "$bus" --name keeper --count 1 >/dev/null 2>&1
+  PATH="$(dirname "$INSPECT"):$PATH" offers keeper shmbus-inspect reset "$bus" --reader ""
   ;;
 
 *)

@@ -106,9 +106,9 @@ man_pages)  # every page lists every subcommand with its options, and has EXIT S
   : "${MAN_DIR:?set MAN_DIR to the built man pages}"
   render() {
     if command -v man >/dev/null; then
-      MANWIDTH=200 MAN_KEEP_FORMATTING=0 man -l -P cat "$1" 2>/dev/null | col -b
+      MANWIDTH=200 MAN_KEEP_FORMATTING=0 man -l -P cat "$1" 2>/dev/null | sed 's/.\x08//g'
     elif command -v groff >/dev/null; then
-      groff -man -Tutf8 -rLL=200n "$1" 2>/dev/null | col -b
+      groff -man -Tutf8 -rLL=200n "$1" 2>/dev/null | sed 's/.\x08//g'
     else
       echo "neither man nor groff: skipped" >&2
       exit 77

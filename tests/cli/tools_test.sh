@@ -121,9 +121,9 @@ man_pages)  # every page lists every subcommand with its options, and has EXIT S
     render "$page" >"$work/$name.txt"
     grep -q '^EXIT STATUS' "$work/$name.txt" || fail "$name.1 has no EXIT STATUS section"
     # Each status the program's --help lists, in the section.
+    sed -n '/^EXIT STATUS/,/^[A-Z]/p' "$work/$name.txt" >"$work/$name.exit.txt"
     while read -r status _; do
-      sed -n '/^EXIT STATUS/,/^[A-Z]/p' "$work/$name.txt" | grep -q "^ *$status " ||
-        fail "$name.1: EXIT STATUS lacks $status"
+      grep -q "^ *$status " "$work/$name.exit.txt" || fail "$name.1: EXIT STATUS lacks $status"
     done < <("$program" --help | awk '/^Exit status:$/ { on = 1; next } on && /^  [^ ]/ { print; next } on { on = 0 }')
     for option in $(long_options "$program"); do
       grep -q -- "$option" "$work/$name.txt" || fail "$name.1 lacks $option"

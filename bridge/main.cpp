@@ -253,6 +253,13 @@ int serve(const ServeArgs& a) {
 int main(int argc, char** argv) {
   CLI::App app{"shmbus-bridge: a shmbus bus over TCP (see bridge/PROTOCOL.md)"};
   add_version_flag(app, kProgram);
+  app.footer(exit_status_help({
+      {"0", "serve or mirror stopped by SIGINT/SIGTERM"},
+      {"1", "an error: a bus that cannot be opened or created, a --listen address that cannot be bound, "
+            "an unreadable --token-file or TLS file"},
+      {"2", "a bad command line (unknown option or subcommand, bad address or duration)"},
+      exit_status_second_signal,
+  }));
   app.require_subcommand(1);
   ServeArgs sa;
   auto* s = app.add_subcommand("serve", "Serve a local bus to TCP subscribers");

@@ -1,5 +1,9 @@
-# Man pages for the installed programs, generated at build time from each
-# program's --help by help2man (Debian's help2man), installed to man1.
+# Man pages for the installed programs, generated at build time from the
+# programs themselves, installed to man1: help2man (Debian's help2man) turns
+# the top-level --help into the page, and cmake/man_include.sh adds a
+# SUBCOMMANDS section with every subcommand's own --help and an EXIT STATUS
+# section from the "Exit status:" block every --help ends with. Nothing in
+# a page is written by hand, so a page cannot disagree with its program.
 # Off when help2man is missing (SHMBUS_MAN_PAGES=AUTO) or when asked.
 set(SHMBUS_MAN_PAGES AUTO CACHE STRING "Generate man pages with help2man: AUTO, ON or OFF")
 if(SHMBUS_MAN_PAGES STREQUAL "OFF")
@@ -29,11 +33,15 @@ foreach(entry IN LISTS shmbus_man_descriptions)
     continue()
   endif()
   set(page ${PROJECT_BINARY_DIR}/man/${program}.1)
+  set(include ${PROJECT_BINARY_DIR}/man/${program}.h2m)
+  # help2man names the page after the program it runs: the wrapper has its name.
+  set(wrapper ${PROJECT_BINARY_DIR}/man/run/${program})
   add_custom_command(OUTPUT ${page}
-    COMMAND ${CMAKE_COMMAND} -E make_directory ${PROJECT_BINARY_DIR}/man
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${PROJECT_BINARY_DIR}/man/run
+    COMMAND sh ${PROJECT_SOURCE_DIR}/cmake/man_include.sh $<TARGET_FILE:${program}> ${program} ${include} ${wrapper}
     COMMAND ${HELP2MAN} --no-info --no-discard-stderr --version-string=${PROJECT_VERSION}
-      --name=${description} --section=1 --output=${page} $<TARGET_FILE:${program}>
-    DEPENDS ${program}
+      --name=${description} --section=1 --include=${include} --output=${page} ${wrapper}
+    DEPENDS ${program} ${PROJECT_SOURCE_DIR}/cmake/man_include.sh
     COMMENT "help2man ${program}"
     VERBATIM)
   list(APPEND shmbus_man_pages ${page})

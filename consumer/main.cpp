@@ -66,6 +66,13 @@ int main(int argc, char** argv) {
       "taken from it (exit 1), unless --follow, at "
       "--count, --idle-timeout, SIGINT or SIGTERM. The summary goes to stderr.",
       program_name};
+  app.footer(shmbus::tools::exit_status_help({
+      {"0", "success: end-of-stream after a close, --count, --idle-timeout, or stopped by SIGINT/SIGTERM"},
+      {"1", "a bus or connection error, a failed --verify, a skipped corrupt record, a stream that ended "
+            "without a close (producer died, bus removed), or a reader slot taken from it"},
+      {"2", "a bad command line, or a bus name the library refuses"},
+      shmbus::tools::exit_status_second_signal,
+  }));
   Options o;
   app.add_option("bus", o.bus,
                  "Bus name, or tcp://HOST:PORT/BUS to read BUS from a shmbus-bridge (numeric address; "

@@ -184,6 +184,7 @@ InsideRun inside_run(const Inspector& insp, std::uint64_t seq, std::uint64_t old
 }  // namespace
 
 void set_trust(Trust trust) { g_trust = std::move(trust); }
+const Trust& inspect_trust() { return g_trust; }
 
 int run_list(bool json_out) {
   const auto entries = list_buses(g_trust);

@@ -19,6 +19,7 @@ namespace shmbus::inspect_tool {
 
 // Whose segments the commands open besides the caller's own and root's.
 void set_trust(Trust trust);
+const Trust& inspect_trust();
 
 // An error the program itself detects: "bus 'NAME': problem", exit 1, with
 // `code` as the "code" of its JSON form (docs/inspector.md).

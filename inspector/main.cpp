@@ -1,8 +1,8 @@
 // shmbus-inspect: looks inside shmbus buses without taking part in them.
 //
 // Every view maps the bus read-only through shmbus::Inspector (no reader
-// slot, no effect on the producer or consumers); only `gc` and `rm` change
-// anything, and they say what they changed. Errors are one line on stderr
+// slot, no effect on the producer or consumers); only `gc`, `reset` and `rm`
+// change anything, and they say what they changed. Errors are one line on stderr
 // naming the bus (with --json, one JSON object on stdout instead); the exit
 // status is 0 on success, 1 on an error, a refusal or (check) a bus with
 // problems, 2 on a usage error.
@@ -17,6 +17,7 @@
 
 #include "inspector/commands.hpp"
 #include "inspector/metrics.hpp"
+#include "inspector/reset.hpp"
 #include "tools/common/choice.hpp"
 #include "tools/common/duration.hpp"
 #include "tools/common/failure.hpp"
@@ -72,8 +73,15 @@ CLI::Validator interval_validator() {
 int main(int argc, char** argv) {
   CLI::App app{
       "shmbus-inspect: look inside shmbus buses (DIR/shmbus.*: /dev/shm, $SHMBUS_DIR or --dir) without disturbing them.\n"
-      "Views map a bus read-only and take no reader slot; gc and rm say what they change."};
+      "Views map a bus read-only and take no reader slot; gc, reset and rm say what they change."};
   tools::add_version_flag(app, kProgram);
+  app.footer(tools::exit_status_help({
+      {"0", "success; for check, the bus is clean"},
+      {"1", "an error (no such bus, permission, a segment that does not validate), check found problems, "
+            "dump met a record with an impossible length, or rm, gc --forget or reset refused"},
+      {"2", "a bad command line (unknown option or subcommand, bad duration or --to, missing or invalid "
+            "bus name)"},
+  }));
   app.require_subcommand(1);
   app.fallthrough();  // --trust-owner/--trust-group/--dir may follow the subcommand
   tools::TrustArgs trust_args;
@@ -137,6 +145,22 @@ int main(int argc, char** argv) {
                  "refused while a live reader holds it");
   gc->add_flag("--json", json, json_help);
 
+  auto* reset = app.add_subcommand(
+      "reset", "move a remembered reader name: the next consumer resuming under it starts at --to; "
+               "refused while a live reader holds the name");
+  reset->add_option("bus", bus, "bus name")->required();
+  std::string reset_reader;
+  std::string reset_to;
+  reset->add_option("--reader", reset_reader, "the durable reader name to move (shmbus-consumer --name)")
+      ->required()
+      ->check(tools::reader_name_validator());
+  reset->add_option("--to", reset_to,
+                    "earliest, latest, a sequence number (not inside a message that spans records), or a time: "
+                    "the first message stamped at or after it (UTC 2026-11-22T03:53:43Z, as dump prints it, "
+                    "or now-5m; needs records the producer stamped)")
+      ->required();
+  reset->add_flag("--json", json, json_help);
+
   auto* rm = app.add_subcommand(
       "rm", "remove a bus; refused while a live producer or reader is attached");
   rm->add_option("bus", bus, "bus name")->required();
@@ -182,6 +206,7 @@ int main(int argc, char** argv) {
         }
         if (check->parsed()) return run_check(bus, json);
         if (gc->parsed()) return run_gc(bus, forget, json);
+        if (reset->parsed()) return run_reset(bus, reset_reader, reset_to, json);
         if (rm->parsed()) return run_rm(bus, force, json);
         if (metrics->parsed()) return run_metrics(metrics_args, tools::resolve_trust(trust_args));
         return tools::exit_usage;

@@ -129,6 +129,13 @@ int main(int argc, char** argv) {
       "the source bus's sequence numbers, acknowledging only what is committed. Errors are one line on stderr "
       "(exit 1; 2 for a bad command line); progress and a final summary go to stderr."};
   add_version_flag(app, kProgram);
+  app.footer(exit_status_help({
+      {"0", "success: --count, --idle-timeout, the bus closed (out), or stopped by SIGINT/SIGTERM"},
+      {"1", "a bus or NATS error (no server, no stream), or out's stream ended without a close "
+            "(producer died, bus removed)"},
+      {"2", "a bad command line (unknown option or subcommand, bad duration, invalid bus name)"},
+      exit_status_second_signal,
+  }));
   app.require_subcommand(1);
 
   Common oc;

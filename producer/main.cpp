@@ -43,7 +43,14 @@ int main(int argc, char** argv) {
       "less 24 bytes, at most 1 GiB). For a mix of sizes pick --record-size near the common small "
       "message (less wasted space per record) and --capacity so that capacity x record size is at "
       "least 2 x the largest message, plus what the ring should retain for slow or late readers. "
-      "E.g. messages of 100 B to 4 MiB: --record-size 128 --capacity 131072 (16 MiB of records).");
+      "E.g. messages of 100 B to 4 MiB: --record-size 128 --capacity 131072 (16 MiB of records).\n\n" +
+      exit_status_help({
+          {"0", "success: the input or --count was published, or the run was stopped by SIGINT/SIGTERM"},
+          {"1", "a bus error (missing, another layout version, a second producer, permission), an I/O error, "
+                "a message longer than the bus's max message, a full ring past --wait-timeout"},
+          {"2", "a bad command line, or bus options the library refuses (--capacity not a power of two)"},
+          exit_status_second_signal,
+      }));
   Options o;
   app.add_option("bus", o.bus, "Bus name ([A-Za-z0-9._-], the segment is DIR/shmbus.NAME, DIR /dev/shm unless --dir)")
       ->required();

@@ -17,6 +17,8 @@ packages=(
   libzmq3-dev cppzmq-dev             # ZeroMQ, the benchmark's comparison transport
   procps                             # ps/pgrep used by tests
   help2man                           # man pages generated from --help
+  man-db groff-base                  # man -l renders them in the tests
+  zsh                                # the zsh completion's test
   python3-dev python3-pybind11 pybind11-dev   # the Python module
   python3-venv                       # pip install of the module into a venv, in the tests
   python3-pytest                     # its tests

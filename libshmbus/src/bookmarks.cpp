@@ -126,6 +126,33 @@ void release_bookmark(Segment& s, std::uint32_t i, int fd) noexcept {
   unlock(fd, layout::bookmark_lock_byte(s.max_readers(), i));
 }
 
+bool with_bookmark_held(Segment& s, std::string_view name, const std::function<void(layout::Bookmark&)>& body) {
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const auto i = find_bookmark(s, name);
+    if (!i) return false;
+    const RoleFd f = s.open_role_fd();
+    if (!lock_bookmark(s, f.get(), *i)) name_held(s, name, *i);
+    const std::uint64_t byte = layout::bookmark_lock_byte(s.max_readers(), *i);
+    layout::Bookmark& b = *s.bookmark(*i);
+    if (!holds_name(b, name)) {  // forgotten or moved meanwhile
+      unlock(f.get(), byte);
+      continue;
+    }
+    // A reader that held the name stored its last cursor before its unlock;
+    // our lock comes after that unlock, so body() sees that cursor.
+    try {
+      body(b);
+    } catch (...) {
+      unlock(f.get(), byte);
+      throw;
+    }
+    // Orders body()'s stores before the next holder's lock (release_bookmark()).
+    unlock(f.get(), byte);
+    return true;
+  }
+  fail(Errc::name_in_use, s.info().name, "reader name '" + std::string(name) + "' keeps changing hands");
+}
+
 bool forget_bookmark(Segment& s, std::string_view name) {
   for (int attempt = 0; attempt < 64; ++attempt) {
     const auto i = find_bookmark(s, name);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,6 +29,14 @@ std::uint32_t hold_bookmark(Segment& s, std::string_view name, int fd, std::uint
 
 // Lets go of a bookmark held through `fd` (its cursor stays remembered).
 void release_bookmark(Segment& s, std::uint32_t i, int fd) noexcept;
+
+// Holds the bookmark named `name` through a lock of its own for as long as
+// `body(bookmark)` runs, so that no reader takes the name meanwhile, and
+// returns true; false if there is no such bookmark. Throws
+// Errc::name_in_use if a live reader holds it. `body` may store the
+// bookmark's cursor (relaxed): the unlock after it orders that store
+// before the next holder's loads, which come after its lock.
+bool with_bookmark_held(Segment& s, std::string_view name, const std::function<void(layout::Bookmark&)>& body);
 
 // Drops the bookmark named `name`. Returns false if there is none; throws
 // Errc::name_in_use if a live reader holds it.

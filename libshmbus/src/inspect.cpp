@@ -443,6 +443,114 @@ bool forget_reader_name(std::string_view name, std::string_view reader, const Tr
   return detail::forget_bookmark(*seg, reader);
 }
 
+namespace {
+
+// The first message at or after `from` (before `end`) stamped at `time_ns`
+// or later, in sequence order; `end` when none is. `found_ns` is its
+// timestamp; `unstamped` counts the messages passed over that carry none,
+// `any_stamped` says whether one did. Reads each record's fields with the
+// consumer's torn-read check and copies no payload; a record rewritten
+// while it is looked at is passed over (the producer lapped us: what it
+// held is gone).
+std::uint64_t first_stamped_at_or_after(const detail::RecordRing& ring, std::uint64_t from, std::uint64_t end,
+                                        std::uint64_t time_ns, std::uint64_t& unstamped, bool& any_stamped,
+                                        std::uint64_t& found_ns) {
+  std::uint64_t seq = from;
+  while (seq < end) {
+    if (ring.span_mark(seq) == detail::RecordRing::Mark::inside) {
+      ++seq;
+      continue;
+    }
+    // Acquire: pairs with the producer's release store of the tag after
+    // the record's fields (RecordRing), so the fields read below are its.
+    const std::uint64_t t = detail::RecordRing::load_tag(ring.record(seq));
+    detail::RecordRing::Copy c;
+    if (t != detail::committed_tag(seq) || !ring.copy_checked(seq, t, nullptr, 0, c) || c.records == 0) {
+      ++seq;  // uncommitted, overwritten meanwhile, or corrupt
+      continue;
+    }
+    if (c.gap) {
+      seq = std::max(seq + 1, c.gap->to);
+      continue;
+    }
+    if (c.timestamp_ns == 0) {
+      ++unstamped;
+    } else {
+      any_stamped = true;
+      if (c.timestamp_ns >= time_ns) {
+        found_ns = c.timestamp_ns;
+        return seq;
+      }
+    }
+    seq += c.records;
+  }
+  return end;
+}
+
+}  // namespace
+
+std::optional<ReaderNameMove> move_reader_name(std::string_view name, std::string_view reader,
+                                               ReaderNameTarget target, const Trust& trust, std::string_view dir) {
+  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, trust, std::nullopt, dir);
+  const detail::RecordRing ring = seg->ring();
+  const std::string& bus = seg->info().name;
+  ReaderNameMove out;
+  const bool found = detail::with_bookmark_held(*seg, reader, [&](layout::Bookmark& b) {
+    // Relaxed: the bookmark's lock, taken by with_bookmark_held(), orders
+    // this after the last holder's store (see bookmarks.hpp).
+    out.from = b.cursor.load(std::memory_order_relaxed);
+    // Acquire: pairs with the producer's release store of head, so every
+    // record before it is committed (or a gap marker) when looked at.
+    out.head = seg->header()->head.load(std::memory_order_acquire);
+    out.oldest = detail::oldest_retained(*seg, out.head);
+    std::uint64_t to = 0;
+    switch (target.kind) {
+      case ReaderNameTarget::Kind::earliest: to = out.oldest; break;
+      case ReaderNameTarget::Kind::latest: to = out.head; break;
+      case ReaderNameTarget::Kind::sequence: {
+        to = target.value;
+        if (to < out.oldest || to > out.head) {
+          const std::string held =
+              out.head > out.oldest
+                  ? "the bus holds " + std::to_string(out.oldest) + ".." + std::to_string(out.head - 1)
+                  : "the bus holds no message; the next is seq " + std::to_string(out.head);
+          detail::fail(Errc::not_retained, bus, "sequence " + std::to_string(to) + " is not retained (" + held + ")");
+        }
+        break;
+      }
+      case ReaderNameTarget::Kind::time: {
+        bool any_stamped = false;
+        to = first_stamped_at_or_after(ring, out.oldest, out.head, target.value, out.unstamped, any_stamped,
+                                       out.timestamp_ns);
+        if (!any_stamped && out.head > out.oldest)
+          detail::fail(Errc::not_retained, bus,
+                       "none of the " + std::to_string(out.head - out.oldest) +
+                           " retained records carries a timestamp (its producer does not stamp them: "
+                           "shmbus-producer --timestamps coarse|precise), so a time cannot be found");
+        break;
+      }
+    }
+    // Never inside a message that spans records: a consumer resuming there
+    // would move on to the next message and count the rest as lost.
+    if (to < out.head) {
+      const std::uint64_t next = ring.skip_inside(to, to + ring.max_span());
+      if (next != to)
+        detail::fail(Errc::not_retained, bus,
+                     "sequence " + std::to_string(to) +
+                         " is inside a message that spans records (the next message starts at " +
+                         std::to_string(next) + ")");
+    }
+    out.to = to;
+    // Relaxed: no reader can hold the name while we do; the unlock in
+    // with_bookmark_held() orders this store before the next holder's load
+    // of the cursor, which comes after its lock (Consumer attach).
+    b.cursor.store(to, std::memory_order_relaxed);
+    b.updated_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+  });
+  if (!found) return std::nullopt;
+  return out;
+}
+
 std::optional<bool> segment_in_use(std::string_view name, std::string_view dir) {
   validate_name(name);
   const int fd = ::open(segment_path(name, dir).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);

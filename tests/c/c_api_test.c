@@ -679,7 +679,7 @@ static void test_wait_set(void) {
     shmbus_bus_close(buses[i]);
     shmbus_bus_remove(names[i], NULL);
   }
-
+}
 
 /* Buses in a directory of the caller's choice: the _in calls, shmbus_set_dir
  * and $SHMBUS_DIR; a bus of one directory is not seen from another. */

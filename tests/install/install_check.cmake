@@ -2,7 +2,8 @@
 #  1. configure, build and run PROJECT_DIR (which uses find_package(shmbus)),
 #  2. compile PROJECT_DIR/c_user.c with the C compiler C_COMPILER and nothing
 #     but `pkg-config --cflags --libs shmbus`, and run it on the shared library,
-#  3. check the shared library's soname and (MAN_PAGES) the installed man pages.
+#  3. check the shared library's soname, (MAN_PAGES) the installed man pages,
+#     and the bash and zsh completion of every installed program.
 foreach(v CMAKE_COMMAND BUILD_DIR GENERATOR PROJECT_DIR WORK_DIR)
   if(NOT DEFINED ${v} OR "${${v}}" STREQUAL "")
     message(FATAL_ERROR "install_check.cmake: ${v} is not set")
@@ -58,8 +59,42 @@ if(MAN_PAGES)
     if(NOT page MATCHES "\\.SH OPTIONS" AND NOT page MATCHES "\\.SH DESCRIPTION")
       message(FATAL_ERROR "man page ${program}.1 has no description:\n${page}")
     endif()
+    if(NOT page MATCHES "\\.SH \"?EXIT STATUS")
+      message(FATAL_ERROR "man page ${program}.1 has no EXIT STATUS section")
+    endif()
   endforeach()
 endif()
+
+# Shell completion: bash-completion loads completions/PROGRAM for each
+# installed program; zsh finds _shmbus in vendor-completions.
+set(completed "")
+foreach(program shmbus-producer shmbus-consumer shmbus-inspect shmbus-bridge shmbus-nats)
+  if(NOT EXISTS ${prefix}/bin/${program})
+    continue()
+  endif()
+  set(script ${prefix}/share/bash-completion/completions/${program})
+  if(NOT EXISTS ${script})
+    message(FATAL_ERROR "bash completion for ${program} not installed: ${script}")
+  endif()
+  file(READ ${script} text)
+  if(NOT text MATCHES "complete -F _shmbus [^\n]*${program}")
+    message(FATAL_ERROR "${script} does not complete ${program}")
+  endif()
+  list(APPEND completed ${program})
+endforeach()
+if(NOT completed)
+  message(FATAL_ERROR "no program installed under ${prefix}/bin")
+endif()
+set(zsh_script ${prefix}/share/zsh/vendor-completions/_shmbus)
+if(NOT EXISTS ${zsh_script})
+  message(FATAL_ERROR "zsh completion not installed: ${zsh_script}")
+endif()
+file(STRINGS ${zsh_script} compdef_line LIMIT_COUNT 1)
+foreach(program IN LISTS completed)
+  if(NOT compdef_line MATCHES "^#compdef .*${program}")
+    message(FATAL_ERROR "${zsh_script}: its #compdef line does not name ${program}: ${compdef_line}")
+  endif()
+endforeach()
 
 set(configure_args -S ${PROJECT_DIR} -B ${build} -G ${GENERATOR}
   -DCMAKE_PREFIX_PATH=${prefix}

@@ -323,6 +323,12 @@ CLI::Validator reader_name_validator() {
       "NAME");
 }
 
+std::string exit_status_help(std::initializer_list<ExitStatus> rows) {
+  std::string out = "Exit status:";
+  for (const ExitStatus& r : rows) out += fmt::format("\n  {:<6} {}", r.status, r.meaning);
+  return out;
+}
+
 void print_error(std::string_view program, std::string_view message) {
   std::string line;
   line.reserve(program.size() + message.size() + 3);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +24,25 @@ namespace shmbus::tools {
 std::string version_line(std::string_view program);
 // Adds --version, which prints version_line() on stdout and exits 0.
 void add_version_flag(CLI::App& app, std::string_view program);
+
+// The block every program's --help ends with, one line per exit status:
+//
+//   Exit status:
+//     0      success ...
+//     1      ...
+//
+// `rows` are {status, meaning}; a meaning stays on one line. The build
+// turns this block into the EXIT STATUS section of the program's man page
+// (cmake/man_include.sh), so the two cannot disagree.
+struct ExitStatus {
+  std::string_view status;
+  std::string_view meaning;
+};
+std::string exit_status_help(std::initializer_list<ExitStatus> rows);
+// The row every program that stops on SIGINT/SIGTERM shares (see
+// install_stop_handlers()).
+inline constexpr ExitStatus exit_status_second_signal{
+    "128+N", "a second SIGINT (N = 2) or SIGTERM (N = 15) while the first is handled: exits at once"};
 
 // Prints "PROGRAM: message" as one line on stderr (newlines become spaces).
 void print_error(std::string_view program, std::string_view message);

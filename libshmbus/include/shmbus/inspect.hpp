@@ -206,6 +206,45 @@ std::vector<std::string> remove_abandoned_creations(std::string_view name, std::
 bool forget_reader_name(std::string_view name, std::string_view reader, const Trust& trust = {},
                         std::string_view dir = {});
 
+// Where move_reader_name() puts a remembered reader name.
+struct ReaderNameTarget {
+  enum class Kind {
+    earliest,  // the oldest message the bus retains
+    latest,    // the head: only messages published from now on
+    sequence,  // `value`, a sequence from oldest to head, not inside a message that spans records
+    time,      // the first retained message (in sequence order) stamped at `value` (CLOCK_REALTIME ns) or later
+  };
+  Kind kind = Kind::earliest;
+  std::uint64_t value = 0;
+};
+
+// What move_reader_name() did.
+struct ReaderNameMove {
+  std::uint64_t from = 0;    // where the name would have resumed (its cursor, as stored)
+  std::uint64_t to = 0;      // where it resumes now
+  std::uint64_t oldest = 0;  // the bus when it moved: oldest retained ...
+  std::uint64_t head = 0;    // ... and head
+  // Kind::time: the timestamp of the message at `to`; 0 when no retained
+  // stamped message is that late (`to` is then the head).
+  std::uint64_t timestamp_ns = 0;
+  std::uint64_t unstamped = 0;  // Kind::time: messages passed over that carry no timestamp
+};
+
+// Moves the remembered reader name `reader` of bus `name` (maps the bus
+// read-write) so that the next consumer resuming under it
+// (Start::resume) starts at `target`. Holds the name's lock while it looks
+// and writes, so no reader can take the name meanwhile. Returns nullopt if
+// no such name is remembered. Throws Error:
+//   Errc::name_in_use   a live reader holds the name (the message names its pid)
+//   Errc::not_retained  a sequence outside oldest..head, or inside a message
+//                       that spans records (the message says where the next
+//                       message starts); a time when no retained message
+//                       carries a timestamp (the producer did not stamp them:
+//                       ProducerOptions::timestamps)
+std::optional<ReaderNameMove> move_reader_name(std::string_view name, std::string_view reader,
+                                               ReaderNameTarget target, const Trust& trust = {},
+                                               std::string_view dir = {});
+
 // Whether any live process holds a role in the segment of bus `name`
 // (producer, reader or durable name, or a creator still building it), by
 // its role locks: needs no valid header. nullopt if it cannot be told (the

@@ -36,7 +36,7 @@ if(cxx20 EQUAL -1 OR feature EQUAL -1)
   message(FATAL_ERROR "README.md must say C++20 is required, as libshmbus/CMakeLists.txt requires it")
 endif()
 # An outside project: install into a prefix, configure with CMAKE_PREFIX_PATH.
-foreach(text "cmake --install build --prefix" "-DCMAKE_PREFIX_PATH=" "find_package(shmbus 0.3 REQUIRED)"
+foreach(text "cmake --install build --prefix" "-DCMAKE_PREFIX_PATH=" "find_package(shmbus 0.4 REQUIRED)"
         "target_link_libraries(app PRIVATE shmbus::shmbus)")
   string(FIND "${readme}" "${text}" at)
   if(at EQUAL -1)

@@ -96,7 +96,7 @@ SHMBUS_API const char* shmbus_last_error(void);
 
 #define SHMBUS_FOREVER ((int64_t)-1)
 
-/* The library's version, e.g. "0.3.0". */
+/* The library's version, e.g. "0.4.0". */
 SHMBUS_API const char* shmbus_version(void);
 
 /* ---- Buses ------------------------------------------------------------- */

@@ -52,27 +52,37 @@ async def _readable(fd: int, timeout: _Optional[float]) -> bool:
         loop.remove_reader(fd)
 
 
-async def _consumer_next_async(self: "Consumer", timeout: _Optional[float] = None) -> _Optional["Message"]:
+async def _consumer_wait_next(self: "Consumer", timeout: _Optional[float]) -> _Optional["Message"]:
+    """next_async() once next(0) found nothing: wait on the descriptor."""
     loop = _asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     while True:
-        m = self.next(0)
-        if m is not None:
-            return m
         if self.has_news():
             # News next() did not take (a record being written): let the
             # loop run before looking again.
             await _asyncio.sleep(0)
-            continue
-        left = None if deadline is None else deadline - loop.time()
-        if left is not None and left <= 0:
-            return None
-        await _readable(self.fileno(), left)
+        else:
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return None
+            await _readable(self.fileno(), left)
+        m = self.next(0)
+        if m is not None:
+            return m
+
+
+async def _consumer_next_async(self: "Consumer", timeout: _Optional[float] = None) -> _Optional["Message"]:
+    m = self.next(0)  # a message there already: no wait, no descriptor
+    if m is not None:
+        return m
+    return await _consumer_wait_next(self, timeout)
 
 
 async def _consumer_anext(self: "Consumer") -> "Message":
     try:
-        m = await _consumer_next_async(self)
+        m = self.next(0)
+        if m is None:
+            m = await _consumer_wait_next(self, None)
     except EndOfStream:
         raise StopAsyncIteration from None
     assert m is not None

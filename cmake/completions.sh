@@ -37,9 +37,11 @@ parse() {
       }
       if (section != "Options:") next
       # A value in brackets is optional: complete what follows as if none.
-      if (type == "" || type == "REQUIRED" || type == "..." || type ~ /^\[/) kind = "flag"
+      # A flag with a constraint prints "Excludes: ..." or "Needs: ..." where a value type would be.
+      if (type == "" || type == "REQUIRED" || type == "..." || type ~ /^\[/ || type ~ /^(Excludes|Needs):$/) kind = "flag"
       else if (match(type, /:\{[^}]*\}/)) { kind = substr(type, RSTART + 2, RLENGTH - 3); gsub(/,/, "|", kind); kind = "choice:" kind }
       else if (match(type, /:[a-z][a-z0-9-]*(\|[a-z][a-z0-9-]*)+/)) kind = "choice:" substr(type, RSTART + 1, RLENGTH - 1)
+      else if (names ~ /(^|,)--to$/) kind = "choice:earliest|latest"  # reset: or a sequence, or a time
       else if (names ~ /(^|,)--bus$/) kind = "bus"
       else if (names ~ /(^|,)--(reader|forget)$/) kind = "reader"
       else if (names ~ /(file|tls-ca|tls-cert|tls-key|creds)$/) kind = "file"

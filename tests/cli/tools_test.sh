@@ -171,6 +171,8 @@ completion_bash)  # the bash completion offers subcommands, options, values and 
   offers "$bus" shmbus-inspect show "${bus%-*}"
   offers "$bus" shmbus-consumer "${bus%-*}"
   offers "$bus" shmbus-inspect reset "${bus%-*}"
+  offers "$bus" shmbus-producer --binary "${bus%-*}"  # a flag with "Excludes:" in its help takes no value
+  offers earliest shmbus-inspect reset "$bus" --to e
   SHMBUS_DIR="$work/dir" complete_words shmbus-inspect show e >"$work/dir_offered"
   grep -qxF elsewhere "$work/dir_offered" || fail "SHMBUS_DIR: offered $(cat "$work/dir_offered")"
   grep -qxF "$bus" "$work/dir_offered" && fail "SHMBUS_DIR: offered a bus of /dev/shm"

@@ -154,27 +154,14 @@ bool with_bookmark_held(Segment& s, std::string_view name, const std::function<v
 }
 
 bool forget_bookmark(Segment& s, std::string_view name) {
-  for (int attempt = 0; attempt < 64; ++attempt) {
-    const auto i = find_bookmark(s, name);
-    if (!i) return false;
-    // Held ourselves while clearing, so no reader takes it half-cleared.
-    const RoleFd f = s.open_role_fd();
-    if (!lock_bookmark(s, f.get(), *i)) name_held(s, name, *i);
-    const std::uint64_t byte = layout::bookmark_lock_byte(s.max_readers(), *i);
-    layout::Bookmark& b = *s.bookmark(*i);
-    if (!holds_name(b, name)) {  // forgotten or moved meanwhile
-      unlock(f.get(), byte);
-      continue;
-    }
+  // Held ourselves while clearing, so no reader takes it half-cleared.
+  return with_bookmark_held(s, name, [](layout::Bookmark& b) {
     b.state.store(layout::kBookmarkEmpty, std::memory_order_release);
     std::memset(b.name, 0, sizeof b.name);
     b.cursor.store(0, std::memory_order_relaxed);
     b.holder.store(0, std::memory_order_relaxed);
     b.holder_pid_ns.store(0, std::memory_order_relaxed);
-    unlock(f.get(), byte);
-    return true;
-  }
-  fail(Errc::name_in_use, s.info().name, "reader name '" + std::string(name) + "' keeps changing hands");
+  });
 }
 
 }  // namespace shmbus::detail

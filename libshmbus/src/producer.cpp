@@ -22,18 +22,22 @@
 // the reader sees the floor and starts at or after it; both are safe.
 //
 // Prefetch for write. After each commit the producer asks, with a
-// read-for-ownership prefetch (sys.hpp prefetch_for_write), for the lines
-// (at most kPrefetchBytes of them) of the record about kPrefetchBytes ahead,
-// if every reader is done with it: below limit (in `overwrite` the producer
-// takes it anyway). Only when records are not whole lines may the last line
-// be shared with the next record, which a reader may still be on: a cost in
-// speed, never in correctness. The default ring (12 MiB at 128-byte
-// messages) is larger than a core's L2: each line the producer writes was
-// evicted after its readers read it a lap ago, and without the prefetch each
-// store waited for it. On an Intel Xeon, separate cores, 1 -> 1 went from
-// 0.43x the reference ring to 1.24x (docs/bench.md). Issued after a
-// publish's commit and wake-up, it costs the message's own latency nothing
-// (publish_batch issues it per record, before the chunk's head and wake-up).
+// read-for-ownership prefetch (sys.hpp prefetch_for_write), for the first
+// lines (at most kPrefetchRecordBytes) of the record about kPrefetchBytes
+// ahead, if every reader is done with it: below limit (in `overwrite` the
+// producer takes it anyway). Only when records are not whole lines may the
+// last line be shared with the next record, which a reader may still be on:
+// a cost in speed, never in correctness. A ring larger than a core's L2 (a
+// 65,536-record ring of 128-byte messages is 12 MiB) has every line the
+// producer writes evicted after its readers read it a lap ago, and without
+// the prefetch each store waited for it. On an Intel Xeon, separate cores,
+// 1 -> 1 went from 0.43x the reference ring to 1.24x (docs/bench.md). Of a
+// big record only the first lines are asked for: the hardware prefetcher
+// follows the stores through the rest, and a prefetch of every line
+// (48 per 4 KiB message) stalled the producer on its own prefetches.
+// Issued after a publish's commit and wake-up, it costs the message's own
+// latency nothing (publish_batch issues it per record, before the chunk's
+// head and wake-up).
 // A ring of at most 16 x prefetch_ahead records (48 KiB) never gets it:
 // limit is at most a rescan chunk (capacity / 16) ahead.
 #include "shmbus/producer.hpp"
@@ -58,6 +62,7 @@
 namespace shmbus {
 namespace {
 constexpr std::uint64_t kPrefetchBytes = 3072;  // how far ahead publish prefetches (see above)
+constexpr std::uint64_t kPrefetchRecordBytes = 256;  // of a record that far ahead, at most (see above)
 }  // namespace
 
 const char* to_string(PublishStatus s) noexcept {
@@ -227,9 +232,8 @@ struct Producer::Impl : detail::Attachment {
     const std::uint64_t a = s + prefetch_ahead;
     if (!overwrite && a >= limit) return;
     const auto at = reinterpret_cast<std::uintptr_t>(ring.record(a));
-    // A big record's own lines follow one another: the first few are enough
-    // for the hardware prefetcher to take over.
-    const std::uintptr_t end = at + std::min<std::uint64_t>(ring.record_size(), kPrefetchBytes);
+    // A big record: its first lines only (see the top of this file).
+    const std::uintptr_t end = at + std::min<std::uint64_t>(ring.record_size(), kPrefetchRecordBytes);
     for (std::uintptr_t line = at & ~std::uintptr_t{layout::kCacheLine - 1}; line < end; line += layout::kCacheLine)
       detail::prefetch_for_write(reinterpret_cast<const void*>(line));
   }

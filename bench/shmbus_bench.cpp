@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--spin-us", o.spin_us, "shmbus spin phase in µs (default: the library's)");
   app.add_option("--yield-us", o.yield_us, "shmbus yield phase in µs (default: the library's)");
-  app.add_option("--capacity", o.capacity, "shmbus ring capacity in records (default: the library's, as many records as fit 4 MiB)");
+  app.add_option("--capacity", o.capacity, "shmbus ring capacity in records (default: the library's, the power of two of records nearest 4 MiB)");
   app.add_option("--queue-depth", o.queue_depth, "message_queue depth in messages")->capture_default_str();
   app.add_option("--stamp-every", o.stamp_every,
                  "full speed: every Nth message carries its send time, and its latency is the sample "

@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
                               "Create the bus if it does not exist (an existing bus is used as it "
                               "is, with a warning if its options differ from those given)");
   app.add_option("--capacity", o.capacity,
-                 "Records in the ring, a power of two (with --create); 0: as many as fit 4 MiB, at least 64")
+                 "Records in the ring, a power of two (with --create); 0: the power of two whose ring is nearest 4 MiB, at least 64")
       ->needs(create)
       ->capture_default_str();
   app.add_option("--record-size", o.record_size,

@@ -275,7 +275,7 @@ auto bus_factory(F f) {
   };
 }
 constexpr const char* bus_doc =
-    "capacity: records (power of two; 0, the default: as many as fit 4 MiB, at least 64); "
+    "capacity: records (power of two; 0, the default: the power of two whose ring is nearest 4 MiB, at least 64); "
     "record_size: bytes incl. 24-byte header; dir: the bus directory (default: shmbus.bus_dir())";
 
 // Bus.open_or_create: a bus that exists with other options than asked is an

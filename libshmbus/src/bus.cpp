@@ -27,7 +27,13 @@ std::uint32_t max_payload_for(std::uint32_t record_size) noexcept {
 
 std::uint64_t default_capacity_for(std::uint32_t record_size) noexcept {
   if (record_size == 0) return default_min_capacity;
-  const std::uint64_t fit = std::bit_floor(std::max<std::uint64_t>(default_ring_bytes / record_size, 1));
+  // The power of two whose ring is nearest default_ring_bytes, by ratio:
+  // fit records make a ring of at most default_ring_bytes, 2 * fit one
+  // above it; the larger is nearer when 2 * (fit * size)^2 < ring^2.
+  // Both squares stay below 2^45: fit * size <= default_ring_bytes = 2^22.
+  std::uint64_t fit = std::bit_floor(std::max<std::uint64_t>(default_ring_bytes / record_size, 1));
+  const std::uint64_t below = fit * record_size;
+  if (below <= default_ring_bytes && 2 * below * below < default_ring_bytes * default_ring_bytes) fit *= 2;
   return std::max(fit, default_min_capacity);
 }
 

@@ -82,7 +82,8 @@ class Bus:
                dir: Optional[str] = None) -> Bus:
         """Creates a bus exclusively (Error if it exists). record_size includes
         a 24-byte header and is a multiple of 8; capacity is a power of two,
-        or 0 (the default): as many records as fit 4 MiB, at least 64."""
+        or 0 (the default): the power of two of records whose ring is nearest
+        4 MiB, at least 64."""
     @staticmethod
     def open_or_create(name: str, *, capacity: int = 0, record_size: int = 256,
                        policy: Policy = "block", max_readers: int = 16, mode: int = 0o600,

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <bit>
+#include <cmath>
 #include <cstdio>
 #include <latch>
 #include <set>
@@ -89,22 +90,28 @@ TEST(BusLifecycle, DefaultOptionsAreDocumentedValues) {
 }
 
 TEST(BusLifecycle, TheDefaultRingIsSizedInBytesWithAFloorOfRecords) {
-  // Whatever the record size, a default ring takes default_ring_bytes (a
-  // power of two of records below it), never fewer than default_min_capacity.
+  // Whatever the record size, a default ring is the power of two of records
+  // nearest default_ring_bytes by ratio (within a factor of sqrt(2) of it),
+  // never fewer than default_min_capacity.
   EXPECT_EQ(default_capacity_for(64), default_ring_bytes / 64);
-  EXPECT_EQ(default_capacity_for(192), std::bit_floor(default_ring_bytes / 192));
-  EXPECT_EQ(default_capacity_for(1088), std::bit_floor(default_ring_bytes / 1088));
+  EXPECT_EQ(default_capacity_for(256), default_ring_bytes / 256);
+  EXPECT_EQ(default_capacity_for(192), 16384u);   // 3 MiB: nearer than 6 MiB
+  EXPECT_EQ(default_capacity_for(320), 16384u);   // 5 MiB: nearer than 2.5 MiB
+  EXPECT_EQ(default_capacity_for(1088), 4096u);   // 4.25 MiB
+  EXPECT_EQ(default_capacity_for(4160), 1024u);   // 4.06 MiB
   EXPECT_EQ(default_capacity_for(max_record_size), default_min_capacity);
+  const double ring = static_cast<double>(default_ring_bytes);
   for (std::uint32_t rs = 64; rs <= max_record_size; rs += 8) {
     const std::uint64_t c = default_capacity_for(rs);
     ASSERT_TRUE(std::has_single_bit(c)) << rs;
-    ASSERT_TRUE(c * rs <= default_ring_bytes || c == default_min_capacity) << rs;
-    ASSERT_TRUE(2 * c * rs > default_ring_bytes || c == default_min_capacity) << rs;
+    if (c == default_min_capacity) continue;
+    const double bytes = static_cast<double>(c) * rs;
+    ASSERT_LE(bytes, ring * std::sqrt(2.0)) << rs;
+    ASSERT_GE(bytes, ring / std::sqrt(2.0)) << rs;
   }
   ScopedName name("bigrecords");
   Bus bus = Bus::create(name, {.capacity = 0, .record_size = 4160});
-  EXPECT_EQ(bus.info().capacity, std::bit_floor(default_ring_bytes / 4160));
-  EXPECT_LE(bus.info().capacity * 4160, default_ring_bytes);
+  EXPECT_EQ(bus.info().capacity, 1024u);
 }
 
 TEST(BusLifecycle, CreateIsExclusive) {

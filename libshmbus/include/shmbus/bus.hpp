@@ -58,9 +58,11 @@ inline constexpr std::uint64_t default_ring_bytes = std::uint64_t{4} << 20;
 // Never fewer records than this by default, however large they are.
 inline constexpr std::uint64_t default_min_capacity = 64;
 
-// The capacity BusOptions::capacity = 0 stands for: the most records of
-// `record_size` bytes that fit default_ring_bytes (a power of two), at least
-// default_min_capacity. 256-byte records: 16,384 (4 MiB).
+// The capacity BusOptions::capacity = 0 stands for: the power of two of
+// records of `record_size` bytes whose ring is nearest default_ring_bytes
+// (between 2.8 and 5.7 MiB), at least default_min_capacity. 256-byte
+// records: 16,384 (4 MiB); 192-byte: 16,384 (3 MiB); 4,160-byte: 1,024
+// (4.06 MiB).
 std::uint64_t default_capacity_for(std::uint32_t record_size) noexcept;
 
 // Where buses live. Every call that names a bus takes an optional directory;

@@ -109,8 +109,8 @@ typedef enum shmbus_policy {
 } shmbus_policy;
 
 typedef struct shmbus_bus_options {
-  uint64_t capacity;     /* records in the ring, a power of two >= 2; 0 (the default): as many as
-                            fit 4 MiB, at least 64 (shmbus_default_capacity()) */
+  uint64_t capacity;     /* records in the ring, a power of two >= 2; 0 (the default): the power of
+                            two whose ring is nearest 4 MiB, at least 64 (shmbus_default_capacity()) */
   uint32_t record_size;  /* bytes per record, 24-byte header included, multiple of 8 (default 256) */
   uint32_t policy;       /* shmbus_policy (default SHMBUS_POLICY_BLOCK) */
   uint32_t max_readers;  /* reader slots, 1..1024 (default 16) */

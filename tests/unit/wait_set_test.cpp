@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "test_support.hpp"
@@ -23,6 +24,7 @@ namespace shmbus::test {
 namespace {
 
 using namespace std::chrono_literals;
+using ::testing::HasSubstr;
 
 struct Buses {
   std::vector<std::unique_ptr<ScopedName>> names;
@@ -210,6 +212,26 @@ TEST(WaitSet, RefusesAMemberTwiceAndMoreThanItHolds) {
   set.remove(*b.consumers[0]);  // not a member: nothing
   EXPECT_EQ(set.size(), 0u);
   EXPECT_TRUE(set.wait(1s).empty()) << "an empty set has nothing to wait for";
+
+  // One bus, as many readers as a set holds and one more.
+  ScopedName name("waitset-full");
+  BusOptions o = small_block(64);
+  o.max_readers = WaitSet::kMaxMembers + 1;
+  Bus bus = Bus::create(name, o);
+  std::vector<std::unique_ptr<Consumer>> many;
+  for (std::size_t i = 0; i <= WaitSet::kMaxMembers; ++i) many.push_back(std::make_unique<Consumer>(bus));
+  for (std::size_t i = 0; i < WaitSet::kMaxMembers; ++i) set.add(*many[i]);
+  try {
+    set.add(*many.back());
+    FAIL() << "a member past kMaxMembers was taken";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.errc(), Errc::invalid_options);
+    EXPECT_THAT(e.what(), HasSubstr("at most 127 consumers"));
+  }
+  EXPECT_EQ(set.size(), WaitSet::kMaxMembers);
+  set.remove(*many[0]);
+  set.add(*many.back());  // room again
+  EXPECT_EQ(set.size(), WaitSet::kMaxMembers);
 }
 
 // A batch can end with the cursor published short of where the consumer is

@@ -239,6 +239,19 @@ T option_value(const char* what, std::int64_t v, std::uint64_t max = std::numeri
   return static_cast<T>(v);
 }
 
+// A Python int for a sequence or a time: any int from 0 to 2^64 - 1.
+std::uint64_t non_negative(const py::object& o, const char* what) {
+  if (!py::isinstance<py::int_>(o) || py::isinstance<py::bool_>(o))
+    throw py::type_error(std::string(what) + " must be an int, not " +
+                         py::str(py::type::of(o).attr("__name__")).cast<std::string>());
+  const unsigned long long v = PyLong_AsUnsignedLongLong(o.ptr());
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw py::value_error(std::string(what) + " must be between 0 and 2**64 - 1, not " + py::str(o).cast<std::string>());
+  }
+  return v;
+}
+
 shmbus::BusOptions bus_options(std::int64_t capacity, std::int64_t record_size, const std::string& policy,
                                std::int64_t max_readers, std::int64_t mode) {
   shmbus::BusOptions o;
@@ -829,6 +842,9 @@ py::dict snapshot_dict(const shmbus::Snapshot& s) {
   d["segment_size"] = s.info.segment_size;
   d["creation_time_ns"] = s.info.creation_time_ns;
   d["layout_version"] = s.info.layout_version;
+  d["dir"] = s.info.dir;
+  d["pages"] = s.info.pages;
+  d["page_size"] = s.info.page_size;
   d["head"] = s.head;
   d["oldest"] = s.oldest;
   d["last_publish_ns"] = s.last_publish_ns;
@@ -1015,6 +1031,54 @@ PYBIND11_MODULE(_shmbus, m) {
           },
           "True if a bus of that name exists (in dir, default shmbus.bus_dir()).", py::arg("name"), py::kw_only(),
           py::arg("dir") = py::none())
+      .def_static(
+          "move_reader_name",
+          [](const std::string& name, const std::string& reader, const py::object& to,
+             const py::object& time_ns, const std::optional<std::string>& dir) -> py::object {
+            shmbus::ReaderNameTarget t;
+            if (to.is_none() == time_ns.is_none())
+              throw py::value_error("move_reader_name: give exactly one of to= and time_ns=");
+            if (!time_ns.is_none()) {
+              t.kind = shmbus::ReaderNameTarget::Kind::time;
+              t.value = non_negative(time_ns, "time_ns");
+            } else if (py::isinstance<py::str>(to)) {
+              const std::string w = to.cast<std::string>();
+              if (w == "earliest")
+                t.kind = shmbus::ReaderNameTarget::Kind::earliest;
+              else if (w == "latest")
+                t.kind = shmbus::ReaderNameTarget::Kind::latest;
+              else
+                throw py::value_error("move_reader_name: to='" + w + "' is not 'earliest', 'latest' or a sequence");
+            } else {
+              t.kind = shmbus::ReaderNameTarget::Kind::sequence;
+              t.value = non_negative(to, "to");
+            }
+            std::optional<shmbus::ReaderNameMove> done;
+            {
+              // A time is looked for in the retained records: the whole ring at worst.
+              const py::gil_scoped_release unlocked;
+              done = shmbus::move_reader_name(name, reader, t, {}, dir.value_or(""));
+            }
+            if (!done) return py::none();
+            return py::dict("from"_a = done->from, "to"_a = done->to, "oldest"_a = done->oldest,
+                            "head"_a = done->head, "timestamp_ns"_a = done->timestamp_ns,
+                            "unstamped"_a = done->unstamped);
+          },
+          "Moves the remembered reader name `reader` of bus `name` so that the next Consumer(start='resume') "
+          "under it starts at to= ('earliest', 'latest' or a sequence) or at the first retained message "
+          "stamped at time_ns= (CLOCK_REALTIME) or later. Returns a dict (from, to, oldest, head, timestamp_ns, "
+          "unstamped), or None if no such name is remembered. shmbus.Error while a live reader holds the name "
+          "(errc NAME_IN_USE) or for a position not retained (errc NOT_RETAINED).",
+          py::arg("name"), py::arg("reader"), py::kw_only(), py::arg("to") = py::none(),
+          py::arg("time_ns") = py::none(), py::arg("dir") = py::none())
+      .def_static(
+          "forget_reader_name",
+          [](const std::string& name, const std::string& reader, const std::optional<std::string>& dir) {
+            return shmbus::forget_reader_name(name, reader, {}, dir.value_or(""));
+          },
+          "Forgets the remembered reader name `reader` of bus `name`; True if it was remembered. shmbus.Error "
+          "(errc NAME_IN_USE) while a live reader holds it.",
+          py::arg("name"), py::arg("reader"), py::kw_only(), py::arg("dir") = py::none())
       .def_property_readonly("dir", [](const PyBus& b) { return b.get().info().dir; },
                              "The directory of the bus's segment (absolute).")
       .def_property_readonly("path", [](const PyBus& b) { return b.get().info().path; })

@@ -67,6 +67,14 @@ static_assert(offsetof(shmbus_bus_info, policy) == 204 && offsetof(shmbus_bus_in
               offsetof(shmbus_bus_info, max_readers) == 228 && offsetof(shmbus_bus_info, layout_version) == 232 &&
               offsetof(shmbus_bus_info, segment_size) == 240 && sizeof(shmbus_bus_info) == 256);
 static_assert(SHMBUS_WAIT_ADAPTIVE == static_cast<int>(shmbus::WaitStrategy::adaptive));
+static_assert(SHMBUS_TO_EARLIEST == static_cast<int>(shmbus::ReaderNameTarget::Kind::earliest) &&
+              SHMBUS_TO_LATEST == static_cast<int>(shmbus::ReaderNameTarget::Kind::latest) &&
+              SHMBUS_TO_SEQUENCE == static_cast<int>(shmbus::ReaderNameTarget::Kind::sequence) &&
+              SHMBUS_TO_TIME == static_cast<int>(shmbus::ReaderNameTarget::Kind::time));
+static_assert(offsetof(shmbus_name_move, from) == 0 && offsetof(shmbus_name_move, to) == 8 &&
+              offsetof(shmbus_name_move, oldest) == 16 && offsetof(shmbus_name_move, head) == 24 &&
+              offsetof(shmbus_name_move, timestamp_ns) == 32 && offsetof(shmbus_name_move, unstamped) == 40 &&
+              sizeof(shmbus_name_move) == 48);
 
 namespace {
 
@@ -739,6 +747,56 @@ shmbus_status shmbus_inspect(const char* name, shmbus_snapshot** out) {
 
 shmbus_status shmbus_inspect_in(const char* dir, const char* name, shmbus_snapshot** out) {
   return inspect_bus("shmbus_inspect_in", dir, name, out);
+}
+
+static shmbus_status move_name(const char* fn, const char* dir, const char* name, const char* reader,
+                               std::uint32_t target, std::uint64_t value, shmbus_name_move* out,
+                               int* moved) noexcept {
+  if (moved) *moved = 0;
+  if (out) std::memset(out, 0, sizeof *out);
+  if (!name) return invalid(fn, "name is NULL");
+  if (!reader) return invalid(fn, "reader is NULL");
+  if (target > SHMBUS_TO_TIME) return invalid(fn, "target is not a shmbus_name_target");
+  return guard(fn, [&] {
+    shmbus::ReaderNameTarget t;
+    t.kind = static_cast<shmbus::ReaderNameTarget::Kind>(target);
+    t.value = value;
+    const std::optional<shmbus::ReaderNameMove> m = shmbus::move_reader_name(name, reader, t, {}, dir ? dir : "");
+    if (!m) return SHMBUS_OK;
+    if (out) *out = {m->from, m->to, m->oldest, m->head, m->timestamp_ns, m->unstamped};
+    if (moved) *moved = 1;
+    return SHMBUS_OK;
+  });
+}
+
+shmbus_status shmbus_move_reader_name(const char* name, const char* reader, uint32_t target, uint64_t value,
+                                      shmbus_name_move* out, int* moved) {
+  return move_name("shmbus_move_reader_name", nullptr, name, reader, target, value, out, moved);
+}
+
+shmbus_status shmbus_move_reader_name_in(const char* dir, const char* name, const char* reader, uint32_t target,
+                                         uint64_t value, shmbus_name_move* out, int* moved) {
+  return move_name("shmbus_move_reader_name_in", dir, name, reader, target, value, out, moved);
+}
+
+static shmbus_status forget_name(const char* fn, const char* dir, const char* name, const char* reader,
+                                 int* forgotten) noexcept {
+  if (forgotten) *forgotten = 0;
+  if (!name) return invalid(fn, "name is NULL");
+  if (!reader) return invalid(fn, "reader is NULL");
+  return guard(fn, [&] {
+    const bool f = shmbus::forget_reader_name(name, reader, {}, dir ? dir : "");
+    if (forgotten) *forgotten = f ? 1 : 0;
+    return SHMBUS_OK;
+  });
+}
+
+shmbus_status shmbus_forget_reader_name(const char* name, const char* reader, int* forgotten) {
+  return forget_name("shmbus_forget_reader_name", nullptr, name, reader, forgotten);
+}
+
+shmbus_status shmbus_forget_reader_name_in(const char* dir, const char* name, const char* reader, int* forgotten) {
+  return forget_name("shmbus_forget_reader_name_in", dir, name, reader, forgotten);
 }
 
 void shmbus_snapshot_free(shmbus_snapshot* snapshot) {

@@ -34,7 +34,7 @@ block the event loop; the loop watches the descriptor of the consumer or
 wait set (fileno()), so cancelling an await loses no message. A WaitSet
 waits on many consumers from one thread, with or without asyncio.
 """
-from typing import Any, Iterator, List, Literal, Optional, Sequence, Tuple, TypedDict, overload
+from typing import Any, Iterator, List, Literal, Optional, Sequence, Tuple, TypedDict, Union, overload
 
 from _typeshed import ReadableBuffer
 
@@ -103,6 +103,27 @@ class Bus:
         removes the name (mapped users carry on)."""
     @staticmethod
     def exists(name: str, *, dir: Optional[str] = None) -> bool: ...
+    @staticmethod
+    def move_reader_name(name: str, reader: str, *, to: Union[Literal["earliest", "latest"], int, None] = None,
+                         time_ns: Optional[int] = None, dir: Optional[str] = None) -> Optional[ReaderNameMove]:
+        """Moves the remembered (durable) reader name `reader` of bus `name`
+        so that the next Consumer(start="resume") under it starts at `to`:
+        "earliest" (the oldest retained message), "latest" (only messages
+        published from now on) or a sequence from oldest to head; or, with
+        time_ns=, at the first retained message stamped at that
+        CLOCK_REALTIME time or later. Give exactly one of to= and time_ns=
+        (ValueError otherwise). Holds the name's lock while it looks and
+        writes, so no reader takes the name meanwhile. Returns what it did,
+        or None if no such name is remembered. Raises shmbus.Error with
+        errc 20 (name in use: a live reader holds it) or 14 (not retained: a
+        sequence outside oldest..head or inside a message that spans
+        records, the message saying where the next one starts; a time when
+        no retained message carries a timestamp)."""
+    @staticmethod
+    def forget_reader_name(name: str, reader: str, *, dir: Optional[str] = None) -> bool:
+        """Forgets the remembered reader name `reader` of bus `name`: a
+        consumer resuming under it starts afresh. True if it was remembered;
+        shmbus.Error (errc 20) while a live reader holds it."""
     @property
     def name(self) -> str: ...
     @property
@@ -393,6 +414,16 @@ class BookmarkInfo(TypedDict):
     held: bool
     holder_pid: int
 
+# What Bus.move_reader_name() did ("from" is a keyword, hence this form).
+ReaderNameMove = TypedDict("ReaderNameMove", {
+    "from": int,          # where the name would have resumed (its cursor, as stored)
+    "to": int,            # where it resumes now
+    "oldest": int,        # the bus when it moved: oldest retained ...
+    "head": int,          # ... and head
+    "timestamp_ns": int,  # time_ns=: the stamp of the message at "to"; 0 when none is that late ("to" is the head)
+    "unstamped": int,     # time_ns=: messages passed over that carry no timestamp
+})
+
 class WarningInfo(TypedDict):
     kind: Literal["dead_reader", "producer_dead", "producer_blocked", "reader_let_go", "reader_lagging"]
     slot: Optional[int]  # the reader it is about
@@ -409,6 +440,9 @@ class Snapshot(TypedDict):
     segment_size: int
     creation_time_ns: int
     layout_version: int
+    dir: str  # the directory of the segment (absolute)
+    pages: str  # what backs the memory, e.g. "hugetlbfs, 2 MiB huge pages"
+    page_size: int
     head: int
     oldest: int
     last_publish_ns: int

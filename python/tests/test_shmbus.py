@@ -156,6 +156,71 @@ def test_durable_reader_resumes_where_it_stopped(name):
     assert again.next(1.0)[0] == 4
 
 
+def test_a_remembered_name_is_moved_and_forgotten(name):
+    bus = shmbus.Bus.create(name, capacity=64, record_size=64)
+    producer = shmbus.Producer(bus, timestamps="coarse")
+    stamps = []
+    for i in range(10):
+        producer.publish(struct.pack("<Q", i))
+        stamps.append(time.time_ns())
+        time.sleep(0.002)  # coarse stamps tick every few ms: keep them apart
+    with shmbus.Consumer(bus, name="keeper", start="resume") as c:
+        assert [c.next(1.0)[0] for _ in range(4)] == [0, 1, 2, 3]
+        with pytest.raises(shmbus.Error, match="keeper") as held:
+            shmbus.Bus.move_reader_name(name, "keeper", to="latest")
+        assert held.value.errc == 20  # name in use
+        with pytest.raises(shmbus.Error) as held:
+            shmbus.Bus.forget_reader_name(name, "keeper")
+        assert held.value.errc == 20
+
+    moved = shmbus.Bus.move_reader_name(name, "keeper", to=2)
+    assert moved == {"from": 4, "to": 2, "oldest": 0, "head": 10, "timestamp_ns": 0, "unstamped": 0}
+    with shmbus.Consumer(bus, name="keeper", start="resume") as c:
+        assert c.resumed and c.next(1.0)[0] == 2
+
+    # By time: the first message stamped at or after the 7th one's stamp.
+    snap = shmbus.Inspector(name).snapshot()
+    assert [b["cursor"] for b in snap["bookmarks"]] == [3]
+    with shmbus.Consumer(bus, start="sequence", start_seq=7) as c:
+        seventh = c.next(1.0)
+    moved = shmbus.Bus.move_reader_name(name, "keeper", time_ns=seventh.timestamp_ns)
+    assert moved is not None and moved["to"] <= 7 and moved["timestamp_ns"] == seventh.timestamp_ns
+    with shmbus.Consumer(bus, name="keeper", start="resume") as c:
+        assert c.next(1.0).timestamp_ns == seventh.timestamp_ns
+    later = shmbus.Bus.move_reader_name(name, "keeper", time_ns=stamps[-1] + 10**9)
+    assert later is not None and (later["to"], later["timestamp_ns"]) == (10, 0)  # nothing that late: the head
+
+    with pytest.raises(shmbus.Error, match="11") as gone:
+        shmbus.Bus.move_reader_name(name, "keeper", to=11)
+    assert gone.value.errc == 14  # not retained
+    assert [b["cursor"] for b in shmbus.Inspector(name).snapshot()["bookmarks"]] == [10]  # refusals move nothing
+    with pytest.raises(ValueError, match="exactly one"):
+        shmbus.Bus.move_reader_name(name, "keeper")
+    with pytest.raises(ValueError, match="exactly one"):
+        shmbus.Bus.move_reader_name(name, "keeper", to=1, time_ns=1)
+    with pytest.raises(ValueError, match="'later'"):
+        shmbus.Bus.move_reader_name(name, "keeper", to="later")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="-1"):
+        shmbus.Bus.move_reader_name(name, "keeper", to=-1)
+    with pytest.raises(TypeError, match="float"):
+        shmbus.Bus.move_reader_name(name, "keeper", to=1.5)  # type: ignore[arg-type]
+    assert shmbus.Bus.move_reader_name(name, "nobody", to="earliest") is None
+    assert shmbus.Bus.move_reader_name(name, "keeper", to="earliest")["to"] == 0  # type: ignore[index]
+
+    assert shmbus.Bus.forget_reader_name(name, "keeper") is True
+    assert shmbus.Bus.forget_reader_name(name, "keeper") is False
+    assert shmbus.Inspector(name).snapshot()["bookmarks"] == []
+    with shmbus.Consumer(bus, name="keeper", start="resume") as c:
+        assert not c.resumed
+
+
+def test_snapshot_names_the_directory_and_pages(name):
+    shmbus.Bus.create(name, capacity=16, record_size=64)
+    snap = shmbus.Inspector(name).snapshot()
+    assert snap["dir"] == os.path.realpath(shmbus.bus_dir())
+    assert snap["pages"].startswith("tmpfs") and snap["page_size"] >= 4096
+
+
 def test_errors_and_inspector_snapshot(name):
     with pytest.raises(shmbus.Error):
         shmbus.Bus.open(name, 0.0)

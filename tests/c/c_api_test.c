@@ -345,7 +345,47 @@ static void test_durable_reader_resumes(void) {
   CHECK_STATUS(shmbus_consumer_open(bus, &co, &c), SHMBUS_OK);
   co.durable = 2;
   CHECK_STATUS(shmbus_consumer_open(bus, &co, &twin), SHMBUS_INVALID_ARGUMENT);
+  co.durable = 0; /* SHMBUS_START_RESUME makes it durable anyway */
   shmbus_consumer_destroy(c);
+  check_bookmark("keeper", 0, 5);
+
+  /* Moving and forgetting a remembered name. */
+  {
+    shmbus_name_move mv;
+    int moved = -1, forgotten = -1;
+    CHECK_STATUS(shmbus_move_reader_name(bus_name2, "keeper", SHMBUS_TO_SEQUENCE, 2, &mv, &moved), SHMBUS_OK);
+    CHECK(moved == 1 && mv.from == 5 && mv.to == 2 && mv.oldest == 0 && mv.head == 10);
+    check_bookmark("keeper", 0, 2);
+    c = NULL;
+    CHECK_STATUS(shmbus_consumer_open(bus, &co, &c), SHMBUS_OK);
+    CHECK_STATUS(shmbus_consumer_next(c, one_second, &m), SHMBUS_READ_MESSAGE);
+    CHECK(m.seq == 2);
+    moved = -1;
+    CHECK_STATUS(shmbus_move_reader_name(bus_name2, "keeper", SHMBUS_TO_LATEST, 0, &mv, &moved), SHMBUS_NAME_IN_USE);
+    CHECK(moved == 0 && strstr(shmbus_last_error(), "keeper") != NULL);
+    CHECK_STATUS(shmbus_forget_reader_name(bus_name2, "keeper", &forgotten), SHMBUS_NAME_IN_USE);
+    shmbus_consumer_destroy(c); /* leaves 3 */
+    check_bookmark("keeper", 0, 3);
+    CHECK_STATUS(shmbus_move_reader_name(bus_name2, "keeper", SHMBUS_TO_SEQUENCE, 11, &mv, &moved), SHMBUS_NOT_RETAINED);
+    CHECK_STATUS(shmbus_move_reader_name(bus_name2, "keeper", SHMBUS_TO_TIME, 1, &mv, &moved), SHMBUS_NOT_RETAINED);
+    CHECK(strstr(shmbus_last_error(), "timestamp") != NULL); /* the producer stamps nothing by default */
+    CHECK_STATUS(shmbus_move_reader_name(bus_name2, "keeper", 4, 0, &mv, &moved), SHMBUS_INVALID_ARGUMENT);
+    CHECK_STATUS(shmbus_move_reader_name(bus_name2, NULL, SHMBUS_TO_LATEST, 0, &mv, &moved), SHMBUS_INVALID_ARGUMENT);
+    check_bookmark("keeper", 0, 3); /* no refusal moved it */
+    CHECK_STATUS(shmbus_move_reader_name_in(NULL, bus_name2, "keeper", SHMBUS_TO_LATEST, 0, NULL, &moved), SHMBUS_OK);
+    CHECK(moved == 1);
+    check_bookmark("keeper", 0, 10);
+    CHECK_STATUS(shmbus_move_reader_name(bus_name2, "keeper", SHMBUS_TO_EARLIEST, 0, &mv, NULL), SHMBUS_OK);
+    CHECK(mv.from == 10 && mv.to == 0);
+    moved = -1;
+    CHECK_STATUS(shmbus_move_reader_name(bus_name2, "nobody", SHMBUS_TO_EARLIEST, 0, &mv, &moved), SHMBUS_OK);
+    CHECK(moved == 0 && mv.to == 0 && mv.from == 0);
+    CHECK_STATUS(shmbus_forget_reader_name(bus_name2, "keeper", &forgotten), SHMBUS_OK);
+    CHECK(forgotten == 1);
+    CHECK_STATUS(shmbus_forget_reader_name_in(NULL, bus_name2, "keeper", &forgotten), SHMBUS_OK);
+    CHECK(forgotten == 0);
+    CHECK_STATUS(shmbus_forget_reader_name(bus_name2, NULL, &forgotten), SHMBUS_INVALID_ARGUMENT);
+  }
   shmbus_producer_destroy(p);
   shmbus_bus_close(bus);
   CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);

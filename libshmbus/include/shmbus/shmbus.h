@@ -505,6 +505,51 @@ SHMBUS_API shmbus_status shmbus_inspect(const char* name, shmbus_snapshot** out)
 SHMBUS_API shmbus_status shmbus_inspect_in(const char* dir, const char* name, shmbus_snapshot** out);
 SHMBUS_API void shmbus_snapshot_free(shmbus_snapshot* snapshot);
 
+/* ---- Remembered reader names ------------------------------------------- */
+
+/* Where shmbus_move_reader_name() puts a remembered reader name. */
+typedef enum shmbus_name_target {
+  SHMBUS_TO_EARLIEST = 0,  /* the oldest message the bus retains */
+  SHMBUS_TO_LATEST = 1,    /* the head: only messages published from now on */
+  SHMBUS_TO_SEQUENCE = 2,  /* `value`: a sequence from oldest to head, not inside a message that spans records */
+  SHMBUS_TO_TIME = 3       /* the first retained message (in sequence order) stamped at `value`
+                              (CLOCK_REALTIME ns) or later */
+} shmbus_name_target;
+
+/* What shmbus_move_reader_name() did. Offsets: every field is 8 bytes, in
+ * this order, 48 bytes in all. */
+typedef struct shmbus_name_move {
+  uint64_t from;          /* where the name would have resumed (its cursor, as stored) */
+  uint64_t to;            /* where it resumes now */
+  uint64_t oldest;        /* the bus when it moved: oldest retained ... */
+  uint64_t head;          /* ... and head */
+  uint64_t timestamp_ns;  /* SHMBUS_TO_TIME: the timestamp of the message at `to`; 0 when no
+                             retained stamped message is that late (`to` is then the head) */
+  uint64_t unstamped;     /* SHMBUS_TO_TIME: messages passed over that carry no timestamp */
+} shmbus_name_move;
+
+/* Moves the remembered reader name `reader` of bus `name` so that the next
+ * consumer resuming under it (SHMBUS_START_RESUME) starts at `target`
+ * (`value` for SHMBUS_TO_SEQUENCE and SHMBUS_TO_TIME, else unused). Holds
+ * the name's lock while it looks and writes, so no reader takes the name
+ * meanwhile. `*moved` (may be NULL) is 1 if it moved, 0 if no such name is
+ * remembered (SHMBUS_OK either way); `out` (may be NULL) gets what was done.
+ * Errors: SHMBUS_NAME_IN_USE (a live reader holds the name; the message
+ * names its pid), SHMBUS_NOT_RETAINED (a sequence outside oldest..head or
+ * inside a message that spans records, the message saying where the next
+ * message starts; or a time when no retained message carries a timestamp). */
+SHMBUS_API shmbus_status shmbus_move_reader_name(const char* name, const char* reader, uint32_t target,
+                                                 uint64_t value, shmbus_name_move* out, int* moved);
+SHMBUS_API shmbus_status shmbus_move_reader_name_in(const char* dir, const char* name, const char* reader,
+                                                    uint32_t target, uint64_t value, shmbus_name_move* out,
+                                                    int* moved);
+/* Forgets the remembered reader name `reader` of bus `name`: a consumer
+ * resuming under it starts afresh. `*forgotten` (may be NULL) is 1 if it
+ * was remembered, 0 if not. SHMBUS_NAME_IN_USE while a live reader holds it. */
+SHMBUS_API shmbus_status shmbus_forget_reader_name(const char* name, const char* reader, int* forgotten);
+SHMBUS_API shmbus_status shmbus_forget_reader_name_in(const char* dir, const char* name, const char* reader,
+                                                      int* forgotten);
+
 #ifdef __cplusplus
 }
 #endif

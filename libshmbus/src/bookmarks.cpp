@@ -127,6 +127,13 @@ void release_bookmark(Segment& s, std::uint32_t i, int fd) noexcept {
 }
 
 bool with_bookmark_held(Segment& s, std::string_view name, const std::function<void(layout::Bookmark&)>& body) {
+  // As a durable reader's attach refuses them: such a name is never
+  // remembered, and "no such name" would hide the caller's mistake.
+  if (name.empty()) fail(Errc::invalid_options, s.info().name, "the reader name is empty");
+  if (name.size() >= layout::kReaderNameSize)
+    fail(Errc::invalid_options, s.info().name,
+         "reader name '" + std::string(name) + "' is " + std::to_string(name.size()) + " bytes, more than " +
+             std::to_string(layout::kReaderNameSize - 1));
   for (int attempt = 0; attempt < 64; ++attempt) {
     const auto i = find_bookmark(s, name);
     if (!i) return false;

@@ -99,7 +99,7 @@ struct Consumer::Impl : detail::Attachment {
   EndReason end = EndReason::none;
   layout::Bookmark* bookmark = nullptr;  // durable: the bookmark we hold
   std::uint32_t bookmark_index = 0;
-  bool resumed = false;
+  bool had_bookmark = false;  // durable: the name was remembered before we took it
   bool started = false;          // cursor holds the start position
   std::uint64_t resume_gap = 0;
   pid_t owner_pid = 0;          // label stored in the slot: our pid when we attached
@@ -159,7 +159,7 @@ struct Consumer::Impl : detail::Attachment {
     if (!bookmark) return;
     if (started) {
       bookmark->cursor.store(cursor, std::memory_order_relaxed);
-    } else if (!resumed) {
+    } else if (!had_bookmark) {
       // Refused before it started: a name it created is not remembered.
       bookmark->state.store(layout::kBookmarkEmpty, std::memory_order_release);
     }
@@ -696,7 +696,7 @@ void Consumer::Impl::attach() {
     // of a new bookmark is set below, once the start is known.
     bookmark_index = detail::hold_bookmark(seg, opt.name, role.get(), 0, created);
     bookmark = seg.bookmark(bookmark_index);
-    resumed = !created;
+    had_bookmark = !created;
   }
   const std::uint32_t n = seg.max_readers();
   int lock_error = 0;
@@ -772,7 +772,7 @@ void Consumer::Impl::attach() {
       break;
     case Start::resume:
       c = oldest;
-      if (resumed) {
+      if (had_bookmark) {
         // Untrusted: clamped to what can exist.
         const std::uint64_t b = std::min(bookmark->cursor.load(std::memory_order_relaxed), hd);
         if (b >= oldest) {
@@ -790,7 +790,7 @@ void Consumer::Impl::attach() {
   c = activate(c);
   if (c > wanted) {  // the producer moved past it while we attached
     if (opt.start == Start::sequence) not_retained(opt.start_seq, c, bus.head());
-    if (opt.start == Start::resume && resumed) resume_gap += c - wanted;
+    if (opt.start == Start::resume && had_bookmark) resume_gap += c - wanted;
   }
   published = c;
   // Never inside a span: a start there moves on to the next message (in
@@ -804,7 +804,7 @@ void Consumer::Impl::attach() {
                        " is inside a message that spans records (the next message starts at " +
                        std::to_string(landed) + ")");
     }
-    if (opt.start == Start::resume && resumed) resume_gap += landed - c;
+    if (opt.start == Start::resume && had_bookmark) resume_gap += landed - c;
     c = landed;
   }
   cursor = view_from = c;
@@ -987,7 +987,7 @@ std::uint64_t Consumer::lost() const noexcept { return impl_->lost; }
 std::uint32_t Consumer::slot() const noexcept { return impl_->index; }
 const Bus& Consumer::bus() const noexcept { return impl_->bus; }
 EndReason Consumer::end_reason() const noexcept { return impl_->end; }
-bool Consumer::resumed() const noexcept { return impl_->resumed; }
+bool Consumer::resumed() const noexcept { return impl_->had_bookmark && impl_->opt.start == Start::resume; }
 std::uint64_t Consumer::resume_gap() const noexcept { return impl_->resume_gap; }
 
 namespace detail {

@@ -118,12 +118,15 @@ class Bus:
         errc 20 (name in use: a live reader holds it) or 14 (not retained: a
         sequence outside oldest..head or inside a message that spans
         records, the message saying where the next one starts; a time when
-        no retained message carries a timestamp)."""
+        no retained message carries a timestamp) or 2 (a reader name no
+        reader could hold: empty or over 31 bytes); a missing bus raises
+        BusNotFound."""
     @staticmethod
     def forget_reader_name(name: str, reader: str, *, dir: Optional[str] = None) -> bool:
         """Forgets the remembered reader name `reader` of bus `name`: a
         consumer resuming under it starts afresh. True if it was remembered;
-        shmbus.Error (errc 20) while a live reader holds it."""
+        shmbus.Error (errc 20) while a live reader holds it, errc 2 for a
+        name no reader could hold (empty or over 31 bytes)."""
     @property
     def name(self) -> str: ...
     @property

@@ -205,6 +205,14 @@ def test_a_remembered_name_is_moved_and_forgotten(name):
     with pytest.raises(TypeError, match="float"):
         shmbus.Bus.move_reader_name(name, "keeper", to=1.5)  # type: ignore[arg-type]
     assert shmbus.Bus.move_reader_name(name, "nobody", to="earliest") is None
+    for bad in ("", "n" * 32):  # names no reader could hold: refused, not "not found"
+        with pytest.raises(shmbus.Error) as refused:
+            shmbus.Bus.move_reader_name(name, bad, to="earliest")
+        assert refused.value.errc == 2
+        with pytest.raises(shmbus.Error):
+            shmbus.Bus.forget_reader_name(name, bad)
+    with pytest.raises(shmbus.BusNotFound):
+        shmbus.Bus.move_reader_name(name + "-missing", "keeper", to="earliest")
     assert shmbus.Bus.move_reader_name(name, "keeper", to="earliest")["to"] == 0  # type: ignore[index]
 
     assert shmbus.Bus.forget_reader_name(name, "keeper") is True

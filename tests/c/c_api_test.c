@@ -385,6 +385,10 @@ static void test_durable_reader_resumes(void) {
     CHECK_STATUS(shmbus_forget_reader_name_in(NULL, bus_name2, "keeper", &forgotten), SHMBUS_OK);
     CHECK(forgotten == 0);
     CHECK_STATUS(shmbus_forget_reader_name(bus_name2, NULL, &forgotten), SHMBUS_INVALID_ARGUMENT);
+    CHECK_STATUS(shmbus_forget_reader_name(bus_name2, "", &forgotten), SHMBUS_INVALID_OPTIONS);
+    CHECK_STATUS(shmbus_move_reader_name(bus_name2, "a-name-of-thirty-two-bytes-.....", SHMBUS_TO_LATEST, 0, &mv,
+                                         &moved),
+                 SHMBUS_INVALID_OPTIONS);
   }
   shmbus_producer_destroy(p);
   shmbus_bus_close(bus);

@@ -171,6 +171,37 @@ TEST(Durable, NamesLongerThanTheSlotAreRefusedNotCut) {
   EXPECT_NO_THROW(shmbus::Consumer(bus, o));
 }
 
+TEST(Durable, MovingOrForgettingANameNoReaderCouldHoldIsRefused) {
+  ScopedName name("durable-badname");
+  const shmbus::Bus bus = shmbus::Bus::create(name, small());
+  for (const std::string& bad : {std::string(), std::string(32, 'n')}) {
+    try {
+      shmbus::move_reader_name(name.str(), bad, {});
+      FAIL() << "moved '" << bad << "'";
+    } catch (const shmbus::Error& e) {
+      EXPECT_EQ(e.errc(), shmbus::Errc::invalid_options) << e.what();
+    }
+    EXPECT_THROW(shmbus::forget_reader_name(name.str(), bad), shmbus::Error);
+  }
+  EXPECT_FALSE(shmbus::forget_reader_name(name.str(), std::string(31, 'n')));  // could exist; does not
+}
+
+TEST(Durable, ResumedIsTrueOnlyForAResumeThatFoundItsName) {
+  ScopedName name("durable-resumed");
+  const shmbus::Bus bus = shmbus::Bus::create(name, small());
+  shmbus::Producer p(bus);
+  publish_n(p, 10);
+  { shmbus::Consumer c(bus, named("keeper")); read_n(c, 4); }
+  {
+    shmbus::Consumer fresh(bus, named("keeper", shmbus::Start::earliest));  // remembers, does not resume
+    EXPECT_FALSE(fresh.resumed());
+    EXPECT_EQ(fresh.cursor(), 0u);
+  }
+  shmbus::Consumer again(bus, named("keeper"));
+  EXPECT_TRUE(again.resumed());
+  EXPECT_EQ(again.cursor(), 0u);  // where the durable reader above left it
+}
+
 TEST(EndReasons, AClosedBusAndADeadProducerAreToldApart) {
   ScopedName closed_name("end-closed"), died_name("end-died");
   const shmbus::Bus closed_bus = shmbus::Bus::create(closed_name, small());

@@ -203,7 +203,8 @@ class Consumer {
   std::uint32_t slot() const noexcept;
   // Why the stream last ended, or EndReason::none.
   EndReason end_reason() const noexcept;
-  // Start::resume: true if the name had a bookmark (false: a new name).
+  // Start::resume: true if the name had a bookmark (false: a new name, and
+  // always for any other start).
   bool resumed() const noexcept;
   // Start::resume: messages after the bookmark that were gone when it
   // resumed (also counted in lost()).

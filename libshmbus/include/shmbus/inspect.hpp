@@ -202,7 +202,9 @@ std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust&
 std::vector<std::string> remove_abandoned_creations(std::string_view name, std::string_view dir = {});
 
 // Drops the remembered reader name `reader` of bus `name`. Returns false if
-// there is none; throws Errc::name_in_use if a live reader holds it.
+// there is none; throws Errc::name_in_use if a live reader holds it, and
+// Errc::invalid_options for a name no reader could hold (empty, or longer
+// than 31 bytes).
 bool forget_reader_name(std::string_view name, std::string_view reader, const Trust& trust = {},
                         std::string_view dir = {});
 
@@ -236,6 +238,7 @@ struct ReaderNameMove {
 // and writes, so no reader can take the name meanwhile. Returns nullopt if
 // no such name is remembered. Throws Error:
 //   Errc::name_in_use   a live reader holds the name (the message names its pid)
+//   Errc::invalid_options  `reader` is empty or longer than 31 bytes
 //   Errc::not_retained  a sequence outside oldest..head, or inside a message
 //                       that spans records (the message says where the next
 //                       message starts); a time when no retained message

@@ -537,7 +537,9 @@ typedef struct shmbus_name_move {
  * Errors: SHMBUS_NAME_IN_USE (a live reader holds the name; the message
  * names its pid), SHMBUS_NOT_RETAINED (a sequence outside oldest..head or
  * inside a message that spans records, the message saying where the next
- * message starts; or a time when no retained message carries a timestamp). */
+ * message starts; or a time when no retained message carries a timestamp),
+ * SHMBUS_INVALID_OPTIONS (`reader` is empty or longer than 31 bytes: no
+ * reader could hold it). */
 SHMBUS_API shmbus_status shmbus_move_reader_name(const char* name, const char* reader, uint32_t target,
                                                  uint64_t value, shmbus_name_move* out, int* moved);
 SHMBUS_API shmbus_status shmbus_move_reader_name_in(const char* dir, const char* name, const char* reader,
@@ -545,7 +547,8 @@ SHMBUS_API shmbus_status shmbus_move_reader_name_in(const char* dir, const char*
                                                     int* moved);
 /* Forgets the remembered reader name `reader` of bus `name`: a consumer
  * resuming under it starts afresh. `*forgotten` (may be NULL) is 1 if it
- * was remembered, 0 if not. SHMBUS_NAME_IN_USE while a live reader holds it. */
+ * was remembered, 0 if not. SHMBUS_NAME_IN_USE while a live reader holds it;
+ * SHMBUS_INVALID_OPTIONS for a name no reader could hold. */
 SHMBUS_API shmbus_status shmbus_forget_reader_name(const char* name, const char* reader, int* forgotten);
 SHMBUS_API shmbus_status shmbus_forget_reader_name_in(const char* dir, const char* name, const char* reader,
                                                       int* forgotten);

@@ -876,9 +876,11 @@ py::dict snapshot_dict(const shmbus::Snapshot& s) {
     py::dict bd;
     bd["name"] = py::bytes(b.name).attr("decode")("utf-8", "replace");
     bd["cursor"] = b.cursor;
+    bd["lag"] = s.head > b.cursor ? s.head - b.cursor : 0;
+    bd["gone"] = b.cursor < s.oldest ? s.oldest - b.cursor : 0;
     bd["updated_ns"] = b.updated_ns;
     bd["held"] = b.held;
-    bd["holder_pid"] = b.holder_pid;
+    bd["holder_pid"] = b.held ? b.holder_pid : 0;
     bookmarks.append(bd);
   }
   d["bookmarks"] = bookmarks;

@@ -412,10 +412,12 @@ class ReaderInfo(TypedDict):
 
 class BookmarkInfo(TypedDict):
     name: str
-    cursor: int
+    cursor: int  # where a resume under this name starts
+    lag: int  # head - cursor (0 if none)
+    gone: int  # messages after the cursor already overwritten (0 if none)
     updated_ns: int
     held: bool
-    holder_pid: int
+    holder_pid: int  # 0 when not held (shmbus-inspect show --json says null)
 
 # What Bus.move_reader_name() did ("from" is a keyword, hence this form).
 ReaderNameMove = TypedDict("ReaderNameMove", {
@@ -461,13 +463,13 @@ class Inspector:
     def __init__(self, name: str, *, dir: Optional[str] = None) -> None: ...
     def snapshot(self) -> Snapshot:
         """{name, policy, capacity, record_size, max_payload, max_message, max_readers,
-        segment_size, creation_time_ns, layout_version, head, oldest,
+        segment_size, creation_time_ns, layout_version, dir, pages, page_size, head, oldest,
         last_publish_ns, counters: {published, producer_waits,
         producer_wait_ns, wakeups, readers_reclaimed, readers_let_go,
         data_sleepers},
         producer: {attached, pid, liveness, stopped, closed, waiting_for_space,
         blocked_on_slot, takeovers}, readers: [{slot, pid, liveness, stopped,
         name, cursor, lag, delivered, lost, attach_time_ns, last_active_ns,
-        sleeping, best_effort, let_go_ns, evicted}], bookmarks: [{name, cursor, updated_ns, held,
-        holder_pid}], removed, warnings: [{kind, slot, message}]}: what
+        sleeping, best_effort, let_go_ns, evicted}], bookmarks: [{name, cursor, lag, gone, updated_ns,
+        held, holder_pid}], removed, warnings: [{kind, slot, message}]}: what
         shmbus-inspect show --json reports, judged by the same library code."""

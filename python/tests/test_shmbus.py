@@ -180,7 +180,8 @@ def test_a_remembered_name_is_moved_and_forgotten(name):
 
     # By time: the first message stamped at or after the 7th one's stamp.
     snap = shmbus.Inspector(name).snapshot()
-    assert [b["cursor"] for b in snap["bookmarks"]] == [3]
+    assert [(b["cursor"], b["lag"], b["gone"], b["held"], b["holder_pid"]) for b in snap["bookmarks"]] == [
+        (3, 7, 0, False, 0)]
     with shmbus.Consumer(bus, start="sequence", start_seq=7) as c:
         seventh = c.next(1.0)
     moved = shmbus.Bus.move_reader_name(name, "keeper", time_ns=seventh.timestamp_ns)

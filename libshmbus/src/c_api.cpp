@@ -85,6 +85,13 @@ void copy_name(char (&to)[N], const std::string& from) noexcept {
   to[std::min(from.size(), N - 1)] = '\0';
 }
 
+// A new[]-allocated NUL-terminated copy of `from`.
+const char* c_string(const std::string& from) {
+  auto out = std::make_unique<char[]>(from.size() + 1);
+  std::memcpy(out.get(), from.c_str(), from.size() + 1);
+  return out.release();
+}
+
 // A new[]-allocated C array of zeroed views, each filled from the matching
 // element of `from` (nullptr when there are none); `count` gets its length.
 template <class CView, class View, class Fill>
@@ -691,7 +698,8 @@ static shmbus_status inspect_bus(const char* fn, const char* dir, const char* na
   if (!name) return invalid(fn, "name is NULL");
   return guard(fn, [&] {
     const shmbus::Snapshot s = shmbus::Inspector::open(name, {}, dir ? dir : "").snapshot();
-    auto snap = std::make_unique<shmbus_snapshot>();
+    // Freed whole (its arrays and strings too) if anything below throws.
+    std::unique_ptr<shmbus_snapshot, void (*)(shmbus_snapshot*)> snap(new shmbus_snapshot, &shmbus_snapshot_free);
     std::memset(snap.get(), 0, sizeof *snap);
     fill_info(s.info, snap->info);
     snap->head = s.head;
@@ -736,6 +744,9 @@ static shmbus_status inspect_bus(const char* fn, const char* dir, const char* na
                                                       v.cursor = b.cursor;
                                                       v.updated_ns = b.updated_ns;
                                                     });
+    snap->dir = c_string(s.info.dir);
+    snap->pages = c_string(s.info.pages);
+    snap->page_size = s.info.page_size;
     *out = snap.release();
     return SHMBUS_OK;
   });
@@ -803,6 +814,8 @@ void shmbus_snapshot_free(shmbus_snapshot* snapshot) {
   if (!snapshot) return;
   delete[] snapshot->readers;
   delete[] snapshot->bookmarks;
+  delete[] snapshot->dir;
+  delete[] snapshot->pages;
   delete snapshot;
 }
 

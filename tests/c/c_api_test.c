@@ -755,6 +755,11 @@ static void test_bus_directories(void) {
   CHECK_STATUS(shmbus_bus_open_in(a, name, &again), SHMBUS_OK);
   shmbus_bus_close(again);
   CHECK_STATUS(shmbus_inspect_in(a, name, &snap), SHMBUS_OK);
+  if (snap) {
+    CHECK(snap->dir != NULL && strcmp(snap->dir, a) == 0);
+    CHECK(snap->pages != NULL && strncmp(snap->pages, "tmpfs", 5) == 0);
+    CHECK(snap->page_size >= 4096);
+  }
   shmbus_snapshot_free(snap);
   CHECK_STATUS(shmbus_bus_open_or_create_in(a, name, &o, &again), SHMBUS_OK);
   shmbus_bus_close(again);

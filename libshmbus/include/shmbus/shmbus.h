@@ -496,6 +496,11 @@ typedef struct shmbus_snapshot {
    * by the library, so older callers are not affected) */
   size_t bookmark_count;
   shmbus_bookmark_view* bookmarks;
+  /* where the segment lives and what backs it (after the bookmarks, for
+   * the same reason); NUL-terminated, owned by the snapshot */
+  const char* dir;      /* the directory of the segment, absolute */
+  const char* pages;    /* e.g. "tmpfs, 4 KiB pages", "hugetlbfs, 2 MiB huge pages" */
+  uint64_t page_size;   /* bytes: the huge page size on hugetlbfs, else the base page size */
 } shmbus_snapshot;
 
 /* A consistent-enough copy of a bus's header, counters and reader table,

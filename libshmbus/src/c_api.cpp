@@ -747,6 +747,11 @@ static shmbus_status inspect_bus(const char* fn, const char* dir, const char* na
     snap->dir = c_string(s.info.dir);
     snap->pages = c_string(s.info.pages);
     snap->page_size = s.info.page_size;
+    if (!s.readers.empty()) {
+      auto evicted = std::make_unique<int[]>(s.readers.size());
+      for (std::size_t i = 0; i < s.readers.size(); ++i) evicted[i] = s.readers[i].evicted ? 1 : 0;
+      snap->reader_evicted = evicted.release();
+    }
     *out = snap.release();
     return SHMBUS_OK;
   });
@@ -816,6 +821,7 @@ void shmbus_snapshot_free(shmbus_snapshot* snapshot) {
   delete[] snapshot->bookmarks;
   delete[] snapshot->dir;
   delete[] snapshot->pages;
+  delete[] snapshot->reader_evicted;
   delete snapshot;
 }
 

@@ -210,6 +210,7 @@ static void test_block_bus(void) {
     for (k = 0; k < snap->reader_count; ++k) {
       const shmbus_reader_view* r = &snap->readers[k];
       CHECK(r->pid == (int32_t)getpid() && r->liveness == SHMBUS_ALIVE);
+      CHECK(snap->reader_evicted != NULL && snap->reader_evicted[k] == 0);
       if (strcmp(r->name, "late") == 0) {
         found = 1;
         CHECK(r->cursor == 0 && r->lag == 7 && r->delivered == 0);
@@ -422,6 +423,21 @@ static void test_evicted_reader_is_told(void) {
   CHECK(pwrite(fd, &zero, sizeof zero, 512 + 128 * (off_t)shmbus_consumer_slot(c) + 8) == sizeof zero);
   close(fd);
   for (i = 0; i < 20; ++i) CHECK_STATUS(shmbus_producer_publish(p, &i, sizeof i, 0, NULL), SHMBUS_OK);
+  {
+    shmbus_snapshot* snap = NULL;
+    size_t k, seen = 0;
+    CHECK_STATUS(shmbus_inspect(bus_name2, &snap), SHMBUS_OK);
+    if (snap) {
+      CHECK(snap->reader_count >= 1 && snap->reader_evicted != NULL);
+      for (k = 0; k < snap->reader_count; ++k)
+        if (snap->readers[k].slot == shmbus_consumer_slot(c)) {
+          CHECK(snap->reader_evicted[k] == 1);
+          ++seen;
+        }
+      CHECK(seen == 1);
+    }
+    shmbus_snapshot_free(snap);
+  }
   CHECK_STATUS(shmbus_consumer_next(c, one_second, &m), SHMBUS_READ_EVICTED);
   CHECK(m.lost == 12 && m.seq == 12);
   CHECK_STATUS(shmbus_consumer_next(c, one_second, &m), SHMBUS_READ_MESSAGE);

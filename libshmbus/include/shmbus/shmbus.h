@@ -501,6 +501,10 @@ typedef struct shmbus_snapshot {
   const char* dir;      /* the directory of the segment, absolute */
   const char* pages;    /* e.g. "tmpfs, 4 KiB pages", "hugetlbfs, 2 MiB huge pages" */
   uint64_t page_size;   /* bytes: the huge page size on hugetlbfs, else the base page size */
+  /* reader_count entries, one per element of `readers` (NULL when there are
+   * none): 1 if a live reader's slot state was overwritten (a stray store
+   * into the segment; it is told SHMBUS_READ_EVICTED at its next call) */
+  const int* reader_evicted;
 } shmbus_snapshot;
 
 /* A consistent-enough copy of a bus's header, counters and reader table,

@@ -69,7 +69,7 @@ constexpr std::size_t kCopyBudget = 4u << 20;             // copy buffer of a ch
 enum class Step { message, empty, lost, corrupt, moved, timeout, eos, taken, no_room };
 // Where a checked reader copies a message: `room` bytes at `at`. A message
 // longer than that is not read (Step::no_room): the caller finds room and
-// tries again.
+// tries again. No `at`: the reader's whole copy buffer (read_checked()).
 struct Dest {
   std::byte* at = nullptr;
   std::size_t room = 0;
@@ -250,8 +250,9 @@ struct Consumer::Impl : detail::Attachment {
   }
 
   // A checked copy of record `c` (tag `t`, committed): the producer may be
-  // rewriting it now.
+  // rewriting it now. `dst` with no `at`: the whole copy buffer.
   Step read_checked(std::uint64_t c, std::uint64_t t, Message& out, Dest dst) noexcept {
+    if (dst.at == nullptr) dst = whole_buffer();
     detail::RecordRing::Copy copied;
     if (!ring.copy_checked(c, t, dst.at, dst.room, copied)) return lapped(c, out);
     if (copied.no_room) [[unlikely]] {
@@ -879,22 +880,20 @@ ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
     return r;
   }
   c.release_if_due();
-  // The common case inline: the record at the cursor is committed.
-  Step s = c.try_read(r.message, c.whole_buffer());
-  if (s == Step::no_room) [[unlikely]] {
-    c.grow_copy_buffer(r.message.payload.size());
-    s = c.try_read(r.message, c.whole_buffer());
-  }
+  // The common case inline: the record at the cursor is committed. Dest{}:
+  // a checked reader copies into its whole buffer (read_checked() looks it
+  // up, off the in-place path).
+  Step s = c.try_read(r.message, Dest{});
   if (s == Step::message) [[likely]] {
     r.status = ReadStatus::message;
     c.view_from = r.message.seq;  // only this record is in hand (not a gap crossed on the way)
     return r;
   }
-  if (s == Step::empty) s = c.read_one(r.message, c.whole_buffer(), timeout);
+  if (s == Step::empty) s = c.read_one(r.message, Dest{}, timeout);
   // A message longer than any before (a checked reader's copy): room, then read it.
   while (s == Step::no_room) [[unlikely]] {
     c.grow_copy_buffer(r.message.payload.size());
-    s = c.try_read(r.message, c.whole_buffer());
+    s = c.try_read(r.message, Dest{});
   }
   switch (s) {
     case Step::message:

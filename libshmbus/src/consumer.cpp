@@ -940,13 +940,13 @@ std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult
   while (n < max) {
     // Message n of the batch is copied to the n-th record's room; the first
     // may use the whole buffer (a message that spans records).
-    const Dest copy_to = !c.copy ? Dest{} : n == 0 ? c.whole_buffer() : Dest{c.copy.get() + n * c.max_payload, c.max_payload};
+    const Dest copy_to = n == 0 || !c.copy ? Dest{} : Dest{c.copy.get() + n * c.max_payload, c.max_payload};
     Step s = may_wait ? c.read_one(out[n], copy_to, timeout) : c.try_read(out[n], copy_to);
     if (s == Step::no_room) {
       // A message that spans records: alone in its batch.
       if (n > 0) break;
       c.grow_copy_buffer(out[n].payload.size());
-      s = c.try_read(out[n], c.whole_buffer());
+      s = c.try_read(out[n], Dest{});
       if (s == Step::message) {
         ++n;
         break;

@@ -251,7 +251,7 @@ class Mirror {
               capacity_for(cap, record_size, c.welcome().max_message), c.welcome().max_message));
         }
         const std::uint64_t k = records_for(m.payload.size(), record_size);
-        const std::uint64_t place = at % cap + k <= cap ? at : (at | (cap - 1)) + 1;
+        const std::uint64_t place = shmbus::place(at, k, cap);
         if (m.seq < place) {
           throw std::runtime_error(fmt::format(
               "bus '{}': the remote's message at seq {} ({} bytes, {} records) can only go at seq {} here: the "

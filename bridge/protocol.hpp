@@ -24,6 +24,8 @@
 #include <string_view>
 #include <vector>
 
+#include <shmbus/placement.hpp>
+
 namespace shmbus::bridge {
 
 // 2: welcome carries the bus's max_message (was max_payload), and a batch
@@ -131,15 +133,12 @@ struct Loss {
   std::uint64_t count = 0;  // >= 1
 };
 
-// Records a message of `length` bytes takes on a bus of `record_size`-byte
-// records (the bus's rule: a 24-byte header, then the payload).
-// (records of 64 bytes or more, a multiple of 8; no message above 1 GiB).
-inline constexpr std::uint32_t kRecordHeader = 24;
+// What a bus's welcome may say: records of 64 bytes or more, a multiple of
+// 8, with a 24-byte header; no message above 1 GiB. Records a message takes:
+// shmbus::records_for() (shmbus/placement.hpp).
+inline constexpr std::uint32_t kRecordHeader = record_header_size;
 inline constexpr std::uint32_t kMinRecordSize = 64;
-inline constexpr std::uint32_t kMaxMessage = 1u << 30;
-constexpr std::uint64_t records_for(std::uint64_t length, std::uint32_t record_size) noexcept {
-  return length + kRecordHeader <= record_size ? 1 : (length + kRecordHeader + record_size - 1) / record_size;
-}
+inline constexpr std::uint32_t kMaxMessage = max_message_limit;
 
 // Record size and longest message a welcome announced: what batches are checked against.
 struct BatchLimits {

@@ -660,40 +660,25 @@ struct Session : std::enable_shared_from_this<Session> {
             // follow report what the producer overwrote, and the loss
             // frame (counted in `dropped`) goes out with the next batch, or
             // at once if none comes.
+            owed += c.cursor() - next;  // the batch dropped: lost to the subscriber
             continue;  // `next` stays: the next frame queued starts with a loss frame
           }
         }
       }
       owed += r.lost;
       if (!got.empty()) {
-        // Sequences count records: a message takes msg.records of them. A
-        // jump before a message is either padding (the bus's producer
-        // filled the rest of a lap before a message that spans records: it
-        // loses nothing, and goes by silently) or a loss (a lap, or a gap
-        // marker: a loss frame). The consumer says how much it lost in all
-        // (`owed`, with what earlier reads lost after their last message),
-        // not where: a jump of padding's exact shape is padding unless the
-        // other jumps do not account for everything lost.
-        const std::uint64_t cap = c.bus().info().capacity;
-        auto padding_shaped = [cap](std::uint64_t from, const Message& msg) {
-          return msg.records > 1 && from % cap != 0 && msg.seq == (from | (cap - 1)) + 1 &&
-                 from % cap + msg.records > cap;
-        };
-        std::uint64_t other_jumps = 0;
-        {
-          std::uint64_t at = next;
-          for (const Message& msg : got) {
-            if (msg.seq > at && !padding_shaped(at, msg)) other_jumps += msg.seq - at;
-            at = std::max(at, msg.seq + msg.records);
-          }
-        }
-        const bool padding_lost_too = owed > other_jumps;
+        // Sequences count records: a message takes msg.records of them. The
+        // consumer tells a loss before the first message after it, and it
+        // covers everything from the message before (shmbus/placement.hpp):
+        // a jump before the first message after a loss is that loss (a loss
+        // frame), any other jump is the padding a bus puts before a message
+        // that spans records, and goes by silently.
         builder.begin(pending);
         for (const Message& msg : got) {
-          if (msg.seq > next && (padding_lost_too || !padding_shaped(next, msg))) {
+          if (msg.seq > next && owed > 0) {
             builder.finish(pending);
             told_lost(Loss{next, msg.seq - next});
-            owed -= std::min(owed, msg.seq - next);
+            owed = 0;
             builder.begin(pending);
           }
           if (builder.body_size(pending) + kMessageHeader + msg.payload.size() > max_body) {
@@ -707,9 +692,9 @@ struct Session : std::enable_shared_from_this<Session> {
         resume_seq = next;
         bump(srv.counters.messages, got.size());
         last_sent = Clock::now();
-      } else if (r.lost > 0 && c.cursor() > next) {
+      } else if (owed > 0 && c.cursor() > next) {
         told_lost(Loss{next, c.cursor() - next});
-        owed -= std::min(owed, c.cursor() - next);
+        owed = 0;
         next = c.cursor();
         resume_seq = next;
       }

@@ -176,7 +176,7 @@ class Reading {
     // A resumed reader whose bookmark is no longer retained starts with a loss.
     lost_ = resume_gap();
     if (o.verify) {
-      verify_.start(source.cursor(), resume_gap(), local_ ? local_->consumer().bus().info().capacity : 0);
+      verify_.start(source.cursor(), resume_gap(), source.capacity());
     }
     start_seq_ = source.cursor();
   }
@@ -259,7 +259,7 @@ void Reading::on_message(const Message& m) {
 void Reading::after_poll(const PollResult& r) {
   lost_ += r.lost;
   corrupt_ += r.corrupt;
-  if (o_.verify) verify_.after_poll(r, last_seq_);
+  if (o_.verify) verify_.after_poll(r);
 }
 
 bool Reading::on_eviction(const PollResult& r) {

@@ -1,5 +1,9 @@
 #include "consumer/source.hpp"
 
+#include <utility>
+
+#include <shmbus/placement.hpp>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -177,8 +181,16 @@ bool TcpSource::reconnect(Clock::time_point deadline, PollResult& r) {
   return true;
 }
 
+std::uint64_t TcpSource::capacity() const noexcept {
+  if (!client_) return 0;
+  const bridge::Welcome& w = client_->welcome();
+  return capacity_for_max_message(w.max_message, w.record_size);
+}
+
 PollResult TcpSource::poll(const MessageHandler& handler, std::size_t max, std::chrono::nanoseconds timeout) {
   PollResult r;
+  // As a bus's poll: a loss comes before the first message of the poll it is told in.
+  r.lost = std::exchange(pending_lost_, 0);
   const auto deadline = Clock::now() + timeout;
   while (r.count < max) {
     if (left_ > 0) {
@@ -232,9 +244,13 @@ PollResult TcpSource::poll(const MessageHandler& handler, std::size_t max, std::
       const std::uint64_t end = ev.loss.first + ev.loss.count;
       if (end > next_) {
         const std::uint64_t n = end - std::max(next_, ev.loss.first);
-        r.lost += n;
         lost_ += n;
         next_ = end;
+        if (r.count > 0) {
+          pending_lost_ += n;
+          break;
+        }
+        r.lost += n;
       }
       waiting_for_producer_ = false;
       backoff_ = follow_.backoff_min;

@@ -31,6 +31,8 @@ class Source {
   virtual std::uint64_t lost() const noexcept = 0;
   // Connections lost and made again (tcp:// with --follow).
   virtual std::uint64_t reconnects() const noexcept { return 0; }
+  // The ring's records (where padding goes: shmbus/placement.hpp); 0 if unknown.
+  virtual std::uint64_t capacity() const noexcept = 0;
 };
 
 class BusSource final : public Source {
@@ -41,6 +43,7 @@ class BusSource final : public Source {
     return consumer_.poll(handler, max, timeout);
   }
   std::uint64_t lost() const noexcept override { return consumer_.lost(); }
+  std::uint64_t capacity() const noexcept override { return consumer_.bus().info().capacity; }
   Consumer& consumer() noexcept { return consumer_; }
 
  private:
@@ -95,6 +98,7 @@ class TcpSource final : public Source {
   PollResult poll(const MessageHandler& handler, std::size_t max, std::chrono::nanoseconds timeout) override;
   std::uint64_t lost() const noexcept override { return lost_; }
   std::uint64_t reconnects() const noexcept override { return reconnects_; }
+  std::uint64_t capacity() const noexcept override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -115,6 +119,7 @@ class TcpSource final : public Source {
   std::uint32_t left_ = 0;   // messages of batch_ not yet delivered
   std::uint64_t next_ = 0;
   std::uint64_t lost_ = 0;
+  std::uint64_t pending_lost_ = 0;  // a loss frame after messages this poll: told by the next
   bool ended_ = false;       // the server sent end (without --follow: the stream is over)
   // --follow: the state of reconnecting.
   std::uint64_t reconnects_ = 0;

@@ -1,6 +1,9 @@
 #include "consumer/verifier.hpp"
 
 #include <algorithm>
+#include <utility>
+
+#include <shmbus/placement.hpp>
 
 #include "consumer/options.hpp"
 #include "tools/common/program.hpp"
@@ -9,15 +12,6 @@ namespace shmbus::consumer {
 
 namespace {
 constexpr std::uint64_t kMaxProblemLines = 10;
-}
-
-// Whether `m` follows `want` across the padding a producer writes before a
-// span that would cross the end of the ring: the span then starts at the
-// next lap's first slot, and the sequences in between hold no message.
-bool Verifier::padded(std::uint64_t want, const Message& m) const noexcept {
-  if (capacity_ == 0 || m.records <= 1) return false;
-  const std::uint64_t lap_start = (want | (capacity_ - 1)) + 1;
-  return m.seq == lap_start && want % capacity_ + m.records > capacity_;
 }
 
 using tools::plural;
@@ -35,10 +29,15 @@ void Verifier::on_message(const Message& m, SyntheticCheck check, const tools::S
     const std::uint64_t want = *expected_;
     if (m.seq < want) {
       problem("duplicate or out of order: seq {} after seq {}", m.seq, want - 1);
-    } else if (m.seq > want && !padded(want, m)) {
-      gaps_ += m.seq - want;  // judged against reported losses after the batch
+    } else if (first_in_poll_) {
+      first_ = Jump{want, m.seq, m.records};  // judged with the poll's losses (after_poll)
+    } else if (m.seq > want && !is_padding(want, m.seq, m.records, capacity_)) {
+      // A loss is told before the first message of a poll: a jump after it
+      // can only be padding (shmbus/placement.hpp).
+      unexplained(want, m.seq, m.seq - want);
     }
   }
+  first_in_poll_ = false;
   // A message that spans records takes that many sequence numbers.
   expected_ = m.seq + std::max<std::uint32_t>(m.records, 1);
   switch (check) {
@@ -62,20 +61,48 @@ void Verifier::on_message(const Message& m, SyntheticCheck check, const tools::S
   }
 }
 
-void Verifier::after_poll(const PollResult& r, std::uint64_t last_seq) {
+void Verifier::unexplained(std::uint64_t from, std::uint64_t to, std::uint64_t n) {
+  gaps_ += n;
+  reported_lost_ += n;  // report each unexplained gap once
+  problem("{} missing from seq {} to seq {} that the library did not report as lost", plural(n, "sequence"),
+          from, to);
+}
+
+void Verifier::after_poll(const PollResult& r) {
   reported_lost_ += r.lost;
+  told_ += r.lost;
   if (r.corrupt > 0) {
     problem("the library skipped {} before seq {}", plural(r.corrupt, "corrupt record"), expected_.value_or(0));
   }
-  if (gaps_ > reported_lost_) {
-    problem("{} missing before seq {} that the library did not report as lost",
-            plural(gaps_ - reported_lost_, "message"), last_seq);
-    reported_lost_ = gaps_;  // report each unexplained gap once
+  if (first_) {
+    // Everything told lost since the last message lies between it and the
+    // first message of this poll: the whole jump, or (nothing told) the
+    // padding before a span, or nothing.
+    const Jump j = *first_;
+    const std::uint64_t jump = j.seq - j.from;
+    if (told_ == jump) {
+      gaps_ += jump;
+    } else if (told_ == 0 && is_padding(j.from, j.seq, j.records, capacity_)) {
+      // padding: no gap
+    } else if (told_ < jump) {
+      gaps_ += told_;
+      unexplained(j.from, j.seq, jump - told_);
+    } else {
+      gaps_ += jump;
+      problem("{} reported lost before seq {}, but only {} missing from seq {}", plural(told_, "sequence"), j.seq,
+              jump, j.from);
+    }
+    told_ = 0;
+    first_.reset();
   }
+  // A loss with no message after it yet (the cursor moved past it) waits in
+  // told_ for the next message, or for the end.
+  first_in_poll_ = true;
 }
 
 void Verifier::finish(std::uint64_t lost, std::uint64_t messages, std::uint64_t count,
                       std::string_view stopped_by) {
+  gaps_ += std::exchange(told_, 0);  // lost after the last message: nothing to weigh them against
   if (lost > gaps_) problem("the library reported {} lost but the sequence skipped only {}", lost, gaps_);
   if (count > 0 && messages < count && stopped_by != "signal") {
     problem("stream ended ({}) after {} of {}", stopped_by, messages, plural(count, "message"));

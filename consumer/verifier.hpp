@@ -25,14 +25,14 @@ class Verifier {
   // The reader starts at `cursor`, `resume_gap` messages after where a
   // resumed reader stopped (those count as reported lost). `capacity`: the
   // ring's records, to tell the padding before a span at the start of a lap
-  // (which loses nothing) from a gap; 0 when unknown (a tcp:// source).
+  // (which loses nothing) from a gap.
   void start(std::uint64_t cursor, std::uint64_t resume_gap, std::uint64_t capacity);
   // One message and what synthetic_check() found in it.
   void on_message(const Message& m, tools::SyntheticCheck check, const tools::SyntheticFields& f);
-  // After each poll: every sequence gap must be covered by losses the
-  // library reported (overwrite policy); anything else is a problem.
-  // `last_seq` is the newest message delivered.
-  void after_poll(const PollResult& r, std::uint64_t last_seq);
+  // After each poll: the losses it reported (told before its first message,
+  // shmbus/placement.hpp) must be exactly the jump before that message;
+  // without a loss a jump is the padding before a span, or a problem.
+  void after_poll(const PollResult& r);
   // At the end: `lost` in total, `messages` of `count` (0: no limit) read,
   // stopped by `stopped_by`.
   void finish(std::uint64_t lost, std::uint64_t messages, std::uint64_t count, std::string_view stopped_by);
@@ -50,7 +50,15 @@ class Verifier {
 
  private:
   void report(const std::string& what);
-  bool padded(std::uint64_t want, const Message& m) const noexcept;
+  // `n` sequences before `to` neither delivered, padding nor told lost.
+  void unexplained(std::uint64_t from, std::uint64_t to, std::uint64_t n);
+
+  // The jump before the first message of a poll.
+  struct Jump {
+    std::uint64_t from = 0;  // where the stream was
+    std::uint64_t seq = 0;   // the message's sequence
+    std::uint32_t records = 1;
+  };
 
   std::string bus_;
   std::optional<std::uint64_t> expected_;  // next bus sequence
@@ -58,6 +66,9 @@ class Verifier {
   std::uint64_t gaps_ = 0;                 // messages skipped by sequence
   std::uint64_t reported_lost_ = 0;        // what the library reported as lost
   std::uint64_t problems_ = 0;
+  std::uint64_t told_ = 0;           // reported lost since the last message
+  std::optional<Jump> first_;        // the poll's first message, once it came
+  bool first_in_poll_ = true;
 };
 
 }  // namespace shmbus::consumer

@@ -23,6 +23,8 @@
 #include <string>
 #include <string_view>
 
+#include <shmbus/placement.hpp>
+
 namespace shmbus::nats {
 
 inline constexpr const char* kSeqHeader = "Shmbus-Seq";
@@ -30,18 +32,8 @@ inline constexpr const char* kTimeHeader = "Shmbus-Time";
 inline constexpr const char* kBusHeader = "Shmbus-Bus";
 inline constexpr const char* kRecordsHeader = "Shmbus-Records";
 
-// The records a message of `length` bytes takes on a bus of `record_size`-byte
-// records (the bus's rule: a 24-byte header, then the payload).
-constexpr std::uint64_t records_for(std::uint64_t length, std::uint32_t record_size) noexcept {
-  return length + 24 <= record_size ? 1 : (length + 24 + record_size - 1) / record_size;
-}
-
-// Where a bus of `capacity` records puts a message of `records` records when
-// its next sequence is `next`: there, or at the start of the next lap if it
-// would cross the ring's end (the producer pads the rest of the lap).
-constexpr std::uint64_t placement(std::uint64_t next, std::uint64_t records, std::uint64_t capacity) noexcept {
-  return next % capacity + records <= capacity ? next : (next | (capacity - 1)) + 1;
-}
+// Where a message lands and how many records it takes: the bus's rule,
+// shmbus/placement.hpp (records_for(), place()).
 
 // "NAME@CREATION_NS": a bus recreated under the same name is another bus.
 std::string bus_identity(std::string_view name, std::uint64_t creation_time_ns);

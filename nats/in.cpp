@@ -317,15 +317,15 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
               "sequence numbers count records, so the bus needs records at least as large as the source's",
               o.bus, *seq, len, k, record_size, *source_records));
         }
-        const std::uint64_t place = placement(next, k, capacity);
-        if (*seq < place || (*seq > place && placement(*seq, k, capacity) != *seq)) {
+        const std::uint64_t at = shmbus::place(next, k, capacity);
+        if (*seq < at || (*seq > at && shmbus::place(*seq, k, capacity) != *seq)) {
           throw GatewayError(fmt::format(
               "bus '{}': message {} ({} bytes, {} records) cannot keep its sequence here: the ring (capacity {}) "
               "would put it at {}, its laps ending elsewhere than the source's; recreate the bus with the source "
               "bus's capacity",
-              o.bus, *seq, len, k, capacity, *seq < place ? place : placement(*seq, k, capacity)));
+              o.bus, *seq, len, k, capacity, *seq < at ? at : shmbus::place(*seq, k, capacity)));
         }
-        if (*seq > place) {
+        if (*seq > at) {
           // Publishes under the source's sequence: the skipped ones are a
           // gap local readers count as lost (Producer::skip_to): messages
           // not in the stream, or padding the source put before a message

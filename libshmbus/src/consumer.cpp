@@ -23,6 +23,7 @@
 #include <climits>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "attachment.hpp"
 #include "bookmarks.hpp"
@@ -94,6 +95,20 @@ struct Consumer::Impl : detail::Attachment {
   std::uint64_t delivered = 0;
   std::uint64_t lost = 0;
   std::uint64_t last_lost = 0;  // size of the last lap, for ReadStatus::lost
+  // The books between two messages handed out (shmbus/placement.hpp): a
+  // loss covers every sequence from the end of one to the start of the
+  // next, padding crossed on the way included, so that whatever a reader
+  // finds between two messages is all lost or all padding. `loss_end`: the
+  // cursor just after the last loss; `free_from`..`free_end`: the last run
+  // of sequences crossed without loss (padding, start markers). The cursor
+  // still at one of those ends means no message came since.
+  std::uint64_t loss_end = kMaxSequence;
+  std::uint64_t free_from = 0;
+  std::uint64_t free_end = kMaxSequence;
+  // A loss read_batch() met with messages in hand: told before anything
+  // else by the next call, so that a loss always comes before the message
+  // after it.
+  std::uint64_t deferred_lost = 0;
   std::uint64_t next_liveness = 0;
   bool eos_reported = false;    // end_of_stream returned, nothing read since
   EndReason end = EndReason::none;
@@ -270,6 +285,26 @@ struct Consumer::Impl : detail::Attachment {
     return Step::message;
   }
 
+  // The cursor moves from `c` to `to`, and everything in between is lost,
+  // with any padding crossed since the last message.
+  Step count_loss(std::uint64_t c, std::uint64_t to) noexcept {
+    const std::uint64_t from = c == free_end ? free_from : c;
+    last_lost = to - from;
+    lost += last_lost;
+    cursor = loss_end = to;
+    free_end = kMaxSequence;
+    return Step::lost;
+  }
+  // The cursor moves from `c` to `to` over sequences that hold no message
+  // (padding, a bus's start markers): nothing lost, unless a loss came
+  // since the last message, which then runs on over them.
+  Step cross_free(std::uint64_t c, std::uint64_t to) noexcept {
+    if (c == loss_end) return count_loss(c, to);
+    if (c != free_end) free_from = c;
+    cursor = free_end = to;
+    return Step::moved;
+  }
+
   [[gnu::noinline]] Step gap_or_corrupt(std::uint64_t c, std::optional<detail::Gap> gap, Message& out) noexcept {
     if (gap) return cross_gap(c, *gap);
     out.seq = c;
@@ -308,17 +343,17 @@ struct Consumer::Impl : detail::Attachment {
       case detail::RecordRing::Mark::inside: {
         // We landed inside a span (its start was gone already): its other
         // sequences are lost with it.
-        const std::uint64_t n = land(c);
-        last_lost = n - c;
-        lost += last_lost;
-        cursor = n;
-        return Step::lost;
+        return count_loss(c, land(c));
       }
       case detail::RecordRing::Mark::later: return resume_from(c, ring.span_mark_seq(c), out, false);
       case detail::RecordRing::Mark::start:
       case detail::RecordRing::Mark::earlier: break;
     }
     layout::RecordHeader* r = ring.record(c);
+    // Head before the tag (the tag's acquire load keeps this load before it):
+    // a tag being written while head was still 0 is a fresh bus's start
+    // markers (below), not a lap.
+    const std::uint64_t head_before = h->head.load(std::memory_order_acquire);
     const std::uint64_t t = detail::RecordRing::load_tag(r);
     // A later span may have taken the slot since we looked at its mark, and
     // `t` be that span's payload: the producer stores a span's marks before
@@ -333,7 +368,7 @@ struct Consumer::Impl : detail::Attachment {
     // Being written while no message was ever published: a bus starting at a
     // later sequence is writing its start markers (Producer::skip_to), which
     // skip nothing. Judged once committed.
-    if (detail::is_busy(t) && h->head.load(std::memory_order_acquire) == 0) return Step::empty;
+    if (detail::is_busy(t) && head_before == 0) return Step::empty;
     if (!ring.same_slot(tseq, c)) {  // a tag that cannot be in this slot
       // A stale tag word, or one a takeover cleared since we loaded it.
       if (stale_word || detail::RecordRing::load_tag(r) != t) return Step::empty;
@@ -347,10 +382,9 @@ struct Consumer::Impl : detail::Attachment {
       const std::optional<detail::Gap> gap = ring.read_gap(r, tseq);
       if (gap && detail::RecordRing::unchanged(r, t)) {
         if (!gap->pad) return cross_gap(c, *gap);
-        // Padding of a later lap: what lay from us to it is gone.
-        last_lost = tseq - c;
-        lost += last_lost;
-        cursor = gap->to;
+        // Padding of a later lap: what lay from us to it is gone, and the
+        // padding goes with it (no message of ours lies between).
+        count_loss(c, gap->to);
         release();
         return Step::lost;
       }
@@ -383,26 +417,18 @@ struct Consumer::Impl : detail::Attachment {
       cursor = c + 1;
       return Step::corrupt;
     }
-    const std::uint64_t to = land(*n);
-    last_lost = to - c;
-    lost += last_lost;
-    cursor = to;
-    return Step::lost;
+    return count_loss(c, land(*n));
   }
 
   // The cursor `c` is at or before a gap that ends at gap.to: move there.
   // Counted as lost unless the bus started at gap.to (nothing was skipped).
   Step cross_gap(std::uint64_t c, detail::Gap gap) noexcept {
-    cursor = gap.to;
-    if (gap.lost) {
-      last_lost = gap.to - c;
-      lost += last_lost;
-    }
+    const Step s = gap.lost ? count_loss(c, gap.to) : cross_free(c, gap.to);
     // Published at once (short of messages in hand): in `block` the
     // producer waits for every reader to cross the gap before it writes
     // past it.
     release();
-    return gap.lost ? Step::lost : Step::moved;
+    return s;
   }
 
   // True when no more data can come: the producer closed the bus, or the
@@ -564,9 +590,8 @@ struct Consumer::Impl : detail::Attachment {
     const std::uint64_t c0 = activate(std::max(cursor, std::min(detail::oldest_retained(seg, hd), hd)));
     const std::uint64_t c = land(c0);
     published = c0;
-    cursor = view_from = c;
-    last_lost = c - from;
-    lost += last_lost;
+    count_loss(from, c);
+    view_from = c;
     slot->lost.store(lost, std::memory_order_relaxed);
     return last_lost;
   }
@@ -577,6 +602,10 @@ struct Consumer::Impl : detail::Attachment {
   // `probe`: allowed to test the producer's role lock.
   bool has_news(bool probe) noexcept {
     if (!slot_is_ours()) return true;
+    if (deferred_lost != 0) {
+      release();  // between calls nothing is in hand
+      return true;
+    }
     const std::uint64_t c = cursor;
     const std::uint64_t t = detail::RecordRing::load_tag(ring.record(c));
     if (t == detail::committed_tag(c)) return true;
@@ -875,6 +904,12 @@ ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
   Impl& c = *impl_;
   detail::OneThread::Scope in(c.calls, "Consumer::next");
   ReadResult r;
+  if (c.deferred_lost != 0) [[unlikely]] {
+    r.status = ReadStatus::lost;
+    r.lost = std::exchange(c.deferred_lost, 0);
+    r.message.seq = c.cursor;
+    return r;
+  }
   if (!c.slot_is_ours()) [[unlikely]] {
     c.slot_taken(r);
     return r;
@@ -924,10 +959,12 @@ ReadResult Consumer::next(std::chrono::nanoseconds timeout) noexcept {
 }
 
 std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult& result,
-                                              std::chrono::nanoseconds timeout) noexcept {
+                                              std::chrono::nanoseconds timeout, bool after_messages) noexcept {
   Impl& c = *impl_;
   detail::OneThread::Scope in(c.calls, "Consumer::read_batch");
   result = {};
+  if (after_messages && c.deferred_lost != 0) return out.first(0);
+  result.lost = std::exchange(c.deferred_lost, 0);
   if (!c.slot_is_ours()) [[unlikely]] {
     c.slot_taken(result.let_go, result.evicted, result.lost, result.stale_view);
     return out.first(0);
@@ -960,6 +997,11 @@ std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult
       // A copied message that spans records used the room of those after it.
       if (c.checked && out[n - 1].payload.size() > c.max_payload) break;
     } else if (s == Step::lost) {
+      if (n > 0 || after_messages) {
+        // Told before the message after it: by the next call.
+        c.deferred_lost += c.last_lost;
+        break;
+      }
       result.lost += c.last_lost;
     } else if (s == Step::corrupt) {
       ++result.corrupt;

@@ -184,6 +184,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "shmbus/placement.hpp"
+
 namespace shmbus::layout {
 
 inline constexpr std::uint64_t kMagic = 0x3130'5355'424d'4853ULL;  // "SHMBUS01" little-endian
@@ -453,10 +455,10 @@ constexpr std::uint32_t max_message_for(std::uint64_t capacity, std::uint32_t re
   const std::uint64_t bytes = max_span_for(capacity) * record_size - kRecordHeaderSize;
   return bytes < kMaxMessageLimit ? static_cast<std::uint32_t>(bytes) : kMaxMessageLimit;
 }
-// Slots a message of `length` bytes takes in records of `record_size` bytes.
-constexpr std::uint64_t records_for(std::uint64_t length, std::uint32_t record_size) {
-  return length + kRecordHeaderSize <= record_size ? 1 : (length + kRecordHeaderSize + record_size - 1) / record_size;
-}
+// Slots a message of `length` bytes takes in records of `record_size` bytes:
+// the public rule (shmbus/placement.hpp), on this layout's header.
+static_assert(kRecordHeaderSize == record_header_size && kMaxMessageLimit == max_message_limit);
+using shmbus::records_for;
 static_assert(max_message_for(2, 64) == 40 && max_message_for(8, 64) == 232 && records_for(40, 64) == 1 &&
               records_for(41, 64) == 2 && records_for(232, 64) == 4);
 

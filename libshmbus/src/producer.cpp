@@ -172,7 +172,7 @@ struct Producer::Impl : detail::Attachment {
   std::optional<std::uint64_t> reserve(std::uint64_t records, std::chrono::nanoseconds timeout,
                                        PublishStatus& why) noexcept {
     const std::uint64_t s = next;
-    const std::uint64_t start = ring.fits_before_wrap(s, records) ? s : (s | (cap - 1)) + 1;
+    const std::uint64_t start = place(s, records, cap);
     if (!room_for(start + records - 1, timeout)) {
       why = no_room();
       return std::nullopt;

@@ -126,7 +126,7 @@ struct ReadResult {
 
 struct PollResult {
   std::size_t count = 0;     // messages handed to the handler
-  std::uint64_t lost = 0;    // messages lost (overwrite) before or between them
+  std::uint64_t lost = 0;    // sequences lost (overwrite, best-effort) before the first of them
   std::uint64_t corrupt = 0; // records skipped as corrupt
   bool end_of_stream = false;
   EndReason end_reason = EndReason::none;  // with end_of_stream
@@ -159,12 +159,19 @@ class Consumer {
 
   // Up to `out.size()` messages available now (waiting up to `timeout` for
   // the first), without advancing past them: the views stay valid until the
-  // next call. Fills `result` with counts; returns the messages read.
+  // next call. Fills `result` with counts; returns the messages read. A loss
+  // in `result` comes before the first message returned: one met after
+  // messages are in hand ends the batch and is told by the next call
+  // (shmbus/placement.hpp).
   [[nodiscard]] std::span<const Message> read_batch(std::span<Message> out, PollResult& result,
-                                                    std::chrono::nanoseconds timeout) noexcept;
+                                                    std::chrono::nanoseconds timeout) noexcept {
+    return read_batch(out, result, timeout, false);
+  }
 
   // Calls handler(const Message&) for up to `max` messages available now
   // (waiting up to `timeout` for the first). One cursor update per batch.
+  // As with read_batch(), a loss in the result comes before the first
+  // message handled: one met after that is told by the next call.
   template <class Handler>
   PollResult poll(Handler&& handler, std::size_t max = 256,
                   std::chrono::nanoseconds timeout = std::chrono::nanoseconds::zero()) {
@@ -174,7 +181,7 @@ class Consumer {
       PollResult r;
       const std::size_t want = std::min<std::size_t>(buf.size(), max - total.count);
       auto got = read_batch(std::span<Message>(buf.data(), want), r,
-                            total.count == 0 ? timeout : std::chrono::nanoseconds::zero());
+                            total.count == 0 ? timeout : std::chrono::nanoseconds::zero(), total.count > 0);
       total.lost += r.lost;
       total.corrupt += r.corrupt;
       if (r.evicted || r.let_go) {
@@ -212,6 +219,10 @@ class Consumer {
   const Bus& bus() const noexcept;
 
  private:
+  // `after_messages`: the caller has handed out messages since the last
+  // loss it reported; a loss met now waits for the next call.
+  std::span<const Message> read_batch(std::span<Message> out, PollResult& result, std::chrono::nanoseconds timeout,
+                                      bool after_messages) noexcept;
   friend struct detail::ConsumerAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -43,6 +43,7 @@ ConsumerOptions consumer_options(const Options& o) {
   co.durable = o.named;
   co.hold_producer = !o.best_effort;
   co.wait = wait_options(o.wait);
+  co.wait.interrupt = &stop_interrupt();  // SIGINT/SIGTERM end a wait for messages at once
   switch (o.from.kind) {
     case From::Kind::unset:
       co.start = o.named ? Start::resume : Start::earliest;

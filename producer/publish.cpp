@@ -159,6 +159,7 @@ void publish_input(Producer& producer, const Options& o, int fd, std::chrono::na
       if (stop_requested()) return;
     }
     const PublishResult r = producer.publish(msg, timeout);
+    if (!r && stop_requested()) return;  // a wait for space cut short by SIGINT/SIGTERM
     if (!r) throw publish_failure(r.status, timeout, producer, o, t);
     if (!t.first_seq) t.first_seq = r.seq;
     t.last_seq = r.seq;
@@ -187,6 +188,7 @@ void publish_synthetic(Producer& producer, const Options& o, std::chrono::nanose
     if (stop_requested()) return;
     const std::size_t size = sizes.next();
     const Claim c = producer.claim(size, timeout);
+    if (!c && stop_requested()) return;  // a wait for space cut short by SIGINT/SIGTERM
     if (!c) throw publish_failure(c.status, timeout, producer, o, t);
     const std::span<std::byte> out = c.data.first(size);
     synthetic_fill(out, c.seq);

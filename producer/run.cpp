@@ -157,10 +157,13 @@ int run(const Options& o, const CLI::App& app) {
   po.wait_for_readers = o.wait_for_readers;
   po.wait_for_readers_timeout = timeout;
   po.max_hold = parse_duration(o.max_hold);
-  Producer producer(bus, po);
-  // Only now: SIGINT/SIGTERM while waiting for readers end the process at
-  // once (nothing is published yet); from here they stop it cleanly.
+  // SIGINT/SIGTERM end every wait (for readers, for space) within
+  // milliseconds: one while waiting for readers is an error (nothing was
+  // published, and a bus this run created is removed); after that the
+  // message in hand is the last, and the summary follows.
+  po.wait.interrupt = &stop_interrupt();
   install_stop_handlers();
+  Producer producer(bus, po);
 
   const WaitCounters before = read_wait_counters(o.bus);
   const auto t0 = Clock::now();

@@ -640,8 +640,14 @@ Producer::Producer(const Bus& bus, const ProducerOptions& options)
     const std::uint64_t budget = options.wait_for_readers_timeout == forever
                                      ? UINT64_MAX
                                      : static_cast<std::uint64_t>(options.wait_for_readers_timeout.count());
+    const Interrupt* interrupt = options.wait.interrupt;
     while (p.count_live_readers() < options.wait_for_readers) {
       const std::uint64_t elapsed = detail::monotonic_ns() - start;
+      if (interrupt != nullptr && interrupt->raised())
+        detail::fail(Errc::timeout, bus.name(),
+                     "interrupted while waiting for " + std::to_string(options.wait_for_readers) +
+                         (options.wait_for_readers == 1 ? " reader (" : " readers (") +
+                         std::to_string(p.count_live_readers()) + " attached)");
       if (elapsed >= budget)
         detail::fail(Errc::timeout, bus.name(),
                      "timed out waiting for " + std::to_string(options.wait_for_readers) +

@@ -52,7 +52,11 @@ class Waiter {
   // do not wait (timeout 0) still look at liveness once per period, and
   // waits in quick succession no more often.
   Waiter(const WaitOptions& wait, std::chrono::nanoseconds timeout, std::uint64_t& next_liveness) noexcept
-      : strategy_(wait.strategy), next_liveness_(next_liveness), start_(monotonic_ns()), now_(start_) {
+      : strategy_(wait.strategy),
+        interrupt_(wait.interrupt),
+        next_liveness_(next_liveness),
+        start_(monotonic_ns()),
+        now_(start_) {
     deadline_ = timeout == forever ? UINT64_MAX : start_ + std::min(non_negative(timeout), UINT64_MAX - start_);
     spin_end_ = start_ + non_negative(wait.spin_time);
     yield_end_ = spin_end_ + non_negative(wait.yield_time);
@@ -61,7 +65,8 @@ class Waiter {
   std::uint64_t start() const noexcept { return start_; }
   std::uint64_t now() const noexcept { return now_; }
   void tick() noexcept { now_ = monotonic_ns(); }
-  bool expired() const noexcept { return now_ >= deadline_; }
+  // The deadline passed, or the caller's Interrupt was raised.
+  bool expired() const noexcept { return now_ >= deadline_ || (interrupt_ != nullptr && interrupt_->raised()); }
 
   // Past the spin phase, or a call that does not wait at all: a system call
   // (testing a role lock) is allowed.
@@ -103,6 +108,7 @@ class Waiter {
   }
 
   WaitStrategy strategy_;
+  const Interrupt* interrupt_;
   std::uint64_t& next_liveness_;
   std::uint64_t start_;
   std::uint64_t now_;

@@ -363,6 +363,101 @@ signals)  # SIGINT/SIGTERM stop the consumer cleanly and free its reader slot
   grep -q '"stopped_by":"closed"' "$work/c.json" || fail "$(cat "$work/c.json")"
   ;;
 
+signals_every_wait)  # SIGINT and SIGTERM end every program in every one of its waits, with its summary
+  # stops_within NAME SIG MS PID ERRFILE REGEX: PID, signalled, exits 0 (or
+  # with a one-line error for a wait that published nothing) within MS, and
+  # its stderr matches REGEX.
+  stops_within() {
+    local name=$1 sig=$2 ms=$3 pid=$4 err=$5 regex=$6 rc=0 t0 took
+    t0=$(date +%s%N)
+    kill -s "$sig" "$pid"
+    wait "$pid" || rc=$?
+    took=$((($(date +%s%N) - t0) / 1000000))
+    [[ $rc -lt 128 ]] || fail "$name SIG$sig: killed (rc $rc), not stopped"
+    [[ $took -lt $ms ]] || fail "$name SIG$sig: took $took ms to stop"
+    grep -Eq -- "$regex" "$err" || fail "$name SIG$sig: stderr does not match /$regex/: $(cat "$err")"
+    note "$name: SIG$sig stopped it in $took ms (rc $rc)"
+  }
+  for sig in INT TERM; do
+    # A producer waiting for space: its only reader stopped, the ring full.
+    new_bus bus
+    "$PRODUCER" "$bus" --create --capacity 64 --count 100000000 --size 24..500 --wait-for-readers 1 \
+      2>"$work/space$sig.err" &
+    ppid=$!
+    pids+=($ppid)
+    "$CONSUMER" "$bus" --wait-for-bus 5s --format none 2>/dev/null &
+    cpid=$!
+    pids+=($cpid)
+    for _ in $(seq 100); do grep -q "waiting for space" <("$INSPECT" show "$bus" 2>/dev/null) && break; sleep 0.05; done
+    kill -STOP "$cpid"
+    sleep 0.3
+    "$INSPECT" show "$bus" | grep -q "waiting for space" || fail "the producer is not waiting for space"
+    stops_within "producer waiting for space" "$sig" 1000 "$ppid" "$work/space$sig.err" "end-of-stream marked"
+    kill -CONT "$cpid"
+    wait "$cpid" || fail "the consumer of a producer stopped while waiting for space failed"
+    # A producer waiting for readers: a one-line error, and the bus it created is gone.
+    new_bus bus
+    "$PRODUCER" "$bus" --create --count 10 --wait-for-readers 2 2>"$work/readers$sig.err" &
+    ppid=$!
+    pids+=($ppid)
+    wait_for_file "/dev/shm/shmbus.$bus" 5 || fail "no bus"
+    sleep 0.2
+    stops_within "producer waiting for readers" "$sig" 1000 "$ppid" "$work/readers$sig.err" "interrupted while waiting for 2 readers"
+    [[ ! -e "/dev/shm/shmbus.$bus" ]] || fail "a bus created by a producer interrupted while waiting for readers is left"
+    # A consumer waiting for a bus that does not exist yet.
+    new_bus bus
+    "$CONSUMER" "$bus" --wait-for-bus 60s 2>"$work/bus$sig.err" &
+    cpid=$!
+    pids+=($cpid)
+    sleep 0.3
+    stops_within "consumer waiting for a bus" "$sig" 1000 "$cpid" "$work/bus$sig.err" "signal|interrupted"
+    if [[ -n "${BRIDGE:-}" ]]; then
+      # shmbus-bridge serve, idle; a tcp:// consumer reconnecting with back-off; mirror reconnecting.
+      new_bus bus
+      "$PRODUCER" "$bus" --create --keep-open </dev/null 2>/dev/null
+      port=$((20000 + RANDOM % 20000))
+      "$BRIDGE" serve "$bus" --listen "127.0.0.1:$port" 2>"$work/serve$sig.err" &
+      spid=$!
+      pids+=($spid)
+      sleep 0.5
+      dead=$((20000 + RANDOM % 20000))
+      "$CONSUMER" "tcp://127.0.0.1:$port/$bus" --follow --format none 2>"$work/tcp$sig.err" &
+      tpid=$!
+      pids+=($tpid)
+      sleep 0.3
+      stops_within "bridge serve" "$sig" 1000 "$spid" "$work/serve$sig.err" "."
+      sleep 0.5  # the tcp:// consumer is reconnecting now
+      stops_within "tcp:// consumer reconnecting" "$sig" 1000 "$tpid" "$work/tcp$sig.err" "signal"
+      new_bus mbus
+      "$BRIDGE" mirror --connect "127.0.0.1:$dead" --remote-bus "$bus" --bus "$mbus" 2>"$work/mirror$sig.err" &
+      mpid=$!
+      pids+=($mpid)
+      sleep 0.7
+      stops_within "bridge mirror reconnecting" "$sig" 1000 "$mpid" "$work/mirror$sig.err" "."
+    fi
+    if [[ -n "${NATS:-}" ]]; then
+      # The gateway connecting to a server that is not there.
+      dead=$((20000 + RANDOM % 20000))
+      new_bus bus
+      "$PRODUCER" "$bus" --create --keep-open </dev/null 2>/dev/null
+      "$NATS" out "$bus" --stream S --server "nats://127.0.0.1:$dead" 2>"$work/nout$sig.err" &
+      npid=$!
+      pids+=($npid)
+      sleep 0.7
+      if kill -0 "$npid" 2>/dev/null; then
+        stops_within "nats out connecting" "$sig" 1000 "$npid" "$work/nout$sig.err" "."
+      fi
+      "$NATS" in --stream S --bus "$bus-in" --server "nats://127.0.0.1:$dead" 2>"$work/nin$sig.err" &
+      npid=$!
+      pids+=($npid)
+      sleep 0.7
+      if kill -0 "$npid" 2>/dev/null; then
+        stops_within "nats in connecting" "$sig" 1000 "$npid" "$work/nin$sig.err" "."
+      fi
+    fi
+  done
+  ;;
+
 idle_timeout)
   new_bus bus
   "$PRODUCER" "$bus" --create --keep-open </dev/null 2>/dev/null

@@ -1078,3 +1078,62 @@ TEST(Counters, SegmentCountersTrackPublishingAndReading) {
 
 }  // namespace
 }  // namespace shmbus::test
+
+namespace shmbus::test {
+namespace {
+
+// WaitOptions::interrupt: raised from another thread (as a signal handler
+// would), it ends a wait that would last forever within milliseconds, as if
+// its timeout had run out; a call that needs no wait is not affected.
+TEST(Interrupted, AWaitForSpaceForMessagesOrForReadersEndsSoonAfterTheFlagIsRaised) {
+  using Clock = std::chrono::steady_clock;
+  auto ends_soon_after_raise = [](Interrupt& stop, auto&& blocking_call) {
+    stop.clear();
+    std::thread raiser([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      stop.raise();
+    });
+    const auto t0 = Clock::now();
+    blocking_call();
+    const auto took = Clock::now() - t0;
+    raiser.join();
+    EXPECT_GE(took, std::chrono::milliseconds(90));
+    EXPECT_LT(took, std::chrono::milliseconds(1000)) << "an interrupted wait lasted on";
+  };
+  ScopedName name("interrupt");
+  Bus bus = Bus::create(name, opts(16));
+  Interrupt stop;
+  ConsumerOptions co;
+  co.wait.interrupt = &stop;
+  Consumer c(bus, co);
+  ends_soon_after_raise(stop, [&] { EXPECT_EQ(c.next(forever).status, ReadStatus::timeout); });
+  ProducerOptions po;
+  po.wait.interrupt = &stop;
+  {
+    ProducerOptions wait_readers = po;
+    wait_readers.wait_for_readers = 2;
+    ends_soon_after_raise(stop, [&] {
+      try {
+        Producer p(bus, wait_readers);
+        ADD_FAILURE() << "a producer waiting for readers was not interrupted";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.errc(), Errc::timeout);
+        EXPECT_THAT(e.what(), HasSubstr("interrupted while waiting for 2 readers (1 attached)"));
+      }
+    });
+  }
+  Producer p(bus, po);
+  for (int i = 0; i < 16; ++i) ASSERT_TRUE(p.publish(bytes("x"), 0ns));
+  ends_soon_after_raise(stop, [&] { EXPECT_EQ(p.publish(bytes("y"), forever).status, PublishStatus::timeout); });
+  // Still raised: a call that needs no wait goes through, one that would wait returns at once.
+  EXPECT_EQ(c.next(forever).status, ReadStatus::message);
+  const auto t0 = Clock::now();
+  EXPECT_EQ(p.publish(bytes("y"), forever).status, PublishStatus::timeout);
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(500));
+  stop.clear();
+  EXPECT_EQ(c.next(0ns).status, ReadStatus::message);  // publishes the cursor past the first
+  EXPECT_TRUE(p.publish(bytes("z"), 1s)) << "one record is free again";
+}
+
+}  // namespace
+}  // namespace shmbus::test

@@ -25,10 +25,12 @@ namespace shmbus::tools {
 namespace {
 
 std::atomic<int> g_stop_signal{0};
+shmbus::Interrupt g_stop_interrupt;
 static_assert(std::atomic<int>::is_always_lock_free, "used from a signal handler");
 
 extern "C" void on_stop_signal(int sig) {
   int expected = 0;
+  g_stop_interrupt.raise();
   if (!g_stop_signal.compare_exchange_strong(expected, sig, std::memory_order_relaxed)) {
     _exit(128 + sig);  // second signal: the user insists
   }
@@ -424,6 +426,8 @@ void install_stop_handlers() noexcept {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 }
+
+const shmbus::Interrupt& stop_interrupt() noexcept { return g_stop_interrupt; }
 
 bool stop_requested() noexcept { return g_stop_signal.load(std::memory_order_relaxed) != 0; }
 

@@ -156,6 +156,9 @@ CLI::Validator wait_strategy_check();
 // The first SIGINT or SIGTERM sets the stop flag (programs check it between
 // messages and at least every 100 ms); a second one exits at once with 128+N.
 void install_stop_handlers() noexcept;
+// Raised by those handlers: give it to the library's waits
+// (WaitOptions::interrupt) so that a signal ends them within milliseconds.
+const shmbus::Interrupt& stop_interrupt() noexcept;
 bool stop_requested() noexcept;
 int stop_signal() noexcept;  // the signal that asked to stop, or 0
 

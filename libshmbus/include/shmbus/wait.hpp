@@ -1,10 +1,33 @@
 // shmbus — how a consumer waits for data and a producer waits for space.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 
 namespace shmbus {
+
+// A flag that ends blocking calls early: a program raises it from a signal
+// handler (raise() is async-signal-safe: one lock-free store) or from
+// another thread, and every wait whose WaitOptions::interrupt points here
+// ends within one sleep slice (10 ms for a producer waiting for space or
+// readers, 50 ms at most for a consumer), as if its timeout had run out:
+// publish() and claim() return PublishStatus::timeout, next() and poll()
+// ReadStatus::timeout, a Producer waiting for readers throws
+// Error(Errc::timeout). It stays raised until clear(), so a call made after
+// it was raised returns at once instead of waiting. Checked only while
+// waiting: a call that needs no wait is not affected.
+class Interrupt {
+ public:
+  void raise() noexcept { raised_.store(true, std::memory_order_relaxed); }
+  void clear() noexcept { raised_.store(false, std::memory_order_relaxed); }
+  // Relaxed: the flag carries no data; a waiter sees it at its next look.
+  bool raised() const noexcept { return raised_.load(std::memory_order_relaxed); }
+
+ private:
+  static_assert(std::atomic<bool>::is_always_lock_free, "raised from signal handlers");
+  std::atomic<bool> raised_{false};
+};
 
 enum class WaitStrategy : std::uint8_t {
   // Spin on the shared word with a pause instruction. Lowest latency; burns a
@@ -30,6 +53,8 @@ struct WaitOptions {
   // docs/bench.md, "Figures behind the defaults".
   std::chrono::nanoseconds spin_time = std::chrono::microseconds(2);
   std::chrono::nanoseconds yield_time = std::chrono::microseconds(20);
+  // Ends this side's waits early when raised (see Interrupt); not owned.
+  const Interrupt* interrupt = nullptr;
 };
 
 // "Wait as long as it takes".

@@ -11,8 +11,10 @@
 //                  bus over and continues the sequence.
 //   stop-consumer  SIGSTOP a consumer, then SIGCONT it. In `block` the
 //                  producer must wait for it (and `shmbus-inspect show` must
-//                  name it); in `overwrite` the producer must run on, and the
-//                  continued consumer must get exact loss counts.
+//                  name it), unless it is the best-effort reader or the
+//                  producer's hold limit lets it go; otherwise, and in
+//                  `overwrite`, the producer must run on, and the continued
+//                  consumer must get exact loss counts.
 //
 // A third of the rounds, chosen by the seeded RNG in both policies, run the
 // consumers, the producers (the one taking over after a kill too) or all of
@@ -29,10 +31,20 @@
 // namespaces cannot be made (not root), those rounds run unisolated, said
 // once on stderr.
 //
-// Messages are of mixed sizes, from 16 bytes to three records, so most span
+// Messages are of mixed sizes, from 1 byte to sixteen records, so most span
 // records (layout.hpp, "Spans") and a killed producer often dies inside one:
 // no part of it may be delivered, and the producer taking over writes its
 // own message there.
+//
+// The three consumers read differently: one with next(), one with
+// read_batch(), and the third, with either, is a best-effort reader
+// (hold_producer = false) that a `block` producer never waits for. A
+// stopped consumer that holds a `block` producer is, in half of those
+// rounds, let go by the producer's hold limit (max_hold) and then lapped.
+// Every consumer keeps its books (tests/lib/ledger.hpp): each sequence is in
+// a message it was handed, in padding before a span, or in a loss it was
+// told of before the message after it; delivered + padding + lost is what
+// was published.
 //
 // Policies alternate between rounds. After each round: every surviving
 // consumer received every sequence from 0 to the end exactly once (or, in
@@ -69,6 +81,7 @@
 
 #include "child_process.hpp"
 #include "isolation.hpp"
+#include "ledger.hpp"
 #include "payload.hpp"
 #include "shmbus/shmbus.hpp"
 
@@ -127,21 +140,44 @@ std::uint64_t u64(const std::map<std::string, std::string>& f, const char* key) 
   return it == f.end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
 }
 
-// Messages of mixed sizes: from 16 bytes to three records, so that most
+// Messages of mixed sizes: from 1 byte to sixteen records, so that most
 // span records and a kill often lands inside a span. Each size is a function
 // of the message's sequence, so every process knows every message: the
 // longest at the first sequence of a lap (where padding before a span
-// leads), any other from payload_length().
+// leads), a few bytes for every fifth, any other from payload_length().
 struct Sizes {
   std::size_t max;
   std::uint64_t capacity;
   std::uint32_t record_size;
   explicit Sizes(const shmbus::Bus& bus)
-      : max(std::min<std::size_t>(bus.info().max_message, 3 * std::size_t{bus.info().record_size} - 24)),
+      : max(std::min<std::size_t>(bus.info().max_message, 16 * std::size_t{bus.info().record_size} - 24)),
         capacity(bus.info().capacity),
         record_size(bus.info().record_size) {}
   std::size_t length(std::uint64_t seq) const {
-    return (seq & (capacity - 1)) == 0 ? max : shmbus::test::payload_length(seq, max);
+    if ((seq & (capacity - 1)) == 0) return max;
+    if (seq % 5 == 0) {
+      const std::size_t n = 1 + (seq / 5) % 15;  // 1..15 bytes, never the end marker's 8
+      return n == 8 ? 7 : n;
+    }
+    return shmbus::test::payload_length(seq, max);
+  }
+  // The payload of `seq`, length(seq) bytes, into `out`.
+  std::size_t fill(std::uint64_t seq, std::byte* out) const {
+    const std::size_t n = length(seq);
+    if (n >= 16) return shmbus::test::make_payload_of_length(seq, n, out);
+    for (std::size_t i = 0; i < n; ++i) out[i] = tiny_byte(seq, i);
+    return n;
+  }
+  bool check(std::uint64_t seq, std::span<const std::byte> p) const {
+    const std::size_t n = length(seq);
+    if (n >= 16) return shmbus::test::check_payload_of_length(seq, n, p);
+    if (p.size() != n) return false;
+    for (std::size_t i = 0; i < n; ++i)
+      if (p[i] != tiny_byte(seq, i)) return false;
+    return true;
+  }
+  static std::byte tiny_byte(std::uint64_t seq, std::size_t i) {
+    return static_cast<std::byte>((seq * 131 + i * 7 + 3) & 0xff);
   }
   // Where the producer's next message lands when it is at `next`: there,
   // unless that message would cross the end of the ring; then the rest of
@@ -156,117 +192,115 @@ struct Sizes {
 
 // ---------------------------------------------------------------- roles ----
 
-// Reads until the end marker, checking every message. Prints (P the pid it
-// sees for itself: 1 in a PID namespace of its own)
+// Reads until the end marker, checking every message, with next() or
+// read_batch(), holding the producer or (best_effort) not. Prints (P the
+// pid it sees for itself: 1 in a PID namespace of its own)
 //   ready slot=S pid=P
 //   done delivered=.. sequences=.. padded=.. reported_lost=.. missed=.. duplicated=.. torn=.. corrupt=.. end=..
-//        eos_died=.. eos_other=.. library_lost=..
-int run_consumer(const std::string& name) {
+//        eos_died=.. eos_other=.. library_lost=.. let_go=..
+int run_consumer(const std::string& name, bool batch, bool best_effort) {
   shmbus::Bus bus = shmbus::Bus::open(name);
   shmbus::ConsumerOptions co;
   co.name = "chaos";
   co.start = shmbus::Start::earliest;
+  co.hold_producer = !best_effort;
   shmbus::Consumer c(bus, co);
   const Sizes sizes(bus);
-  const bool block = bus.info().policy == shmbus::Policy::block;
+  const bool lossless = bus.info().policy == shmbus::Policy::block && !best_effort;
   std::printf("ready slot=%u pid=%d\n", c.slot(), static_cast<int>(::getpid()));
   std::fflush(stdout);
 
+  shmbus::test::Ledger books(c.cursor(), sizes.capacity);
   // sequences: those the delivered messages take; padded: padding crossed.
-  std::uint64_t expected = 0, delivered = 0, sequences = 0, padded = 0, reported_lost = 0, missed = 0,
-                duplicated = 0, torn = 0,
-                corrupt = 0, eos_died = 0, eos_other = 0, end = UINT64_MAX;
-  bool jumped = false;  // the last thing read was a loss
+  std::uint64_t delivered = 0, sequences = 0, reported_lost = 0, duplicated = 0, torn = 0, corrupt = 0,
+                eos_died = 0, eos_other = 0, let_go = 0, end = UINT64_MAX;
   auto idle_since = Clock::now();
-  while (end == UINT64_MAX) {
-    const shmbus::ReadResult r = c.next(200ms);
-    switch (r.status) {
-      case shmbus::ReadStatus::message: {
-        idle_since = Clock::now();
-        const std::uint64_t s = r.message.seq;
-        if (s < expected) {
-          ++duplicated;
-          break;
-        }
-        // Padding at the end of a lap loses nothing: only where the
-        // message due at `expected` would have crossed the end of the ring.
-        if (s > expected) {
-          // After a lap the reader may resume inside padding that began
-          // before it: what is left of it, up to the next lap's start.
-          const bool rest_of_padding = jumped && (s & (sizes.capacity - 1)) == 0 &&
-                                       s - expected < shmbus::test::records_of(sizes.max, sizes.record_size);
-          if (s == sizes.landing(expected) || rest_of_padding)
-            padded += s - expected;
-          else
-            missed += s - expected;
-        }
-        jumped = false;
-        expected = s + r.message.records;
-        const auto p = r.message.payload;
-        std::uint64_t word = 0;
-        if (p.size() == 8) {
-          std::memcpy(&word, p.data(), 8);
-          if ((word ^ kEndMagic) == s) {
-            end = s;
-            break;
-          }
-        }
-        ++delivered;
-        sequences += r.message.records;
-        if (!shmbus::test::check_payload_of_length(s, sizes.length(s), p)) ++torn;
-        break;
-      }
-      case shmbus::ReadStatus::lost: {
-        // Exact counts: the reader moved on by exactly r.lost, plus any
-        // padding it crossed on the way (less than one message's records,
-        // lost nothing, and is not reported).
-        reported_lost += r.lost;
-        const std::uint64_t moved = c.cursor() - expected;
-        const std::uint64_t pad = moved - r.lost;
-        if (moved < r.lost || pad >= shmbus::test::records_of(sizes.max, sizes.record_size)) {
-          missed += moved > r.lost ? pad : 0;
-          std::fprintf(stderr, "chaos consumer: told of %" PRIu64 " lost, but moved %" PRIu64 " from %" PRIu64 "\n",
-                       r.lost, moved, expected);
-        } else {
-          padded += pad;
-        }
-        expected = c.cursor();
-        jumped = true;
-        break;
-      }
-      case shmbus::ReadStatus::corrupt: ++corrupt; break;
-      case shmbus::ReadStatus::evicted:
-        // A live reader must never lose its slot: a failure, counted with
-        // the corrupt records.
-        ++corrupt;
-        expected = r.message.seq;
-        break;
-      case shmbus::ReadStatus::let_go:  // chaos producers have no hold limit: a failure too
-        ++corrupt;
-        break;
-      case shmbus::ReadStatus::end_of_stream:
-        // Before the end marker the only honest reason is a dead producer:
-        // wait for the one taking over. (A close is not a crash.)
-        if (r.end_reason == shmbus::EndReason::producer_died)
-          ++eos_died;
-        else
-          ++eos_other;
-        break;
-      case shmbus::ReadStatus::timeout: break;
+  auto on_message = [&](const shmbus::Message& m) {
+    idle_since = Clock::now();
+    if (end != UINT64_MAX) return;
+    const std::uint64_t s = m.seq;
+    if (s < books.next()) {
+      ++duplicated;
+      return;
     }
+    books.message(s, m.records);
+    const auto p = m.payload;
+    std::uint64_t word = 0;
+    if (p.size() == 8) {
+      std::memcpy(&word, p.data(), 8);
+      if ((word ^ kEndMagic) == s) {
+        end = s;
+        return;
+      }
+    }
+    ++delivered;
+    sequences += m.records;
+    if (!sizes.check(s, p)) ++torn;
+  };
+  auto on_end = [&](shmbus::EndReason why) {
+    // Before the end marker the only honest reason is a dead producer:
+    // wait for the one taking over. (A close is not a crash.)
+    if (why == shmbus::EndReason::producer_died)
+      ++eos_died;
+    else
+      ++eos_other;
+  };
+  std::vector<shmbus::Message> buf(64);
+  while (end == UINT64_MAX) {
+    if (batch) {
+      shmbus::PollResult pr;
+      const auto got = c.read_batch(buf, pr, 200ms);
+      reported_lost += pr.lost;
+      books.lost(pr.lost);
+      for (const shmbus::Message& m : got) on_message(m);
+      corrupt += pr.corrupt;
+      if (pr.evicted) ++corrupt;  // a live reader must never lose its slot
+      if (pr.let_go) ++let_go;
+      if (pr.end_of_stream && end == UINT64_MAX) on_end(pr.end_reason);
+    } else {
+      const shmbus::ReadResult r = c.next(200ms);
+      switch (r.status) {
+        case shmbus::ReadStatus::message: on_message(r.message); break;
+        case shmbus::ReadStatus::lost:
+          reported_lost += r.lost;
+          books.lost(r.lost);
+          break;
+        case shmbus::ReadStatus::corrupt: ++corrupt; break;
+        case shmbus::ReadStatus::evicted:
+          // A live reader must never lose its slot: a failure, counted with
+          // the corrupt records.
+          ++corrupt;
+          break;
+        case shmbus::ReadStatus::let_go: ++let_go; break;
+        case shmbus::ReadStatus::end_of_stream: on_end(r.end_reason); break;
+        case shmbus::ReadStatus::timeout: break;
+      }
+    }
+    if (!books.error().empty()) break;
     if (Clock::now() - idle_since > kHangBound) {
       std::fprintf(stderr, "chaos consumer: nothing for %lld s at seq %" PRIu64 "\n",
-                   static_cast<long long>(kHangBound.count()), expected);
+                   static_cast<long long>(kHangBound.count()), books.next());
       return 3;
     }
   }
-  // A `block` consumer must never be told it lost anything.
-  if (block && reported_lost != 0) missed += reported_lost;
+  std::uint64_t missed = 0;
+  if (!books.error().empty()) {
+    std::fprintf(stderr, "chaos consumer (%s%s): %s\n", batch ? "read_batch" : "next",
+                 best_effort ? ", best effort" : "", books.error().c_str());
+    missed = 1;
+  }
+  // A reader that holds a `block` producer must never be told it lost anything (unless let go).
+  if (lossless && let_go == 0 && reported_lost != 0) missed += reported_lost;
+  // What the books do not hold in messages or losses is padding.
+  const std::uint64_t padded = end != UINT64_MAX && end >= sequences + reported_lost + books.first()
+                                   ? end - sequences - reported_lost - books.first()
+                                   : 0;
   std::printf("done delivered=%" PRIu64 " sequences=%" PRIu64 " padded=%" PRIu64 " reported_lost=%" PRIu64
               " missed=%" PRIu64 " duplicated=%" PRIu64
                " torn=%" PRIu64 " corrupt=%" PRIu64 " end=%" PRIu64 " eos_died=%" PRIu64 " eos_other=%" PRIu64
-              " library_lost=%" PRIu64 "\n",
-              delivered, sequences, padded, reported_lost, missed, duplicated, torn, corrupt, end, eos_died, eos_other, c.lost());
+              " library_lost=%" PRIu64 " let_go=%" PRIu64 " first=%" PRIu64 "\n",
+              delivered, sequences, padded, reported_lost, missed, duplicated, torn, corrupt, end, eos_died, eos_other,
+              c.lost(), let_go, books.first());
   std::fflush(stdout);
   return 0;
 }
@@ -277,7 +311,7 @@ extern "C" void on_finish(int) { g_finish.store(true, std::memory_order_relaxed)
 // Publishes until SIGUSR1, then the end marker, then closes. Prints
 //   ready first=SEQ pid=P
 //   done first=.. end=.. max_wait_ns=..
-int run_producer(const std::string& name, std::uint32_t wait_readers) {
+int run_producer(const std::string& name, std::uint32_t wait_readers, std::uint32_t max_hold_ms) {
   struct sigaction sa{};
   sa.sa_handler = on_finish;
   ::sigaction(SIGUSR1, &sa, nullptr);
@@ -285,6 +319,7 @@ int run_producer(const std::string& name, std::uint32_t wait_readers) {
   shmbus::ProducerOptions po;
   po.wait_for_readers = wait_readers;
   po.wait_for_readers_timeout = 30s;
+  if (max_hold_ms > 0) po.max_hold = std::chrono::milliseconds(max_hold_ms);
   shmbus::Producer p(bus, po);
   const Sizes sizes(bus);
   const std::uint64_t first = p.next_seq();
@@ -294,7 +329,7 @@ int run_producer(const std::string& name, std::uint32_t wait_readers) {
   std::uint64_t max_wait = 0;
   while (!g_finish.load(std::memory_order_relaxed)) {
     const std::uint64_t s = sizes.landing(p.next_seq());
-    const std::size_t n = shmbus::test::make_payload_of_length(s, sizes.length(s), buf.data());
+    const std::size_t n = sizes.fill(s, buf.data());
     const std::uint64_t t0 = now_ns();
     const shmbus::PublishResult r = p.publish(std::span<const std::byte>(buf.data(), n), kHangBound);
     max_wait = std::max(max_wait, now_ns() - t0);
@@ -370,6 +405,7 @@ struct Totals {
   int block_rounds = 0, overwrite_rounds = 0;
   int victim_not_running = 0;
   int held_block = 0, lapped_overwrite = 0;  // stop rounds that behaved as the policy says
+  int let_go = 0;                            // lapped victims the hold limit let go first
   int takeovers = 0;
   int reclaimed_by_producer = 0, reclaimed_by_gc = 0, slots_leaked = 0;
   int checks_clean = 0;
@@ -393,6 +429,9 @@ class Round {
     const int pick = static_cast<int>(rng_() % 100);
     fault_ = pick < 44 ? Fault::kill_consumer : pick < 84 ? Fault::kill_producer : Fault::stop_consumer;
     ++t_.by_fault[static_cast<int>(fault_)];
+    // Half the block rounds that stop a consumer give the producer a hold
+    // limit: a stopped reader that holds it is let go, then lapped.
+    hold_ms_ = policy_ == shmbus::Policy::block && fault_ == Fault::stop_consumer && rng_() % 2 == 0 ? 100 : 0;
     // A third of the rounds: the consumers, the producers or all of them in
     // PID namespaces of their own. Drawn alike where namespaces cannot be
     // made, so a seed picks the same faults and moments everywhere.
@@ -411,14 +450,19 @@ class Round {
     bus.emplace(shmbus::Bus::create(name_, bo));
     inspector_.emplace(shmbus::Inspector::open(name_));
 
+    // Consumer 0 reads with next(), 1 with read_batch(), 2 best effort with either.
+    const std::string third = (index_ / 2) % 2 == 0 ? "next" : "batch";
     for (int k = 0; k < 3; ++k) {
       const std::string who = "consumer " + std::to_string(k);
-      consumers_.push_back(start_role(who, {"--role", "consumer", name_}, consumers_namespaced_));
+      consumers_.push_back(start_role(
+          who, {"--role", "consumer", name_, k == 0 ? "next" : k == 1 ? "batch" : third, k == 2 ? "best-effort" : "holds"},
+          consumers_namespaced_));
       const auto f = ready(consumers_.back());
       if (!f) return fail(who + " did not start");
       slots_.push_back(static_cast<std::uint32_t>(u64(*f, "slot")));
     }
-    producers_.push_back(start_role("producer 0", {"--role", "producer", name_, "3"}, producers_namespaced_));
+    producers_.push_back(
+        start_role("producer 0", {"--role", "producer", name_, "3", std::to_string(hold_ms_)}, producers_namespaced_));
     if (!producer_ready()) return fail("producer did not start");
     const auto started = Clock::now();
     const auto delay = std::chrono::microseconds(500 + rng_() % static_cast<std::uint64_t>(o_.run_ms * 700));
@@ -531,7 +575,8 @@ class Round {
     victim_running(p);
     if (!kill_role(p)) return fail("killed producer did not exit");
     // A new producer takes the bus over and continues the sequence.
-    producers_.push_back(start_role("producer 1", {"--role", "producer", name_, "0"}, producers_namespaced_));
+    producers_.push_back(
+        start_role("producer 1", {"--role", "producer", name_, "0", std::to_string(hold_ms_)}, producers_namespaced_));
     if (!producer_ready()) return fail("the new producer did not start (takeover failed?)");
     const auto s = inspector_->snapshot();
     if (s.producer.takeovers != 1) return fail("takeovers counter is " + std::to_string(s.producer.takeovers));
@@ -542,6 +587,11 @@ class Round {
     for (const auto& r : inspector_->snapshot().readers)
       if (r.slot == slot) return r;
     return std::nullopt;
+  }
+
+  // Whether a stopped victim is lapped rather than waited for.
+  bool victim_lapped() const {
+    return policy_ == shmbus::Policy::overwrite || victim_ == 2 || hold_ms_ > 0;
   }
 
   bool stop_consumer() {
@@ -563,12 +613,12 @@ class Round {
       if (Clock::now() >= deadline) return fail("the consumer did not stop within 10 s of SIGSTOP");
       std::this_thread::sleep_for(1ms);
     }
-    if (policy_ == shmbus::Policy::block) {
+    if (!victim_lapped()) {
       // The producer fills the ring and waits, naming the stopped reader.
       // Only a ring full up to the stopped reader's cursor holds it: a wait
       // seen earlier may be one on readers' lazily published cursors that
       // is about to end (the producer not yet run on a busy machine).
-      constexpr std::uint64_t longest = 3;  // records of the longest message (see the top)
+      constexpr std::uint64_t longest = 16;  // records of the longest message (see the top)
       shmbus::Snapshot s;
       for (;;) {
         s = inspector_->snapshot();
@@ -606,7 +656,8 @@ class Round {
         if (ok) ++t_.held_block;
       }
     } else {
-      // The producer does not wait: it laps the stopped reader twice.
+      // The producer does not wait (overwrite, a best-effort reader, or one
+      // let go after the hold limit): it laps the stopped reader twice.
       const auto r = reader(slot);
       for (;;) {
         const auto s = inspector_->snapshot();
@@ -674,18 +725,24 @@ class Round {
         problem = "missed, duplicated, torn or corrupt messages";
       else if (u64(f, "end") != end)
         problem = "ended at " + std::to_string(u64(f, "end")) + ", the producer at " + std::to_string(end);
-      else if (u64(f, "sequences") + u64(f, "padded") + lost != end)
-        problem = "delivered " + std::to_string(delivered) + " messages of " + f.at("sequences") + " sequences + " +
-                  f.at("padded") + " of padding + lost " + std::to_string(lost) + " != " + std::to_string(end);
+      else if (u64(f, "first") + u64(f, "sequences") + u64(f, "padded") + lost != end)
+        problem = "from " + f.at("first") + ", delivered " + std::to_string(delivered) + " messages of " +
+                  f.at("sequences") + " sequences + " + f.at("padded") + " of padding + lost " + std::to_string(lost) +
+                  " != " + std::to_string(end);
       else if (u64(f, "library_lost") != lost)
         problem = "the consumer's lost() says " + f.at("library_lost");
       else if (u64(f, "eos_other") != 0)
         problem = "end-of-stream for another reason than a dead producer, before the end marker";
       else if (fault_ != Fault::kill_producer && u64(f, "eos_died") != 0)
         problem = "told the producer died, but it was not killed";
-      else if (policy_ == shmbus::Policy::overwrite && fault_ == Fault::stop_consumer &&
-               static_cast<int>(k) == victim_ && lost < o_.capacity / 2)
+      else if (fault_ == Fault::stop_consumer && victim_lapped() && static_cast<int>(k) == victim_ &&
+               lost < o_.capacity / 2)
         problem = "lapped while stopped, but told of only " + std::to_string(lost) + " lost";
+      else if (u64(f, "let_go") != 0 && (hold_ms_ == 0 || k == 2))
+        problem = "let go by a producer without a hold limit";
+      else if (hold_ms_ > 0 && static_cast<int>(k) == victim_ && victim_ != 2 && u64(f, "let_go") != 1)
+        problem = "stopped past the hold limit, but not told it was let go";
+      if (problem.empty() && hold_ms_ > 0 && static_cast<int>(k) == victim_ && victim_ != 2) ++t_.let_go;
       if (!problem.empty()) ok = fail("consumer " + std::to_string(k) + ": " + problem + ": " + *cd);
       if (o_.verbose) std::fprintf(stderr, "chaos: round %d consumer %zu: %s\n", index_, k, cd->c_str());
     }
@@ -723,6 +780,7 @@ class Round {
   std::mt19937_64& rng_;
   shmbus::Policy policy_ = shmbus::Policy::block;
   Fault fault_ = Fault::kill_consumer;
+  std::uint32_t hold_ms_ = 0;  // the producers' hold limit, 0 for none
   std::string name_;
   std::optional<shmbus::Inspector> inspector_;
   bool consumers_namespaced_ = false, producers_namespaced_ = false;
@@ -790,14 +848,14 @@ int run_driver(Options o) {
                "shmbus-chaos: %d rounds in %.1f s (seed %" PRIu64 ", %d block, %d overwrite), %d failed; "
                "kills: %d consumer, %d producer (%d takeovers, %" PRIu64 " 'producer died' ends followed across "
                "them); held: %d stopped consumers (%d held a block "
-               "producer, %d lapped in overwrite); victim not running: %d; messages: %" PRIu64
+               "producer, %d lapped: overwrite, best effort or let go, %d of them let go); victim not running: %d; messages: %" PRIu64
                " delivered, %" PRIu64 " lost (reported exactly, overwrite), %" PRIu64 " missed, %" PRIu64
                " duplicated, %" PRIu64 " torn, %" PRIu64 " corrupt; max block by a dead reader %.1f ms "
                "(bound %lld ms), max publish wait %.1f ms; slots: %d reclaimed by the producer, %d by gc, "
                "%d leaked; inspect check clean %d/%d; in own PID namespaces: %d rounds (%d processes, %d of them "
                "without /proc; %d kills, %d stops), %d failed\n",
                t.rounds, secs, o.seed, (t.rounds + 1) / 2, t.rounds / 2, t.failed, t.by_fault[0], t.by_fault[1],
-               t.takeovers, t.eos_died, t.by_fault[2], t.held_block, t.lapped_overwrite, t.victim_not_running, t.delivered,
+               t.takeovers, t.eos_died, t.by_fault[2], t.held_block, t.lapped_overwrite, t.let_go, t.victim_not_running, t.delivered,
                t.reported_lost, t.missed, t.duplicated, t.torn, t.corrupt, t.max_dead_reader_block_ns / 1e6,
                static_cast<long long>(kDeadReaderBound.count()), t.max_publish_wait_ns / 1e6,
                t.reclaimed_by_producer, t.reclaimed_by_gc, t.slots_leaked, t.checks_clean, t.rounds, t.ns_rounds,
@@ -816,9 +874,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     if (args.size() >= 3 && args[0] == "--role") {
-      if (args[1] == "consumer") return run_consumer(args[2]);
+      if (args[1] == "consumer")
+        return run_consumer(args[2], args.size() > 3 && args[3] == "batch", args.size() > 4 && args[4] == "best-effort");
       if (args[1] == "producer")
-        return run_producer(args[2], args.size() > 3 ? static_cast<std::uint32_t>(std::stoul(args[3])) : 0);
+        return run_producer(args[2], args.size() > 3 ? static_cast<std::uint32_t>(std::stoul(args[3])) : 0,
+                            args.size() > 4 ? static_cast<std::uint32_t>(std::stoul(args[4])) : 0);
       return usage();
     }
     Options o;

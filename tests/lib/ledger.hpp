@@ -15,7 +15,7 @@ namespace shmbus::test {
 class Ledger {
  public:
   Ledger() = default;
-  Ledger(std::uint64_t start, std::uint64_t capacity) : want_(start), capacity_(capacity) {}
+  Ledger(std::uint64_t start, std::uint64_t capacity) : first_(start), want_(start), capacity_(capacity) {}
 
   void lost(std::uint64_t n) {
     pending_ += n;
@@ -56,9 +56,11 @@ class Ledger {
   std::uint64_t told() const { return told_; }
   std::uint64_t messages() const { return messages_; }
   std::uint64_t next() const { return want_; }
+  std::uint64_t first() const { return first_; }
 
  private:
   void fail(std::string what) { error_ = std::move(what); }
+  std::uint64_t first_ = 0;
   std::uint64_t want_ = 0;
   std::uint64_t capacity_ = 0;
   std::uint64_t pending_ = 0;

@@ -320,12 +320,22 @@ struct Consumer::Impl : detail::Attachment {
       if (checked && !detail::RecordRing::is_header(ring.span_mark(c))) [[unlikely]] return lapped(c, out);
       return Step::empty;
     }
-    // In place, nobody laps us: in a slot that was inside a span on an
-    // earlier lap, a later tag is that span's payload left in the tag word
-    // (layout.hpp, "Spans") until our record is written (or corruption,
-    // which lost_commit() judges once the producer is a ring past us).
-    if (!checked && ring.span_mark(c) == detail::RecordRing::Mark::earlier && slot_is_ours()) return Step::empty;
+    if (stale_span_word(c) && slot_is_ours()) return Step::empty;
     return lapped(c, out);
+  }
+
+  // In place, nobody laps us: in a slot that was inside a span on an
+  // earlier lap, a later tag is that span's payload left in the tag word
+  // (layout.hpp, "Spans") until our record is written, or corruption, which
+  // lost_commit() judges once the producer is a ring past us. One thing
+  // puts a real later record there: a gap longer than the ring
+  // (Producer::skip_to), whose markers fill every slot before head moves
+  // more than a ring past us (the acquire load pairs with its release
+  // store of head, after the markers).
+  bool stale_span_word(std::uint64_t c) const noexcept {
+    if (checked || ring.span_mark(c) != detail::RecordRing::Mark::earlier) return false;
+    const std::uint64_t hd = h->head.load(std::memory_order_acquire);
+    return hd >= kMaxSequence || hd <= c || hd - c <= cap;
   }
 
   // Record `c` was overwritten before we read it. Resume at the oldest
@@ -611,8 +621,8 @@ struct Consumer::Impl : detail::Attachment {
     if (t == detail::committed_tag(c)) return true;
     if (detail::tag_state(t, c) == detail::TagState::not_yet) {
       if (checked && !detail::RecordRing::is_header(ring.span_mark(c))) return true;  // landed inside a span
-    } else if (checked || ring.span_mark(c) != detail::RecordRing::Mark::earlier) {
-      return true;  // lapped, or a tag no lap explains (not_committed() says which)
+    } else if (!stale_span_word(c)) {
+      return true;  // lapped, a gap's marker, or a tag no lap explains (not_committed() says which)
     }
     if (!eos_reported && end_of_stream(probe)) return true;
     // Nothing to read: the caller is about to wait (keep_from is unset

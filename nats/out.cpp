@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <shmbus/consumer.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <mutex>
@@ -27,6 +28,10 @@ struct AckState {
   std::atomic<std::uint64_t> duplicates{0};
   std::atomic<std::uint64_t> failed{0};
   std::atomic<bool> resync{false};
+  // The bus sequence after the newest message the stream acknowledged: the
+  // reader keeps the ring from here (Consumer::retain_from()), so that
+  // whatever a resync republishes is still there while `out` lives.
+  std::atomic<std::uint64_t> acked_to{0};
   std::mutex mutex;
   std::string first_error;  // under mutex
   bool fatal = false;       // under mutex: not a transient failure
@@ -57,6 +62,14 @@ void on_ack(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure)
   } else if (pa != nullptr) {
     if (pa->Duplicate) st->duplicates.fetch_add(1, std::memory_order_relaxed);
     st->acked.fetch_add(1, std::memory_order_relaxed);
+    const char* seq = nullptr;
+    if (natsMsgHeader_Get(msg, kSeqHeader, &seq) == NATS_OK && seq != nullptr) {
+      if (const std::optional<std::uint64_t> s = parse_seq(seq)) {
+        std::uint64_t cur = st->acked_to.load(std::memory_order_relaxed);
+        while (cur < *s + 1 && !st->acked_to.compare_exchange_weak(cur, *s + 1, std::memory_order_relaxed)) {
+        }
+      }
+    }
   }
   natsMsg_Destroy(msg);
 }
@@ -248,6 +261,11 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
   Consumer consumer = attach(where.seq, where.found);
   st.first_seq = consumer.cursor();
   st.next_seq = st.first_seq;
+  // What the stream has not acknowledged stays in the ring (a `block`
+  // producer waits for it, as for any lossless reader): a publish refused
+  // or lost with a server restart is republished from the bus.
+  std::uint64_t attached_at = consumer.cursor();
+  consumer.retain_from(attached_at);
 
   jsPubOptions po;
   jsPubOptions_Init(&po);
@@ -312,6 +330,8 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
     if (stop()) return;
     consumer = attach(where.seq, where.found);
     st.next_seq = consumer.cursor();
+    attached_at = consumer.cursor();
+    consumer.retain_from(attached_at);
     prev_id.assign(where.last_id);
     ++st.resyncs;
   };
@@ -346,6 +366,7 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
       ended = true;
       break;
     }
+    consumer.retain_from(std::max(attached_at, acks.acked_to.load(std::memory_order_relaxed)));
     PollResult pr;
     std::size_t want = batch.size();
     if (o.count != 0) want = static_cast<std::size_t>(std::min<std::uint64_t>(want, o.count - done));

@@ -76,6 +76,7 @@ struct Dest {
   std::size_t room = 0;
 };
 using layout::kMaxSequence;
+static_assert(Consumer::max_sequence == kMaxSequence);
 }  // namespace
 
 struct Consumer::Impl : detail::Attachment {
@@ -92,6 +93,7 @@ struct Consumer::Impl : detail::Attachment {
   // release() during the call (crossing padding or a gap after it) stops
   // there, or the producer could write over the views it hands out.
   std::uint64_t keep_from = kMaxSequence;
+  std::uint64_t retain = kMaxSequence;  // retain_from(): the caller's own floor
   std::uint64_t delivered = 0;
   std::uint64_t lost = 0;
   std::uint64_t last_lost = 0;  // size of the last lap, for ReadStatus::lost
@@ -187,7 +189,7 @@ struct Consumer::Impl : detail::Attachment {
   }
 
   void release() noexcept {
-    const std::uint64_t to = std::min(cursor, keep_from);
+    const std::uint64_t to = std::min({cursor, keep_from, retain});
     if (to <= published) return;
     // Only we write it while we hold the name's lock; the next holder reads
     // it after taking that lock, which our unlock in release_bookmark()
@@ -1030,6 +1032,13 @@ std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult
   // What is in hand: from the first message (a gap crossed before it is not).
   c.view_from = n > 0 ? out[0].seq : c.cursor;
   return out.first(n);
+}
+
+void Consumer::retain_from(std::uint64_t seq) noexcept {
+  Impl& c = *impl_;
+  detail::OneThread::Scope in(c.calls, "Consumer::retain_from");
+  c.retain = std::min(seq, kMaxSequence);
+  c.release();  // between calls nothing is in hand
 }
 
 std::uint64_t Consumer::cursor() const noexcept { return impl_->cursor; }

@@ -202,6 +202,17 @@ class Consumer {
     return total;
   }
 
+  // Keeps what this reader has read from `seq` on: the cursor it shows the
+  // producer (and leaves in a durable name's bookmark) goes no further than
+  // `seq` until this is called again, so a `block` producer keeps those
+  // records. For a reader that hands messages on to something slower that
+  // may fail (a network publish it must be able to redo from `seq`): it
+  // reads ahead of what it has finished with, and the ring still holds the
+  // rest. Raising it lets the producer on at once. max_sequence (the
+  // default): no floor.
+  static constexpr std::uint64_t max_sequence = std::uint64_t{1} << 62;
+  void retain_from(std::uint64_t seq) noexcept;
+
   // Sequence of the next message this consumer will read.
   std::uint64_t cursor() const noexcept;
   std::uint64_t delivered() const noexcept;

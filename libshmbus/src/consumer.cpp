@@ -308,6 +308,10 @@ struct Consumer::Impl : detail::Attachment {
   }
 
   [[gnu::noinline]] Step gap_or_corrupt(std::uint64_t c, std::optional<detail::Gap> gap, Message& out) noexcept {
+    // In place, what looks like a gap or a corrupt record may be a record
+    // the producer is rewriting because it let us go (or our slot was
+    // taken) since the call began: stop there, as lapped() does.
+    if (!checked && !slot_is_ours()) return Step::taken;
     if (gap) return cross_gap(c, *gap);
     out.seq = c;
     cursor = c + 1;

@@ -31,12 +31,23 @@ class PullConsumer {
  public:
   PullConsumer(const Connection& c, const InOptions& o)
       : c_(c), o_(o), next_subject_(fmt::format("$JS.API.CONSUMER.MSG.NEXT.{}.{}", o.stream, o.durable)) {}
-  ~PullConsumer() { reset(); }
+  ~PullConsumer() {
+    reset();
+    natsConnection_FlushTimeout(c_.nc(), 500);  // the server has seen every unsubscribe
+    for (natsSubscription* s : retired_) natsSubscription_Destroy(s);
+  }
   PullConsumer(const PullConsumer&) = delete;
   PullConsumer& operator=(const PullConsumer&) = delete;
 
+  // Unsubscribes the inbox now and destroys the subscription only with the
+  // consumer: the client's reader thread may be delivering to it at this
+  // moment (libnats 3.4.1 looks a subscription up, then locks it), and a
+  // subscription destroyed under that delivery crashed `in` when a rewind
+  // met a server restart. One retired subscription per rewind.
   void reset() noexcept {
-    if (sub_ != nullptr) natsSubscription_Destroy(sub_);
+    if (sub_ == nullptr) return;
+    natsSubscription_Unsubscribe(sub_);
+    retired_.push_back(sub_);
     sub_ = nullptr;
   }
 
@@ -146,6 +157,7 @@ class PullConsumer {
   std::string next_subject_;
   std::string inbox_;
   natsSubscription* sub_ = nullptr;
+  std::vector<natsSubscription*> retired_;  // unsubscribed, destroyed with the consumer (reset())
 };
 
 // Destroys the fetched messages however the batch ends.

@@ -179,8 +179,9 @@ bool NatsServer::start() {
 
 void NatsServer::stop() { proc_.kill_and_wait(SIGTERM); }
 
-bool NatsServer::restart() {
+bool NatsServer::restart(std::chrono::milliseconds down) {
   stop();
+  std::this_thread::sleep_for(down);
   ok_ = start();
   return ok_;
 }

@@ -57,8 +57,9 @@ class NatsServer {
   bool ok() const noexcept { return ok_; }
   std::uint16_t port() const noexcept { return port_; }
   std::string url() const;
-  // SIGTERM (JetStream flushes its store) and start again on the same port and store.
-  bool restart();
+  // SIGTERM (JetStream flushes its store) and start again on the same port
+  // and store, after `down` with no server.
+  bool restart(std::chrono::milliseconds down = std::chrono::milliseconds(0));
   void stop();
 
   // Through the C client: create a file-storage stream on `subject`, and

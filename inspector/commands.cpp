@@ -42,6 +42,12 @@ void print_json(const json& j) {
 
 const char* errc_name(Errc e) { return tools::errc_name(e); }
 
+// What creations of `bus` killed mid-way left, as gc and rm remove it.
+void print_abandoned(const std::string& bus, const std::vector<std::string>& abandoned) {
+  for (const std::string& path : abandoned)
+    print_out(fmt::format("bus '{}': removed {} (left by a creation killed mid-way)\n", bus, path));
+}
+
 // Errors that say nothing about the segment's contents: the bus cannot be
 // looked at at all, so they are errors rather than findings.
 bool is_access_error(Errc e) {
@@ -188,18 +194,21 @@ const Trust& inspect_trust() { return g_trust; }
 
 int run_list(bool json_out) {
   const auto entries = list_buses(g_trust);
+  const auto creations = list_creations();
   const auto now = tools::realtime_ns();
   if (json_out) {
     json buses = json::array();
     for (const ListEntry& e : entries) buses.push_back(to_json(e, now));
-    print_json(json{{"time_ns", now}, {"buses", std::move(buses)}});
+    json made = json::array();
+    for (const CreationFile& f : creations) made.push_back(to_json(f));
+    print_json(json{{"time_ns", now}, {"buses", std::move(buses)}, {"creations", std::move(made)}});
     return 0;
   }
-  if (entries.empty()) {
+  if (entries.empty() && creations.empty()) {
     std::fputs(fmt::format("shmbus-inspect: no shmbus segments in {}\n", bus_dir()).c_str(), stderr);
     return 0;
   }
-  print_out(render_list(entries, now));
+  print_out(render_list(entries, creations, now));
   return 0;
 }
 
@@ -412,31 +421,40 @@ int run_watch(const std::string& bus, std::chrono::nanoseconds interval,
 
 int run_check(const std::string& bus, bool json_out) {
   std::vector<Problem> problems;
+  std::vector<Problem> undecided;  // parts a live producer kept rewriting: not judged, not problems
   std::string code;  // Errc name when the segment did not even open
   try {
     const Inspector insp = Inspector::open(bus, g_trust);
-    problems = insp.check();
+    problems = insp.check(undecided);
   } catch (const Error& e) {
     if (is_access_error(e.errc())) throw;
     code = errc_name(e.errc());
     problems.push_back({"segment", strip_bus_prefix(bus, e.what())});
   }
   if (json_out) {
-    json list = json::array();
-    for (const Problem& p : problems) {
-      list.push_back({{"where", p.where}, {"what", p.what}});
-    }
+    const auto listed = [](const std::vector<Problem>& ps) {
+      json list = json::array();
+      for (const Problem& p : ps) list.push_back({{"where", p.where}, {"what", p.what}});
+      return list;
+    };
     print_json(json{{"bus", bus},
                     {"clean", problems.empty()},
                     {"open_error", code.empty() ? json(nullptr) : json(code)},
-                    {"problems", std::move(list)}});
-  } else if (problems.empty()) {
-    print_out(fmt::format("bus '{}': clean (header, reader table and every retained record)\n", bus));
+                    {"problems", listed(problems)},
+                    {"not_judged", listed(undecided)}});
   } else {
-    print_out(fmt::format("bus '{}': {} problem{}{}\n", bus, problems.size(),
-                          problems.size() == 1 ? "" : "s",
-                          code.empty() ? "" : fmt::format(" ({})", code)));
-    for (const Problem& p : problems) print_out(fmt::format("  {}: {}\n", p.where, p.what));
+    if (problems.empty()) {
+      print_out(fmt::format("bus '{}': clean (header, reader table and every retained record{})\n", bus,
+                            undecided.empty() ? ""
+                                              : fmt::format(" but {} its producer was writing meanwhile",
+                                                            tools::plural(undecided.size(), "part"))));
+    } else {
+      print_out(fmt::format("bus '{}': {} problem{}{}\n", bus, problems.size(),
+                            problems.size() == 1 ? "" : "s",
+                            code.empty() ? "" : fmt::format(" ({})", code)));
+      for (const Problem& p : problems) print_out(fmt::format("  {}: {}\n", p.where, p.what));
+    }
+    for (const Problem& p : undecided) print_out(fmt::format("  not judged: {}: {}\n", p.where, p.what));
   }
   std::fflush(stdout);
   if (problems.empty()) return 0;
@@ -451,10 +469,7 @@ int run_gc(const std::string& bus, const std::vector<std::string>& forget, bool 
   // What creators killed mid-way left in the bus directory (the bus itself may not
   // exist then).
   const std::vector<std::string> abandoned = remove_abandoned_creations(bus);
-  if (!json_out) {
-    for (const std::string& path : abandoned)
-      print_out(fmt::format("bus '{}': removed {} (left by a creation killed mid-way)\n", bus, path));
-  }
+  if (!json_out) print_abandoned(bus, abandoned);
   if (!abandoned.empty() && !Bus::exists(bus) && forget.empty()) {
     if (json_out) print_json(json{{"bus", bus}, {"reclaimed", json::array()}, {"abandoned_creations", abandoned}});
     return 0;
@@ -529,11 +544,26 @@ int run_rm(const std::string& bus, bool force, bool json_out) {
   try {
     snap = Inspector::open(bus, g_trust).snapshot();
   } catch (const Error& e) {
+    if (e.errc() == Errc::not_found) {
+      // No bus, but perhaps what creations of it killed mid-way left.
+      const std::vector<std::string> abandoned = remove_abandoned_creations(bus);
+      if (abandoned.empty()) throw;
+      if (json_out) {
+        print_json(json{{"bus", bus},
+                        {"removed", false},
+                        {"segment", segment_path(bus)},
+                        {"in_use_by", json::array()},
+                        {"invalid", nullptr},
+                        {"abandoned_creations", abandoned}});
+      } else {
+        print_abandoned(bus, abandoned);
+      }
+      return 0;
+    }
     // --force removes a foreign segment, or a FIFO, device, symlink or
     // hard link planted at the path, unseen (if we may: its owner or root).
     if (is_access_error(e.errc()) && !(force && (e.errc() == Errc::foreign_owner || e.errc() == Errc::unsafe_file)))
       throw;
-    if (e.errc() == Errc::not_found) throw bus_failure(bus, "no such bus", "not_found");
     invalid = strip_bus_prefix(bus, e.what());
   }
 
@@ -570,13 +600,15 @@ int run_rm(const std::string& bus, bool force, bool json_out) {
     removed = Bus::remove(bus);
   }
   if (!removed) throw bus_failure(bus, "no such bus", "not_found");
+  const std::vector<std::string> abandoned = remove_abandoned_creations(bus);
 
   if (json_out) {
     json j{{"bus", bus},
            {"removed", true},
            {"segment", segment_path(bus)},
            {"in_use_by", users},
-           {"invalid", invalid.empty() ? json(nullptr) : json(invalid)}};
+           {"invalid", invalid.empty() ? json(nullptr) : json(invalid)},
+           {"abandoned_creations", abandoned}};
     print_json(j);
     return 0;
   }
@@ -586,6 +618,7 @@ int run_rm(const std::string& bus, bool force, bool json_out) {
   }
   if (!invalid.empty()) msg += fmt::format(" (it did not validate: {})", invalid);
   print_out(msg + "\n");
+  print_abandoned(bus, abandoned);
   return 0;
 }
 

@@ -99,7 +99,9 @@ int main(int argc, char** argv) {
   DumpArgs dump;
   DumpFormat dump_format = DumpFormat::text;
 
-  auto* list = app.add_subcommand("list", "every shmbus bus on this machine, one line each");
+  auto* list = app.add_subcommand(
+      "list", "every shmbus bus on this machine, one line each, then the files of creations under way "
+              "or killed mid-way (.shmbus.NAME.XXXXXX)");
   list->add_flag("--json", json, json_help);
 
   auto* show = app.add_subcommand(
@@ -132,12 +134,14 @@ int main(int argc, char** argv) {
   watch->add_flag("--json", json, "one JSON object (as show --json) per line");
 
   auto* check = app.add_subcommand(
-      "check", "validate header, reader table and every record; exit 0 only when clean");
+      "check", "validate header, reader table and every record; exit 0 only when clean (what a live "
+               "producer kept rewriting meanwhile is listed as not judged)");
   check->add_option("bus", bus, "bus name")->required();
   check->add_flag("--json", json, json_help);
 
   auto* gc = app.add_subcommand(
-      "gc", "reclaim the reader slots of dead consumers; --forget NAME drops a remembered reader name");
+      "gc", "reclaim the reader slots of dead consumers and remove what creations of the bus killed "
+            "mid-way left; --forget NAME drops a remembered reader name");
   gc->add_option("bus", bus, "bus name")->required();
   std::vector<std::string> forget;
   gc->add_option("--forget", forget,
@@ -162,7 +166,8 @@ int main(int argc, char** argv) {
   reset->add_flag("--json", json, json_help);
 
   auto* rm = app.add_subcommand(
-      "rm", "remove a bus; refused while a live producer or reader is attached");
+      "rm", "remove a bus, and what creations of it killed mid-way left; refused while a live producer "
+            "or reader is attached");
   rm->add_option("bus", bus, "bus name")->required();
   rm->add_flag("--force", force,
                "remove even while in use: its consumers' streams end (reason removed) and its "

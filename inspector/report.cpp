@@ -318,6 +318,14 @@ nlohmann::ordered_json to_json(const ListEntry& e, std::uint64_t now_ns) {
   return j;
 }
 
+nlohmann::ordered_json to_json(const CreationFile& f) {
+  return json{{"name", f.name},
+              {"path", f.path},
+              {"file_size", f.file_size},
+              {"creator", to_string(f.creator)},
+              {"abandoned", f.creator == Liveness::dead}};
+}
+
 std::string render_show(const BusReport& r) {
   const Snapshot& s = r.snap;
   const BusInfo& i = s.info;
@@ -439,7 +447,8 @@ std::string render_watch_line(const BusReport& r) {
   return line;
 }
 
-std::string render_list(const std::vector<ListEntry>& entries, std::uint64_t now_ns) {
+std::string render_list(const std::vector<ListEntry>& entries, const std::vector<CreationFile>& creations,
+                        std::uint64_t now_ns) {
   std::vector<std::vector<std::string>> rows{{"NAME", "SIZE", "POLICY", "RING", "HEAD", "READERS",
                                               "PRODUCER", "LAST-PUBLISH"}};
   for (const ListEntry& e : entries) {
@@ -460,6 +469,22 @@ std::string render_list(const std::vector<ListEntry>& entries, std::uint64_t now
                     fmt::format("{}", r.snap.head),
                     fmt::format("{} live, {} dead", live, r.readers.size() - live), producer,
                     r.snap.head == 0 || r.publish_age_s ? human_age(r.publish_age_s) : std::string("-")});
+  }
+  // Under their own file names (hidden by the leading '.'): no bus goes by them.
+  for (const CreationFile& f : creations) {
+    const std::string file = f.path.substr(f.path.rfind('/') + 1);
+    std::string what;
+    switch (f.creator) {
+      case Liveness::dead:
+        what = fmt::format("left by a creation of '{}' killed mid-way (`shmbus-inspect gc {}` removes it)", f.name,
+                           f.name);
+        break;
+      case Liveness::alive: what = fmt::format("bus '{}' being created", f.name); break;
+      case Liveness::unknown:
+        what = fmt::format("a creation of '{}', alive or not: its lock cannot be tested", f.name);
+        break;
+    }
+    rows.push_back({tools::escape_ascii(file), human_bytes(f.file_size), std::move(what)});
   }
   return render_table(rows, {false, true, false, true, true, false, false, false}, "");
 }

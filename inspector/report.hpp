@@ -73,11 +73,14 @@ std::string reader_state(const ReaderReport& r);
 nlohmann::ordered_json to_json(const BusReport& r);
 nlohmann::ordered_json to_json(const ReaderView& r);
 nlohmann::ordered_json to_json(const ListEntry& e, std::uint64_t now_ns);
+nlohmann::ordered_json to_json(const CreationFile& f);
 
 // Text.
 std::string render_show(const BusReport& r);
 std::string render_watch_line(const BusReport& r);  // one line, no newline
-std::string render_list(const std::vector<ListEntry>& entries, std::uint64_t now_ns);
+// Buses, then the files of creations under way or killed mid-way.
+std::string render_list(const std::vector<ListEntry>& entries, const std::vector<CreationFile>& creations,
+                        std::uint64_t now_ns);
 
 // A library message without its leading "bus 'NAME': ", for places that
 // already name the bus.

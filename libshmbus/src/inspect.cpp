@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <thread>
 
 #include "bookmarks.hpp"
 #include "reader_table.hpp"
@@ -313,19 +315,251 @@ std::optional<RecordView> Inspector::record(std::uint64_t seq) const {
   return v;
 }
 
+namespace {
+
+// One look at a part of the segment a live process may be rewriting (a
+// record's slot, a reader's slot, the header's oldest): what it found, and
+// the words it found it in.
+struct Look {
+  std::string part;  // "record (slot 185)", "reader[3]", "header.oldest"
+  std::vector<Problem> problems;
+  // Every word of the part the look read that a writer may change, in the
+  // order read: two looks that read the same words saw the part hold still.
+  std::vector<std::uint64_t> words;
+  // The part changed while it was read (its seqlock re-check failed): the
+  // look judges nothing.
+  bool torn = false;
+  // A problem it found lies ahead of head, within the ring: the state a
+  // write of a live producer leaves until it stores head (padding, a batch,
+  // a span, skip_to's markers are committed first; a reader may read them).
+  // It excuses the look only if it is the one problem found.
+  bool ahead = false;
+};
+
+// How often check() looks at a part that seems wrong before it judges it,
+// and how long it waits before each look again: together (3.4 ms) long
+// enough for a producer that lost its CPU in the middle of a write to get
+// it back and finish.
+constexpr int kLooks = 7;
+void pause_before_look(int n) {
+  if (n == 1) {
+    std::this_thread::yield();
+    return;
+  }
+  std::this_thread::sleep_for(std::chrono::microseconds(10) * (1 << (2 * (n - 2))));  // 10 us .. 2.56 ms
+}
+
+// Judges parts of a segment whose writers may be at work, as a seqlock
+// reader reads: a look that finds nothing wrong settles a part; so do two
+// looks in a row that read the same words and find something wrong, unless
+// an unfinished write of a live producer explains it. A part that never
+// settles is not judged.
+class Judge {
+ public:
+  Judge(const detail::Segment& seg, std::vector<Problem>& problems, std::vector<Problem>& undecided)
+      : seg_(seg), problems_(problems), undecided_(undecided) {}
+
+  template <class LookAt>
+  void operator()(LookAt look_at) {
+    Look prev = look_at();
+    if (!prev.torn && prev.problems.empty()) return;
+    bool still = false;  // the last two looks read the same words
+    for (int n = 1; n < kLooks; ++n) {
+      pause_before_look(n);
+      Look now = look_at();
+      if (!now.torn && now.problems.empty()) return;
+      still = !now.torn && !prev.torn && now.words == prev.words;
+      if (still && !(now.ahead && now.problems.size() == 1 && producer_may_write())) {
+        for (Problem& p : now.problems) problems_.push_back(std::move(p));
+        return;
+      }
+      prev = std::move(now);
+    }
+    if (!still) {
+      undecided_.push_back({prev.part, "changed while it was read, " + std::to_string(kLooks) + " looks in a row"});
+      return;
+    }
+    for (Problem& p : prev.problems)
+      undecided_.push_back(
+          {std::move(p.where), std::move(p.what) + ", as a write its live producer has not finished leaves it"});
+  }
+
+ private:
+  // Tested once, when first needed: a holder that cannot be tested counts
+  // as alive (a live process is never taken for dead).
+  bool producer_may_write() {
+    if (producer_ < 0) producer_ = seg_.producer_holder() != detail::Holder::none ? 1 : 0;
+    return producer_ == 1;
+  }
+
+  const detail::Segment& seg_;
+  std::vector<Problem>& problems_;
+  std::vector<Problem>& undecided_;
+  int producer_ = -1;  // not tested yet
+};
+
+Look look_at_oldest(const detail::Segment& seg) {
+  const layout::SegmentHeader& h = *seg.header();
+  Look look;
+  look.part = "header.oldest";
+  // Acquire (both): pair with the producer's release stores of head; oldest
+  // is read between them, so the first head is at most a ring past it and
+  // it is at most the second, unless a write is under way.
+  const std::uint64_t h0 = h.head.load(std::memory_order_acquire);
+  const std::uint64_t o = h.oldest.load(std::memory_order_acquire);
+  const std::uint64_t h1 = h.head.load(std::memory_order_acquire);
+  look.words = {o};
+  if (o > h1 || h0 - o > seg.capacity()) {
+    look.problems.push_back(
+        {look.part, "oldest " + std::to_string(o) + " is outside the ring (head " + std::to_string(h1) + ")"});
+    look.ahead = o > h1 && o - h1 <= seg.capacity();
+  }
+  return look;
+}
+
+Look look_at_reader(const detail::Segment& seg, std::uint32_t i) {
+  const layout::SegmentHeader& h = *seg.header();
+  const layout::ReaderSlot& r = *seg.reader(i);
+  const std::uint64_t cap = seg.capacity();
+  Look look;
+  look.part = "reader[" + std::to_string(i) + "]";
+  auto add = [&](std::string what) { look.problems.push_back({look.part, std::move(what)}); };
+  // Acquire: pairs with the producer's release store of head (read before
+  // the cursor, so a cursor a ring behind it is behind every head since).
+  const std::uint64_t h0 = h.head.load(std::memory_order_acquire);
+  const std::uint64_t owner = r.owner.load(std::memory_order_acquire);
+  const std::uint32_t state = r.state.load(std::memory_order_acquire);
+  const std::uint64_t generation = r.generation.load(std::memory_order_relaxed);
+  look.words = {owner, state, generation};
+  if (state > layout::kSlotBestEffort) add("state " + std::to_string(state) + " is unknown");
+  if (owner == layout::kOwnerFree && state != layout::kSlotFree) add("active but has no owner");
+  if (owner != layout::kOwnerFree && seg.reader_holder(i) == detail::Holder::alive && owner != generation)
+    add("owner ticket " + std::to_string(owner) + " is not the slot's generation " + std::to_string(generation));
+  if (owner == layout::kOwnerFree || state == layout::kSlotFree || state > layout::kSlotBestEffort) return look;
+  const std::uint64_t c = r.cursor.load(std::memory_order_acquire);
+  const std::uint64_t h1 = h.head.load(std::memory_order_acquire);
+  look.words.push_back(c);
+  // A reader reads what is committed, and a producer stores head after
+  // committing: a cursor runs ahead of head while a write is unfinished.
+  if (c > h1) {
+    add("cursor " + std::to_string(c) + " is beyond head " + std::to_string(h1));
+    look.ahead = c - h1 <= cap;
+  }
+  if (!seg.overwrite() && state == layout::kSlotActive && c + cap < h0)
+    add("cursor " + std::to_string(c) + " is more than a ring behind head " + std::to_string(h0) + " in a block bus");
+  if (std::find(std::begin(r.name), std::end(r.name), '\0') == std::end(r.name)) add("name is not NUL-terminated");
+  return look;
+}
+
+Look look_at_record(const detail::Segment& seg, const detail::RecordRing& ring, std::uint64_t i) {
+  const layout::SegmentHeader& h = *seg.header();
+  const std::uint64_t cap = ring.capacity();
+  Look look;
+  const std::string where_slot = "slot " + std::to_string(i);
+  look.part = "record (" + where_slot + ")";
+  layout::RecordHeader* r = ring.record(i);
+  // Acquire: pairs with the producer's release store of head, so every
+  // position before h0 was written when the slot is read below.
+  const std::uint64_t h0 = h.head.load(std::memory_order_acquire);
+  // The inside of a span of the last ring has no header (its start is
+  // checked with it); an older mark only says the tag word may be stale.
+  // The position the slot's mark names (all ones when unmarked, which is
+  // past kMaxSequence like any impossible mark).
+  const std::uint64_t inside = ring.span_mark_seq(i);
+  look.words.push_back(inside);
+  if (inside < layout::kMaxSequence && ring.same_slot(inside, i) && inside + cap >= h0) return look;
+  const std::uint64_t t = detail::RecordRing::load_tag(r);
+  const std::uint32_t len = detail::RecordRing::load_length(r);
+  const std::uint32_t recs = detail::RecordRing::load_records(r);
+  const std::optional<detail::Gap> gap =
+      t != 0 && !detail::is_busy(t) ? ring.read_gap(r, detail::tag_seq(t)) : std::nullopt;
+  // The seqlock's re-check, through the slot's mark too: a span begun over
+  // the slot since was marked there before its payload rewrote any word
+  // read above (RecordRing::mark_span(); the fence in unchanged() pairs
+  // with its release fence), in whatever order the payload was stored.
+  if (!detail::RecordRing::unchanged(r, t) || ring.span_mark_seq(i) != inside) {
+    look.torn = true;
+    return look;
+  }
+  look.words.insert(look.words.end(), {t, len, recs, gap ? gap->to : 0});
+  // Acquire: as h0; read after the tag, so a record committed before it
+  // was stored is no further ahead of it than a write under way reaches.
+  const std::uint64_t h1 = h.head.load(std::memory_order_acquire);
+  if (t == 0) {
+    // A takeover clears the commit marks inside the span its predecessor
+    // died writing (from head on, and from the next lap's start when
+    // that span followed padding): those slots stay unmarked until a
+    // producer gets there. Anywhere else, a slot head has passed was written.
+    const std::uint64_t next_here = h0 + ((i - h0) & (cap - 1));  // the slot's next position from head
+    const std::uint64_t next_lap = (h0 | (cap - 1)) + 1;
+    const bool cleared = next_here - h0 < ring.max_span() ||
+                         (next_here >= next_lap && next_here - next_lap < ring.max_span());
+    if (h0 > i && !cleared)
+      look.problems.push_back({look.part, "never committed, but head " + std::to_string(h0) + " is past it"});
+    return look;
+  }
+  const bool busy = detail::is_busy(t);
+  const std::uint64_t seq = detail::tag_seq(t);
+  const std::string where = "record " + std::to_string(seq) + " (" + where_slot + ")";
+  auto add = [&](std::string what) { look.problems.push_back({where, std::move(what)}); };
+  if (!ring.same_slot(seq, i)) {
+    look.problems.push_back({look.part, "commit tag names sequence " + std::to_string(seq) +
+                                            ", which belongs in slot " + std::to_string(seq & (cap - 1))});
+    return look;
+  }
+  if (seq > h1 + (busy ? cap : 0)) {
+    add("sequence is beyond head " + std::to_string(h1));
+    // Within a ring of head, or skip_to's markers up to its target (the
+    // BUSY tags it stores first, then each marker).
+    look.ahead = seq - h1 < cap || busy || gap;
+  } else if (seq + cap < h0) {
+    add("stale: the ring is at head " + std::to_string(h0) + ", a write was lost");
+  }
+  if (busy || gap) return look;
+  if (len > ring.max_message()) {
+    add("length " + std::to_string(len) + " exceeds the bus's max message " + std::to_string(ring.max_message()));
+    return look;
+  }
+  if (ring.checked_records(seq, len, recs) == 0) {
+    add("takes " + std::to_string(recs) + " records, which cannot hold " + std::to_string(len) + " bytes within " +
+        std::to_string(ring.max_span()) + " records before the end of the ring");
+    return look;
+  }
+  for (std::uint64_t j = 1; j < recs; ++j) {
+    const std::uint64_t m = ring.span_mark_seq(seq + j);
+    look.words.push_back(m);
+    if (m == seq + j) continue;
+    // A later lap's span over the tail: the producer wrote over this
+    // record's own slot first (its tag or its mark, which the re-check
+    // sees), unless both marks are stores of one run still under way.
+    if (!detail::RecordRing::unchanged(r, t) || ring.span_mark_seq(i) != inside) {
+      look.torn = true;
+      return look;
+    }
+    add("spans " + std::to_string(recs) + " records, but slot " + std::to_string((seq + j) & (cap - 1)) +
+        " is not marked as its part " + std::to_string(j));
+    look.ahead = m < layout::kMaxSequence && ring.same_slot(m, seq + j) && m > seq + j && m < h1 + cap;
+    break;
+  }
+  return look;
+}
+
+}  // namespace
+
 std::vector<Problem> Inspector::check() const {
+  std::vector<Problem> undecided;
+  return check(undecided);
+}
+
+std::vector<Problem> Inspector::check(std::vector<Problem>& undecided) const {
   const detail::Segment& seg = *impl_->seg;
   const layout::SegmentHeader& h = *seg.header();
   std::vector<Problem> out;
+  undecided.clear();
   auto add = [&](std::string where, std::string what) { out.push_back({std::move(where), std::move(what)}); };
-  const std::uint64_t cap = seg.capacity();
-  const std::uint64_t h0 = h.head.load(std::memory_order_acquire);
+  Judge judge(seg, out, undecided);
 
-  if (!seg.overwrite()) {
-    const std::uint64_t o = h.oldest.load(std::memory_order_acquire);
-    if (o > h0 || h0 - o > cap)
-      add("header.oldest", "oldest " + std::to_string(o) + " is outside the ring (head " + std::to_string(h0) + ")");
-  }
+  if (!seg.overwrite()) judge([&] { return look_at_oldest(seg); });
   if (const std::uint32_t c = h.closed.load(std::memory_order_relaxed); c > 1)
     add("header.closed", "value " + std::to_string(c) + " is neither 0 nor 1");
   if (const std::uint32_t c = h.removed.load(std::memory_order_relaxed); c > 1)
@@ -338,85 +572,10 @@ std::vector<Problem> Inspector::check() const {
   if (const std::uint32_t b = h.blocked_on_slot.load(std::memory_order_relaxed); b > seg.max_readers())
     add("header.blocked_on_slot", "slot " + std::to_string(b) + " is beyond the reader table");
 
-  for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
-    const layout::ReaderSlot& r = *seg.reader(i);
-    const std::string where = "reader[" + std::to_string(i) + "]";
-    const std::uint64_t owner = r.owner.load(std::memory_order_acquire);
-    const std::uint32_t state = r.state.load(std::memory_order_acquire);
-    if (state > layout::kSlotBestEffort) add(where, "state " + std::to_string(state) + " is unknown");
-    if (owner == layout::kOwnerFree && state != layout::kSlotFree) add(where, "active but has no owner");
-    if (owner != layout::kOwnerFree && seg.reader_holder(i) == detail::Holder::alive &&
-        owner != r.generation.load(std::memory_order_relaxed))
-      add(where, "owner ticket " + std::to_string(owner) + " is not the slot's generation " +
-                     std::to_string(r.generation.load(std::memory_order_relaxed)));
-    if (owner == layout::kOwnerFree || state == layout::kSlotFree || state > layout::kSlotBestEffort) continue;
-    const std::uint64_t c = r.cursor.load(std::memory_order_acquire);
-    const std::uint64_t h1 = h.head.load(std::memory_order_acquire);
-    if (c > h1) add(where, "cursor " + std::to_string(c) + " is beyond head " + std::to_string(h1));
-    if (!seg.overwrite() && state == layout::kSlotActive && c + cap < h0)
-      add(where, "cursor " + std::to_string(c) + " is more than a ring behind head " + std::to_string(h0) +
-                     " in a block bus");
-    if (std::find(std::begin(r.name), std::end(r.name), '\0') == std::end(r.name))
-      add(where, "name is not NUL-terminated");
-  }
+  for (std::uint32_t i = 0; i < seg.max_readers(); ++i) judge([&] { return look_at_reader(seg, i); });
 
   const detail::RecordRing ring = seg.ring();
-  for (std::uint64_t i = 0; i < cap; ++i) {
-    layout::RecordHeader* r = ring.record(i);
-    // The inside of a span of the last ring has no header (its start is
-    // checked below); an older mark only says the tag word may be stale.
-    // The position the slot's mark names (all ones when unmarked, which is
-    // past kMaxSequence like any impossible mark).
-    const std::uint64_t inside = ring.span_mark_seq(i);
-    if (inside < layout::kMaxSequence && ring.same_slot(inside, i) && inside + cap >= h0) continue;
-    const std::uint64_t t = detail::RecordRing::load_tag(r);
-    const std::uint32_t len = detail::RecordRing::load_length(r);
-    const bool gap = t != 0 && !detail::is_busy(t) && ring.read_gap(r, detail::tag_seq(t)).has_value();
-    if (!detail::RecordRing::unchanged(r, t)) continue;  // being written right now
-    const std::uint64_t h1 = h.head.load(std::memory_order_acquire);
-    const std::string where_slot = "slot " + std::to_string(i);
-    if (t == 0) {
-      // A takeover clears the commit marks inside the span its predecessor
-      // died writing (from head on, and from the next lap's start when
-      // that span followed padding): those slots stay unmarked until a
-      // producer gets there. Anywhere else, a slot head has passed was written.
-      const std::uint64_t next_here = h0 + ((i - h0) & (cap - 1));  // the slot's next position from head
-      const std::uint64_t next_lap = (h0 | (cap - 1)) + 1;
-      const bool cleared = next_here - h0 < ring.max_span() ||
-                           (next_here >= next_lap && next_here - next_lap < ring.max_span());
-      if (h0 > i && !cleared)
-        add("record (" + where_slot + ")", "never committed, but head " + std::to_string(h0) + " is past it");
-      continue;
-    }
-    const bool busy = detail::is_busy(t);
-    const std::uint64_t seq = detail::tag_seq(t);
-    const std::string where = "record " + std::to_string(seq) + " (" + where_slot + ")";
-    if (!ring.same_slot(seq, i)) {
-      add("record (" + where_slot + ")", "commit tag names sequence " + std::to_string(seq) + ", which belongs in slot " +
-                                             std::to_string(seq & (cap - 1)));
-      continue;
-    }
-    if (seq > h1 + (busy ? cap : 0)) add(where, "sequence is beyond head " + std::to_string(h1));
-    else if (seq + cap < h0) add(where, "stale: the ring is at head " + std::to_string(h0) + ", a write was lost");
-    if (busy || gap) continue;
-    if (len > ring.max_message()) {
-      add(where, "length " + std::to_string(len) + " exceeds the bus's max message " + std::to_string(ring.max_message()));
-      continue;
-    }
-    const std::uint32_t recs = detail::RecordRing::load_records(r);
-    if (ring.checked_records(seq, len, recs) == 0) {
-      add(where, "takes " + std::to_string(recs) + " records, which cannot hold " + std::to_string(len) +
-                     " bytes within " + std::to_string(ring.max_span()) + " records before the end of the ring");
-      continue;
-    }
-    for (std::uint64_t j = 1; j < recs; ++j) {
-      if (ring.span_mark(seq + j) != detail::RecordRing::Mark::inside && detail::RecordRing::unchanged(r, t)) {
-        add(where, "spans " + std::to_string(recs) + " records, but slot " + std::to_string((seq + j) & (cap - 1)) +
-                       " is not marked as its part " + std::to_string(j));
-        break;
-      }
-    }
-  }
+  for (std::uint64_t i = 0; i < seg.capacity(); ++i) judge([&] { return look_at_record(seg, ring, i); });
   return out;
 }
 
@@ -612,6 +771,24 @@ std::vector<ListEntry> list_buses(const Trust& trust, std::string_view dir_optio
   }
   ::closedir(d);
   std::sort(out.begin(), out.end(), [](const ListEntry& a, const ListEntry& b) { return a.name < b.name; });
+  return out;
+}
+
+std::vector<CreationFile> list_creations(std::string_view dir_option) {
+  std::vector<CreationFile> out;
+  for (detail::Temporary& t : detail::find_temporaries(detail::resolve_dir(dir_option, {}).path)) {
+    CreationFile f;
+    f.name = std::move(t.bus);
+    f.path = std::move(t.path);
+    f.file_size = t.file_size;
+    f.creator = t.creator == detail::Holder::alive  ? Liveness::alive
+                : t.creator == detail::Holder::none ? Liveness::dead
+                                                    : Liveness::unknown;
+    out.push_back(std::move(f));
+  }
+  std::sort(out.begin(), out.end(), [](const CreationFile& a, const CreationFile& b) {
+    return a.name != b.name ? a.name < b.name : a.path < b.path;
+  });
   return out;
 }
 

@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "sys.hpp"
@@ -203,6 +205,48 @@ struct FdMapping {
 };
 
 std::string temp_prefix(std::string_view bus) { return ".shmbus." + std::string(bus) + "."; }
+constexpr std::size_t kTempSuffix = 6;  // random_suffix()'s letters and digits
+
+// The bus a directory entry named `fn` is a temporary file of
+// (temp_prefix(NAME) and kTempSuffix letters or digits, NAME a valid bus
+// name), or nullopt.
+std::optional<std::string> temporary_of(std::string_view fn) {
+  constexpr std::string_view lead = ".shmbus.";
+  if (fn.size() < lead.size() + 2 + kTempSuffix || fn.substr(0, lead.size()) != lead) return std::nullopt;
+  const std::string_view suffix = fn.substr(fn.size() - kTempSuffix);
+  if (fn[fn.size() - kTempSuffix - 1] != '.' ||
+      !std::all_of(suffix.begin(), suffix.end(), [](char c) {
+        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+      }))
+    return std::nullopt;
+  std::string bus(fn.substr(lead.size(), fn.size() - lead.size() - kTempSuffix - 1));
+  try {
+    validate_name(bus);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  return bus;
+}
+
+// The temporary files in `dir` of bus `bus` (of any bus when empty): each
+// one's file name and the bus it is of; nullopt (errno set) if `dir` cannot
+// be read.
+using TempNames = std::vector<std::pair<std::string, std::string>>;
+std::optional<TempNames> temporaries_in(const std::string& dir, std::string_view bus) {
+  TempNames out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return std::nullopt;
+  while (const dirent* e = ::readdir(d)) {
+    std::optional<std::string> of = temporary_of(e->d_name);
+    if (of && (bus.empty() || *of == bus)) out.emplace_back(e->d_name, std::move(*of));
+  }
+  ::closedir(d);
+  return out;
+}
+
+std::string file_in(const std::string& dir, const std::string& fn) {
+  return (dir == "/" ? std::string() : dir) + "/" + fn;
+}
 
 std::string random_suffix() {
   static constexpr char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -233,17 +277,9 @@ int publish_name(const std::string& from, const std::string& to) {
 // (nobody holds their creator lock). Only files this process may remove.
 std::vector<std::string> remove_dead_temporaries(std::string_view bus, const std::string& dir) {
   std::vector<std::string> removed;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return removed;
-  const std::string prefix = ".shmbus." + std::string(bus) + ".";
-  std::vector<std::string> names;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string_view fn = e->d_name;
-    if (fn.size() == prefix.size() + 6 && fn.substr(0, prefix.size()) == prefix) names.emplace_back(fn);
-  }
-  ::closedir(d);
-  for (const std::string& fn : names) {
-    const std::string path = (dir == "/" ? std::string() : dir) + "/" + fn;
+  if (bus.empty()) return removed;
+  for (const auto& [fn, of] : temporaries_in(dir, bus).value_or(TempNames{})) {
+    const std::string path = file_in(dir, fn);
     const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) continue;
     struct stat st {}, now {};
@@ -256,6 +292,32 @@ std::vector<std::string> remove_dead_temporaries(std::string_view bus, const std
     ::close(fd);
   }
   return removed;
+}
+
+std::vector<Temporary> find_temporaries(const std::string& dir) {
+  std::vector<Temporary> out;
+  auto found = temporaries_in(dir, {});
+  if (!found) throw Error(Errc::bad_directory, "bus directory " + dir + ": " + std::strerror(errno));
+  for (auto& [fn, of] : *found) {
+    Temporary t;
+    t.bus = std::move(of);
+    t.path = file_in(dir, fn);
+    struct stat st {};
+    // lstat first: a FIFO, device or symlink planted under such a name is
+    // listed, never opened.
+    if (::lstat(t.path.c_str(), &st) != 0) continue;  // renamed into place or removed meanwhile
+    t.file_size = static_cast<std::uint64_t>(st.st_size);
+    if (S_ISREG(st.st_mode)) {
+      // Read-only: a lock test needs no write access, and takes nothing.
+      const int fd = ::open(t.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+      struct stat opened {};
+      if (fd >= 0 && ::fstat(fd, &opened) == 0 && opened.st_ino == st.st_ino && opened.st_dev == st.st_dev)
+        t.creator = test_lock(fd, layout::kCreatorLockByte);
+      if (fd >= 0) ::close(fd);
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions& requested) {
@@ -273,7 +335,7 @@ std::shared_ptr<Segment> Segment::create(std::string_view name, const BusOptions
   for (int attempt = 0;; ++attempt) {
     // Built under a temporary name and renamed into place once complete
     // (layout.hpp): nobody ever opens a half-made bus.
-    const std::string temp = (dir.path == "/" ? std::string() : dir.path) + "/" + temp_prefix(name) + random_suffix();
+    const std::string temp = file_in(dir.path, temp_prefix(name) + random_suffix());
     const int raw = ::open(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (raw < 0) {
       if (errno == EEXIST && attempt < 16) continue;

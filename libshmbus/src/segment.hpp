@@ -154,4 +154,19 @@ std::uint64_t oldest_retained(const Segment& s, std::uint64_t head) noexcept;
 // nobody holds, and that this process may remove. Returns their paths.
 std::vector<std::string> remove_dead_temporaries(std::string_view bus, const std::string& dir);
 
+// A creation's temporary file (layout.hpp: .shmbus.NAME.XXXXXX), as found.
+struct Temporary {
+  std::string bus;   // the NAME it is (or was) to become
+  std::string path;
+  std::uint64_t file_size = 0;
+  // Its creator lock: alive while a creator builds it, none once the
+  // creator is gone, unknown if it could not be tested (a file we may not
+  // open, or not a regular file).
+  Holder creator = Holder::unknown;
+};
+// Every temporary file in `dir` (absolute), unsorted. Looks at each file
+// without taking its lock or changing it. Throws Errc::bad_directory if
+// `dir` cannot be read.
+std::vector<Temporary> find_temporaries(const std::string& dir);
+
 }  // namespace shmbus::detail

@@ -717,6 +717,127 @@ TEST_F(InspectTest, RmRefusesWhileInUseUnlessForced) {
   EXPECT_THAT(missing.err, HasSubstr(idle));
 }
 
+// A creator as the library is one (Segment::create): it makes
+// DIR/.shmbus.NAME.XXXXXX exclusively, holds an OFD write lock on its byte 0
+// from its first moment and reserves the file. Once the file is made and
+// locked this one either stays at work until killed (its pid is returned)
+// or is killed there (SIGKILL) and reaped, leaving the file (0 is returned).
+pid_t start_creator(const std::string& path, bool stay) {
+  int ready[2];
+  if (::pipe(ready) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(ready[0]);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    flock fl{};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = 0;
+    fl.l_len = 1;
+    if (fd < 0 || ::fcntl(fd, F_OFD_SETLK, &fl) != 0 || ::ftruncate(fd, 64 << 10) != 0 ||
+        ::posix_fallocate(fd, 0, 64 << 10) != 0)
+      ::_exit(3);
+    if (::write(ready[1], "r", 1) != 1) ::_exit(4);
+    if (!stay) ::raise(SIGKILL);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char c = 0;
+  const bool made = pid > 0 && ::read(ready[0], &c, 1) == 1;
+  ::close(ready[0]);
+  if (pid > 0 && (!stay || !made)) {
+    if (!made) ::kill(pid, SIGKILL);
+    int ws = 0;
+    ::waitpid(pid, &ws, 0);
+    if (!made || !WIFSIGNALED(ws)) return -1;
+  }
+  return stay ? pid : 0;
+}
+
+// What creators leave in the bus directory (layout.hpp: a bus is built as
+// .shmbus.NAME.XXXXXX, hidden by its dot, and renamed into place once
+// complete): list shows a creation under way and one killed mid-way, and
+// gc and rm remove only what a dead creator left, never a file a live
+// creator is building.
+TEST_F(InspectTest, ListShowsCreationsKilledMidWayAndGcAndRmRemoveOnlyThose) {
+  const std::string bus = bus_name("creations");
+  shmbus::Bus::create(bus, small_bus());
+  const std::string temp = "/dev/shm/.shmbus." + bus + ".";
+  const std::string dead = temp + "DEAD01", dead_too = temp + "DEAD02", live = temp + "LIVE01";
+  struct Cleanup {
+    std::vector<std::string> paths;
+    pid_t creator = -1;
+    ~Cleanup() {
+      if (creator > 0) {
+        ::kill(creator, SIGKILL);
+        ::waitpid(creator, nullptr, 0);
+      }
+      for (const std::string& p : paths) ::unlink(p.c_str());
+    }
+  } cleanup{{dead, dead_too, live}};
+  ASSERT_EQ(start_creator(dead, false), 0);
+  cleanup.creator = start_creator(live, true);
+  ASSERT_GT(cleanup.creator, 0);
+
+  const auto creations = [&] {
+    std::map<std::string, json> out;
+    const json j = inspect_json({"list"});
+    for (const json& c : j["creations"]) {
+      if (c["name"] == bus) out[c["path"]] = c;
+    }
+    return out;
+  };
+  auto found = creations();
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found[dead]["creator"], "dead");
+  EXPECT_EQ(found[dead]["abandoned"], true);
+  EXPECT_EQ(found[dead]["file_size"], 64u << 10);
+  EXPECT_EQ(found[live]["creator"], "alive");
+  EXPECT_EQ(found[live]["abandoned"], false);
+  const Result text = inspect({"list"});
+  ASSERT_EQ(text.status, 0) << text.err;
+  std::map<std::string, std::string> rows;
+  for (const std::string& line : lines_of(text.out)) rows[line.substr(0, line.find(' '))] = line;
+  ASSERT_TRUE(rows.count(bus)) << text.out;  // the bus itself, as ever
+  EXPECT_THAT(rows[".shmbus." + bus + ".DEAD01"],
+              HasSubstr("left by a creation of '" + bus + "' killed mid-way (`shmbus-inspect gc " + bus));
+  EXPECT_THAT(rows[".shmbus." + bus + ".DEAD01"], HasSubstr("64.0 KiB"));
+  EXPECT_THAT(rows[".shmbus." + bus + ".LIVE01"], HasSubstr("bus '" + bus + "' being created"));
+
+  const Result gc = inspect({"gc", bus});
+  ASSERT_EQ(gc.status, 0) << gc.err;
+  EXPECT_THAT(gc.out, HasSubstr("removed " + dead + " (left by a creation killed mid-way)"));
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live)) << "gc removed a file its creator is still building";
+  found = creations();
+  EXPECT_EQ(found.size(), 1u);
+  EXPECT_TRUE(found.count(live));
+
+  // rm takes the bus's dead leftovers with it, and leaves the live one.
+  ASSERT_EQ(start_creator(dead_too, false), 0);
+  const json rm = inspect_json({"rm", bus});
+  EXPECT_EQ(rm["removed"], true);
+  EXPECT_EQ(rm["abandoned_creations"], json::array({dead_too}));
+  EXPECT_FALSE(shmbus::Bus::exists(bus));
+  EXPECT_FALSE(fs::exists(dead_too));
+  EXPECT_TRUE(fs::exists(live)) << "rm removed a file its creator is still building";
+  const Result none = inspect({"rm", bus});
+  EXPECT_EQ(none.status, 1);
+  EXPECT_THAT(none.err, HasSubstr("bus '" + bus + "': no such bus"));
+  EXPECT_TRUE(fs::exists(live));
+
+  // Its creator killed, the file is a leftover: rm of the name removes it.
+  ::kill(cleanup.creator, SIGKILL);
+  ::waitpid(cleanup.creator, nullptr, 0);
+  cleanup.creator = -1;
+  EXPECT_EQ(creations()[live]["creator"], "dead");
+  const Result rm_left = inspect({"rm", bus});
+  EXPECT_EQ(rm_left.status, 0) << rm_left.err;
+  EXPECT_THAT(rm_left.out, HasSubstr("removed " + live + " (left by a creation killed mid-way)"));
+  EXPECT_FALSE(fs::exists(live));
+  EXPECT_TRUE(creations().empty());
+}
+
 TEST_F(InspectTest, WatchPrintsOneLinePerIntervalWhenNotATerminal) {
   const std::string bus = bus_name("watch");
   shmbus::Bus::create(bus, small_bus());

@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <latch>
 #include <set>
 #include <thread>
@@ -587,6 +588,49 @@ TEST(Creation, GcRemovesWhatADeadCreatorLeftEvenWithoutTheBus) {
   struct stat st {};
   EXPECT_NE(::stat(dead.c_str(), &st), 0);
   EXPECT_TRUE(remove_abandoned_creations(name.str()).empty());
+}
+
+// list_creations() tells a file a live creator is building (its byte 0
+// locked) from one a creator killed mid-way left, without taking either's
+// lock; only the dead one's is removed.
+TEST(Creation, ListedCreationsTellOneUnderWayFromOneKilledMidWay) {
+  ScopedName name("creations");
+  const std::string dead = plant_temporary(name.str(), "DEAD03");
+  const std::string live = plant_temporary(name.str(), "LIVE03");
+  // Names that only look like a creation's are not one.
+  const std::string odd = "/dev/shm/.shmbus." + name.str() + ".short";
+  std::ofstream(odd) << "x";
+  const int held = ::open(live.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  flock fl{};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 1;
+  ASSERT_EQ(::fcntl(held, F_OFD_SETLK, &fl), 0);
+  const auto mine = [&] {
+    std::vector<CreationFile> out;
+    for (CreationFile& f : list_creations())
+      if (f.name == name.str()) out.push_back(std::move(f));
+    return out;
+  };
+  std::vector<CreationFile> found = mine();
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found[0].path, dead);
+  EXPECT_EQ(found[0].creator, Liveness::dead);
+  EXPECT_EQ(found[0].file_size, 1u << 20);
+  EXPECT_EQ(found[1].path, live);
+  EXPECT_EQ(found[1].creator, Liveness::alive);
+  EXPECT_EQ(mine().size(), 2u) << "listing took or changed something";
+  EXPECT_EQ(remove_abandoned_creations(name.str()), std::vector<std::string>{dead});
+  found = mine();
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].path, live);
+  ::close(held);  // as its creator's death does
+  EXPECT_EQ(mine().at(0).creator, Liveness::dead);
+  EXPECT_EQ(remove_abandoned_creations(name.str()), std::vector<std::string>{live});
+  EXPECT_TRUE(mine().empty());
+  ::unlink(odd.c_str());
 }
 
 TEST(HostileSegments, ImpossibleHeaderFieldsAreCorrupt) {

@@ -181,7 +181,16 @@ class Inspector {
 
   // Validates the whole segment: header, reader table, and every record's
   // framing (length, sequence matching its slot). Empty when clean.
+  // On a live bus the producer rewrites records (and readers their
+  // cursors) while they are read: a part that looks wrong is looked at
+  // again, as a seqlock reader re-reads, and is a problem only once two
+  // looks in a row read the same words and an unfinished write of a live
+  // producer does not explain what they found (a record committed ahead
+  // of the head it has yet to store). A part that never held still over
+  // several milliseconds of looks is not judged: it goes to `undecided`
+  // (where, and why), which is no sign of damage.
   std::vector<Problem> check() const;
+  std::vector<Problem> check(std::vector<Problem>& undecided) const;
 
  private:
   struct Impl;
@@ -196,9 +205,9 @@ std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust&
                                              std::string_view dir = {});
 
 // Removes what creations of bus `name` that were killed mid-way left in
-// its directory (.shmbus.NAME.XXXXXX files nobody is building any more; the bus
-// itself was never there). Returns their paths. Creating the bus again does
-// the same.
+// its directory (.shmbus.NAME.XXXXXX files nobody is building any more, by
+// their lock: never one a live creator holds; the bus itself was never
+// there). Returns their paths. Creating the bus again does the same.
 std::vector<std::string> remove_abandoned_creations(std::string_view name, std::string_view dir = {});
 
 // Drops the remembered reader name `reader` of bus `name`. Returns false if
@@ -273,5 +282,25 @@ struct ListEntry {
 // that are not named shmbus.* are skipped. Throws Errc::bad_directory if
 // `dir` is missing, not a directory, or not on tmpfs or hugetlbfs.
 std::vector<ListEntry> list_buses(const Trust& trust = {}, std::string_view dir = {});
+
+// A file a bus is built in: a creation makes the bus under a temporary name
+// beside it (.shmbus.NAME.XXXXXX), holding a lock on the file while it
+// works, and renames it to shmbus.NAME once complete.
+struct CreationFile {
+  std::string name;             // the bus it is (or was) to become
+  std::string path;
+  std::uint64_t file_size = 0;  // its memory, reserved at the start
+  // alive: a creator is building it now. dead: its creator was killed
+  // mid-way and the file is a leftover, hidden by its leading '.':
+  // remove_abandoned_creations() (shmbus-inspect gc or rm of the bus) and
+  // the next creation of the bus remove it. unknown: its lock could not be
+  // tested (a file we may not open, or not a regular file): left alone.
+  Liveness creator = Liveness::unknown;
+};
+
+// Every such file in `dir` (empty: bus_dir()), sorted by bus name, then
+// path. Tests each file's lock without taking it. Throws
+// Errc::bad_directory as list_buses() does.
+std::vector<CreationFile> list_creations(std::string_view dir = {});
 
 }  // namespace shmbus

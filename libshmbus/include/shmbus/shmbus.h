@@ -383,7 +383,10 @@ typedef struct shmbus_batch_result {
 /* Up to `max` messages available now (waiting up to `timeout_ns` for the
  * first) into out[0..]; their data stays valid until the next read call.
  * Returns the number read (0 on a timeout or end of stream), or -1 on an
- * invalid argument. `result` may be NULL. */
+ * invalid argument. `result` may be NULL. A loss in `result` comes before
+ * out[0] and covers every sequence since the message before it (padding
+ * included); one met after messages are in hand ends the batch and is
+ * told by the next call. */
 SHMBUS_API int64_t shmbus_consumer_read_batch(shmbus_consumer* consumer, shmbus_message* out,
                                               size_t max, int64_t timeout_ns,
                                               shmbus_batch_result* result);

@@ -91,6 +91,18 @@ class Connection {
 // exist, a permission the server refuses, JetStream disabled.
 bool is_fatal(const GatewayError& e);
 
+// Sleeps `d`, or less once `stop()` says so: a back-off a signal ends
+// within 20 ms.
+template <class Stop>
+void pause_unless(Stop&& stop, std::chrono::milliseconds d) {
+  const auto until = std::chrono::steady_clock::now() + d;
+  while (!stop()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) return;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(until - now, std::chrono::milliseconds(20)));
+  }
+}
+
 // Calls f() until it returns without a GatewayError, backing off from 50 ms
 // to 2 s between attempts while the errors are transient (a server
 // restarting answers with timeouts and no responders until JetStream has
@@ -106,7 +118,7 @@ auto retry_transient(F&& f, Stop&& stop, std::chrono::milliseconds give_up = std
     } catch (const GatewayError& e) {
       if (is_fatal(e) || stop() || std::chrono::steady_clock::now() + backoff > deadline) throw;
     }
-    std::this_thread::sleep_for(backoff);
+    pause_unless(stop, backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
   }
 }

@@ -4,6 +4,7 @@
 #include <shmbus/producer.hpp>
 
 #include <optional>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -33,7 +34,7 @@ class PullConsumer {
       : c_(c), o_(o), next_subject_(fmt::format("$JS.API.CONSUMER.MSG.NEXT.{}.{}", o.stream, o.durable)) {}
   ~PullConsumer() {
     reset();
-    natsConnection_FlushTimeout(c_.nc(), 500);  // the server has seen every unsubscribe
+    if (c_.connected()) natsConnection_FlushTimeout(c_.nc(), 200);  // the server has seen every unsubscribe
     for (natsSubscription* s : retired_) natsSubscription_Destroy(s);
   }
   PullConsumer(const PullConsumer&) = delete;
@@ -114,7 +115,8 @@ class PullConsumer {
   // request's expiry to `out` (which owns them). Untrusted: a message
   // without a reply subject or a Status header is a delivery only if its
   // reply subject parses (the caller checks it); anything else is dropped.
-  Fetch fetch(std::vector<natsMsg*>& out, int batch, natsStatus& error) {
+  // Ends early, with what arrived, once `stop()` says so (within 100 ms).
+  Fetch fetch(std::vector<natsMsg*>& out, int batch, natsStatus& error, const std::function<bool()>& stop) {
     const std::string body =
         fmt::format(R"({{"batch":{},"expires":{}}})", batch, kFetchWaitMs * 1'000'000);
     error = natsConnection_PublishRequest(c_.nc(), next_subject_.c_str(), inbox_.c_str(), body.data(),
@@ -124,10 +126,10 @@ class PullConsumer {
     const auto deadline = Clock::now() + std::chrono::milliseconds(kFetchWaitMs + 500);
     while (static_cast<int>(out.size()) < batch) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return Fetch::done;
+      if (left <= 0 || stop()) return Fetch::done;
       natsMsg* m = nullptr;
-      const natsStatus s = natsSubscription_NextMsg(&m, sub_, left);
-      if (s == NATS_TIMEOUT) return Fetch::done;
+      const natsStatus s = natsSubscription_NextMsg(&m, sub_, std::min<std::int64_t>(left, 100));
+      if (s == NATS_TIMEOUT) continue;
       if (s != NATS_OK) {
         error = s;
         return Fetch::failed;
@@ -230,6 +232,10 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
     }
     if (conn.reconnects() != seen_reconnects) need_rewind = true;
     if (need_rewind) {
+      if (!conn.connected()) {  // a JetStream request now would wait out its whole timeout
+        pause_unless(stop, std::chrono::milliseconds(50));
+        continue;
+      }
       try {
         const std::uint64_t from = last_committed_sseq != 0 ? last_committed_sseq + 1 : pull.floor_next();
         seen_reconnects = conn.reconnects();
@@ -239,20 +245,20 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
         backoff = std::chrono::milliseconds(50);
       } catch (const GatewayError& e) {
         if (fatal_text(e.what())) throw;
-        std::this_thread::sleep_for(backoff);  // the server is still coming back
+        pause_unless(stop, backoff);  // the server is still coming back
         backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
         continue;
       }
     }
     fetched.clear();
     natsStatus error = NATS_OK;
-    const PullConsumer::Fetch f = pull.fetch(fetched.msgs, o.batch, error);
+    const PullConsumer::Fetch f = pull.fetch(fetched.msgs, o.batch, error, stop);
     if (f == PullConsumer::Fetch::rewind) need_rewind = true;
     if (f == PullConsumer::Fetch::failed) {
       const std::string what = fmt::format("fetch from consumer '{}': {}", o.durable, status_text(error));
       if (fatal_text(what) && conn.connected()) throw GatewayError(what);
       need_rewind = true;  // whatever was in flight comes again
-      std::this_thread::sleep_for(backoff);
+      pause_unless(stop, backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
       continue;
     }
@@ -393,7 +399,10 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
     }
   }
   if (st.end.empty()) st.end = "signal";
-  natsConnection_Flush(conn.nc());  // the last acks
+  // The last acks, while the server is there to take them: one that never
+  // arrives only brings its messages again, which the next `in` skips as
+  // already on the bus.
+  if (conn.connected()) natsConnection_FlushTimeout(conn.nc(), 200);
   return snapshot();
 }
 

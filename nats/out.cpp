@@ -289,11 +289,15 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
   bool ended = false;
 
   // Waits until every publish in flight is answered (or the user insists).
+  // Stopped by a signal, briefly: whatever is left unanswered is still in
+  // the bus, and the next `out` republishes it (the stream drops what it
+  // already holds by Nats-Msg-Id).
   auto drain = [&](bool for_stop) {
     jsPubOptions wait;
     jsPubOptions_Init(&wait);
-    wait.MaxWait = 200;
-    const auto limit = Clock::now() + std::chrono::milliseconds(o.ack_timeout_ms * 2 + 1000);
+    wait.MaxWait = for_stop && stop() ? 50 : 200;
+    const auto limit = Clock::now() + (for_stop && stop() ? std::chrono::milliseconds(100)
+                                                          : std::chrono::milliseconds(o.ack_timeout_ms * 2 + 1000));
     while (true) {
       const natsStatus s = js_PublishAsyncComplete(conn.js(), &wait);
       if (s == NATS_OK) return true;
@@ -317,13 +321,17 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
     // The server may still be loading the stream: retry the lookup with backoff.
     std::chrono::milliseconds backoff{50};
     while (!stop()) {
+      if (!conn.connected()) {  // a JetStream request now would wait out its whole timeout
+        pause_unless(stop, std::chrono::milliseconds(50));
+        continue;
+      }
       try {
         where = locate();
         break;
       } catch (const GatewayError& e) {
         const std::string what = e.what();
         if (what.find("not found") != std::string::npos || what.find("permission") != std::string::npos) throw;
-        std::this_thread::sleep_for(backoff);
+        pause_unless(stop, backoff);
         backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
       }
     }
@@ -461,11 +469,14 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
   if (!ended) drain(true);
   // Answers that arrived after the last drain are counted too.
   snapshot();
-  if (acks.resync.load(std::memory_order_relaxed)) {
+  if (st.in_flight > 0 || acks.resync.load(std::memory_order_relaxed)) {
     std::lock_guard lock(acks.mutex);
-    if (!acks.first_error.empty()) {
-      tools::print_notice("shmbus-nats", fmt::format("{} publishes failed at the end ({}); a restart republishes them",
-                                                     st.failed, acks.first_error));
+    if (st.in_flight > 0 || !acks.first_error.empty()) {
+      tools::print_notice(
+          "shmbus-nats",
+          fmt::format("{} publishes unanswered and {} failed at the end{}; the next `out` republishes them from the "
+                      "bus (the stream keeps one of each)",
+                      st.in_flight, st.failed, acks.first_error.empty() ? "" : " (" + acks.first_error + ")"));
     }
   }
   return st;

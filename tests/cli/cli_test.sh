@@ -435,6 +435,35 @@ signals_every_wait)  # SIGINT and SIGTERM end every program in every one of its 
       sleep 0.7
       stops_within "bridge mirror reconnecting" "$sig" 1000 "$mpid" "$work/mirror$sig.err" "."
     fi
+    if [[ -n "${NATS:-}" ]] && command -v nats-server >/dev/null; then
+      # The gateway reconnecting: out and in, connected and moving data,
+      # then the server killed under them.
+      nport=$((20000 + RANDOM % 20000))
+      mkdir -p "$work/js$sig"
+      nats-server -js -sd "$work/js$sig" -a 127.0.0.1 -p "$nport" >"$work/server$sig.log" 2>&1 &
+      nspid=$!
+      pids+=($nspid)
+      for _ in $(seq 100); do grep -q "Server is ready" "$work/server$sig.log" && break; sleep 0.05; done
+      new_bus nbus
+      new_bus nbus_in
+      "$PRODUCER" "$nbus" --create --keep-open </dev/null 2>/dev/null
+      "$NATS" out "$nbus" --server "nats://127.0.0.1:$nport" --stream "S$sig" --create-stream 2>"$work/nout$sig.err" &
+      opid=$!
+      pids+=($opid)
+      sleep 0.5  # out creates the stream before in needs it
+      "$NATS" in "$nbus_in" --server "nats://127.0.0.1:$nport" --stream "S$sig" --durable d 2>"$work/nin$sig.err" &
+      ipid=$!
+      pids+=($ipid)
+      "$PRODUCER" "$nbus" --count 100000000 --size 100 --rate 20000 2>/dev/null &
+      ppid=$!
+      pids+=($ppid)
+      sleep 1
+      kill -9 "$nspid"
+      sleep 0.7
+      stops_within "nats out reconnecting" "$sig" 1000 "$opid" "$work/nout$sig.err" "out: published="
+      stops_within "nats in reconnecting" "$sig" 1000 "$ipid" "$work/nin$sig.err" "in: received="
+      kill "$ppid"
+    fi
     if [[ -n "${NATS:-}" ]]; then
       # The gateway connecting to a server that is not there.
       dead=$((20000 + RANDOM % 20000))

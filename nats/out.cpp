@@ -238,13 +238,18 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
             bus.head()));
       }
     }
-    const std::uint64_t oldest = bus.oldest();
-    st.lost += oldest > seq ? oldest - seq : 0;
+    // The oldest record may lie inside a message whose start is gone: the
+    // reader lands on the next whole message, and everything before it is
+    // lost (what a reader of the stream will see as the jump in Shmbus-Seq).
+    co.start = Start::earliest;
+    Consumer c(bus, co);
+    const std::uint64_t at = c.cursor();
+    const std::uint64_t gone = at > seq ? at - seq : 0;
+    st.lost += gone;
     tools::print_notice("shmbus-nats",
                         fmt::format("bus '{}': sequences {}..{} are no longer retained; {} lost, resuming at {}",
-                                    o.bus, seq, oldest - 1, oldest - seq, oldest));
-    co.start = Start::earliest;
-    return Consumer(bus, co);
+                                    o.bus, seq, at - 1, gone, at));
+    return c;
   };
 
   auto locate = [&] {

@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
       exit_status_help({
           {"0", "success: the input or --count was published, or the run was stopped by SIGINT/SIGTERM"},
           {"1", "a bus error (missing, another layout version, a second producer, permission), an I/O error, "
-                "a message longer than the bus's max message, a full ring past --wait-timeout"},
+                "a message longer than the bus's max message, a full ring past --wait-timeout, SIGINT/SIGTERM "
+                "while waiting for --wait-for-readers (nothing published; a bus this run created is removed)"},
           {"2", "a bad command line, or bus options the library refuses (--capacity not a power of two)"},
           exit_status_second_signal,
       }));

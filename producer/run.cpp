@@ -163,7 +163,14 @@ int run(const Options& o, const CLI::App& app) {
   // message in hand is the last, and the summary follows.
   po.wait.interrupt = &stop_interrupt();
   install_stop_handlers();
-  Producer producer(bus, po);
+  Producer producer = [&] {
+    try {
+      return Producer(bus, po);
+    } catch (const Error& e) {
+      if (e.errc() != Errc::timeout || !stop_requested()) throw;
+      throw Failure(exit_failure, e.what(), "interrupted");
+    }
+  }();
 
   const WaitCounters before = read_wait_counters(o.bus);
   const auto t0 = Clock::now();

@@ -170,18 +170,7 @@ TEST_P(Gaps, AGapLongerThanTheRingOverSlotsSpansHadMarkedIsCrossedAtOnce) {
     publish_seq(p, from + 70);
   });
   const auto t0 = std::chrono::steady_clock::now();
-  std::uint64_t lost = 0;
-  for (;;) {
-    const ReadResult r = c.next(2s);
-    if (r.status == ReadStatus::lost) {
-      lost += r.lost;
-      continue;
-    }
-    ASSERT_EQ(r.status, ReadStatus::message) << to_string(r.status) << " at seq " << r.message.seq;
-    EXPECT_EQ(r.message.seq, from + 70);
-    break;
-  }
-  EXPECT_EQ(lost, 70u);
+  expect_lost_then(c, 70, from + 70);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s) << "the reader crept across the gap";
   producer.join();
   expect_clean(name.str());

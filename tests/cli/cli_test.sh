@@ -381,11 +381,11 @@ signals_every_wait)  # SIGINT and SIGTERM end every program in every one of its 
   for sig in INT TERM; do
     # A producer waiting for space: its only reader stopped, the ring full.
     new_bus bus
-    "$PRODUCER" "$bus" --create --capacity 64 --count 100000000 --size 24..500 --wait-for-readers 1 \
+    "$PRODUCER" "$bus" --create --capacity 64 --count 100000000 --size 32 --wait-for-readers 1 \
       2>"$work/space$sig.err" &
     ppid=$!
     pids+=($ppid)
-    "$CONSUMER" "$bus" --wait-for-bus 5s --format none 2>/dev/null &
+    "$CONSUMER" "$bus" --wait-for-bus 5s --format none 2>"$work/spacec$sig.err" &
     cpid=$!
     pids+=($cpid)
     for _ in $(seq 100); do grep -q "waiting for space" <("$INSPECT" show "$bus" 2>/dev/null) && break; sleep 0.05; done
@@ -394,7 +394,7 @@ signals_every_wait)  # SIGINT and SIGTERM end every program in every one of its 
     "$INSPECT" show "$bus" | grep -q "waiting for space" || fail "the producer is not waiting for space"
     stops_within "producer waiting for space" "$sig" 1000 "$ppid" "$work/space$sig.err" "end-of-stream marked"
     kill -CONT "$cpid"
-    wait "$cpid" || fail "the consumer of a producer stopped while waiting for space failed"
+    wait "$cpid" || fail "the consumer of a producer stopped while waiting for space failed: $(cat "$work/spacec$sig.err")"
     # A producer waiting for readers: a one-line error, and the bus it created is gone.
     new_bus bus
     "$PRODUCER" "$bus" --create --count 10 --wait-for-readers 2 2>"$work/readers$sig.err" &

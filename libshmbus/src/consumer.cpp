@@ -89,6 +89,9 @@ struct Consumer::Impl : detail::Attachment {
   std::uint32_t dead_takeovers = 0;  // header.takeovers when the producer was found dead
   std::uint64_t cursor = 0;     // next sequence to read
   std::uint64_t published = 0;  // cursor as last stored in the slot
+  // Head as last loaded: a record before it is committed for good (see
+  // announced()). Loaded again only when the reader reaches it.
+  std::uint64_t head_seen = 0;
   // read_batch, in place: the first message of the batch in hand. A
   // release() during the call (crossing padding or a gap after it) stops
   // there, or the producer could write over the views it hands out.
@@ -236,6 +239,7 @@ struct Consumer::Impl : detail::Attachment {
     layout::RecordHeader* r = ring.record(c);
     const std::uint64_t t = detail::RecordRing::load_tag(r);
     if (t != detail::committed_tag(c)) [[unlikely]] return not_committed(c, t, out);
+    if (c >= head_seen && !announced(c)) [[unlikely]] return Step::empty;
     if (checked) return read_checked(c, t, out, dst);
     // In place: no writer is on a record we have not read.
     const std::uint32_t len = detail::RecordRing::load_length(r);
@@ -249,6 +253,27 @@ struct Consumer::Impl : detail::Attachment {
     ++delivered;
     eos_reported = false;
     return Step::message;
+  }
+
+  // Whether record `c`, whose tag says committed, was announced by head.
+  // A tag word in a slot that held the inside of a span on an earlier lap
+  // is that span's payload until the producer writes the slot again, and a
+  // payload that ends inside the word leaves the old tag's other bytes:
+  // either can read as `c + 1` before record c exists (a 1-byte tail of a
+  // span over the tag of the record two laps before it, on a 64-record
+  // ring). Head moves past c only after c is written, so a reader trusts a
+  // commit tag only below head: it loads head when it reaches the last one
+  // it saw, as it catches up with the producer, not per message. The
+  // acquire load pairs with publish_head()'s release store, after the
+  // record's commit: what the reader loads of the record from here is the
+  // producer's. A producer that died between its commit and head leaves a
+  // record only the tag announces: trusted where the slot never held a
+  // span's inside (its word is a tag's), so that the stream drains.
+  [[gnu::noinline]] bool announced(std::uint64_t c) noexcept {
+    const std::uint64_t hd = h->head.load(std::memory_order_acquire);
+    if (hd < kMaxSequence && hd > head_seen) head_seen = hd;
+    if (c < head_seen) return true;
+    return end == EndReason::producer_died && ring.span_mark(c) == detail::RecordRing::Mark::start;
   }
 
   // In place, a message that spans records, a gap marker, or a corrupt record.
@@ -495,7 +520,10 @@ struct Consumer::Impl : detail::Attachment {
     const std::uint64_t c = cursor;
     const std::uint64_t hd = h->head.load(std::memory_order_acquire);
     if (hd >= kMaxSequence || hd <= c || hd - c < cap) return Step::empty;
-    if (detail::RecordRing::load_tag(ring.record(c)) == detail::committed_tag(c)) return Step::empty;
+    // Committed, or a later record (a gap longer than the ring fills every
+    // slot with markers for later sequences): a read decides, not this.
+    const std::uint64_t t = detail::RecordRing::load_tag(ring.record(c));
+    if (t == detail::committed_tag(c) || detail::tag_state(t, c) == detail::TagState::passed) return Step::empty;
     out.seq = c;
     cursor = c + 1;
     return Step::corrupt;

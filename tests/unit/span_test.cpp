@@ -706,3 +706,49 @@ TEST(Spans, AMarkRunStoresEveryMarkOfItsRunAndNothingElse) {
     }
   }
 }
+
+namespace shmbus::test {
+namespace {
+
+// The last byte of a span written over the low byte of an old commit tag
+// makes the word read as the commit tag of the record two laps on, before
+// that record is written: a 41-byte message on 64-byte records puts its
+// 41st byte on the next slot's tag word. A reader that reaches that slot
+// waits for the record (head says it is not there yet), never takes the
+// stale header and payload for it.
+TEST(Spans, AStaleTagWordThatReadsAsTheNextCommitIsNotTakenForTheRecord) {
+  for (const bool best_effort : {false, true}) {
+    ScopedName name("span-stale-tag");
+    Bus bus = Bus::create(name, opts(64, Policy::block));  // 64 records of 64 bytes: 40 in the first
+    ConsumerOptions co;
+    co.hold_producer = !best_effort;
+    Consumer c(bus, co);
+    Producer p(bus);
+    auto publish_and_read = [&](std::span<const std::byte> m) {
+      const PublishResult r = p.publish(m, 1s);
+      ASSERT_TRUE(r);
+      const ReadResult got = c.next(1s);
+      ASSERT_EQ(got.status, ReadStatus::message) << to_string(got.status);
+      ASSERT_EQ(got.message.seq, r.seq);
+    };
+    for (int i = 0; i < 64; ++i) publish_and_read(bytes(i == 1 ? "stale" : "x"));  // seq 1: slot 1, tag word 2
+    // Seq 64 takes slots 0 and 1; its last byte lands on slot 1's tag word,
+    // whose low byte becomes 130: the word now reads 130, seq 129's commit tag.
+    std::vector<std::byte> span(41, std::byte{0x55});
+    span.back() = std::byte{130};
+    publish_and_read(span);
+    for (int s = 66; s <= 128; ++s) publish_and_read(bytes("y"));
+    const ReadResult early = c.next(0ns);
+    EXPECT_EQ(early.status, ReadStatus::timeout)
+        << "took seq " << early.message.seq << " (" << text(early.message.payload) << ") before it was written"
+        << (best_effort ? " (best effort)" : "");
+    ASSERT_TRUE(p.publish(bytes("fresh"), 1s));
+    const ReadResult r = c.next(1s);
+    ASSERT_EQ(r.status, ReadStatus::message);
+    EXPECT_EQ(r.message.seq, 129u);
+    EXPECT_EQ(text(r.message.payload), "fresh");
+  }
+}
+
+}  // namespace
+}  // namespace shmbus::test

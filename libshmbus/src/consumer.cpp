@@ -652,8 +652,12 @@ struct Consumer::Impl : detail::Attachment {
     }
     const std::uint64_t c = cursor;
     const std::uint64_t t = detail::RecordRing::load_tag(ring.record(c));
-    if (t == detail::committed_tag(c)) return true;
-    if (detail::tag_state(t, c) == detail::TagState::not_yet) {
+    // A ready tag is news once head says so (announced()): a stale word
+    // that reads as it is not, or a WaitSet would return at once, for as
+    // long as the producer does not write the record.
+    if (t == detail::committed_tag(c)) {
+      if (c < head_seen || announced(c)) return true;
+    } else if (detail::tag_state(t, c) == detail::TagState::not_yet) {
       if (checked && !detail::RecordRing::is_header(ring.span_mark(c))) return true;  // landed inside a span
     } else if (!stale_span_word(c)) {
       return true;  // lapped, a gap's marker, or a tag no lap explains (not_committed() says which)
@@ -675,6 +679,7 @@ struct Consumer::Impl : detail::Attachment {
     // Acquire: as try_read()'s load; a tag that moves on from here is news.
     w.tag_seen = w.tag->load(std::memory_order_acquire);
     w.tag_ready = detail::committed_tag(cursor);
+    w.seq = cursor;
     w.state_seen = active_state;
     w.end_pending = !eos_reported;
     return w;
@@ -1090,7 +1095,14 @@ ConsumerWatch ConsumerAccess::watch(Consumer& c) noexcept { return c.impl_->watc
 bool watch_fired(const ConsumerWatch& w, bool probe) noexcept {
   // Acquire: pairs with the producer's release of the commit tag.
   const std::uint64_t t = w.tag->load(std::memory_order_acquire);
-  if (t == w.tag_ready || t != w.tag_seen) return true;
+  // A ready tag counts once head is past the record (see announced()); the
+  // producer wakes sleepers after it stores head.
+  if (t == w.tag_ready) {
+    const std::uint64_t hd = w.h->head.load(std::memory_order_acquire);
+    if (hd > w.seq && hd < layout::kMaxSequence) return true;
+  } else if (t != w.tag_seen) {
+    return true;
+  }
   if (w.slot->state.load(std::memory_order_relaxed) != w.state_seen) return true;
   if (!w.end_pending) return false;
   // Pairs with the producer's release store of `closed` after its last commit.

@@ -26,6 +26,7 @@ struct ConsumerWatch {
   const std::atomic<std::uint64_t>* tag = nullptr;  // of the record at the cursor
   std::uint64_t tag_seen = 0;   // its value when the watch was taken
   std::uint64_t tag_ready = 0;  // the committed tag of the cursor's sequence
+  std::uint64_t seq = 0;        // the cursor: a ready tag is news once head is past it
   std::uint32_t state_seen = 0;  // the slot's state while it is the consumer's
   bool end_pending = false;      // its end of stream not reported yet: closed, or a dead producer, is news
   bool sleeping_mine = false;    // this watcher set slot->sleeping (and counted itself in data_sleepers)

@@ -550,6 +550,23 @@ std::string plant_temporary(const std::string& bus, const char* suffix) {
   return path;
 }
 
+// What a creator at work does to its temporary file: an OFD write lock on
+// byte 0, held while the returned descriptor is open; -1 if that failed.
+int hold_creation(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return -1;
+  flock fl{};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 1;
+  if (::fcntl(fd, F_OFD_SETLK, &fl) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 TEST(Creation, ABusAppearsUnderItsNameOnlyOnceCompleteAndADeadCreatorsFileIsRemoved) {
   ScopedName name("atomic-create");
   // A creator killed mid-way left only its temporary file: the bus name is
@@ -559,14 +576,8 @@ TEST(Creation, ABusAppearsUnderItsNameOnlyOnceCompleteAndADeadCreatorsFileIsRemo
   expect_error(Errc::not_found, [&] { Bus::open(name); });
   // A creator still at work holds its file's lock: its file is left alone.
   const std::string live = plant_temporary(name.str(), "LIVE01");
-  const int held = ::open(live.c_str(), O_RDWR | O_CLOEXEC);
+  const int held = hold_creation(live);
   ASSERT_GE(held, 0);
-  flock fl{};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = 0;
-  fl.l_len = 1;
-  ASSERT_EQ(::fcntl(held, F_OFD_SETLK, &fl), 0);
   Bus bus = Bus::create(name, small_options());
   struct stat st {};
   EXPECT_NE(::stat(dead.c_str(), &st), 0) << "a dead creator's temporary file is left behind";
@@ -600,14 +611,8 @@ TEST(Creation, ListedCreationsTellOneUnderWayFromOneKilledMidWay) {
   // Names that only look like a creation's are not one.
   const std::string odd = "/dev/shm/.shmbus." + name.str() + ".short";
   std::ofstream(odd) << "x";
-  const int held = ::open(live.c_str(), O_RDWR | O_CLOEXEC);
+  const int held = hold_creation(live);
   ASSERT_GE(held, 0);
-  flock fl{};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = 0;
-  fl.l_len = 1;
-  ASSERT_EQ(::fcntl(held, F_OFD_SETLK, &fl), 0);
   const auto mine = [&] {
     std::vector<CreationFile> out;
     for (CreationFile& f : list_creations())

@@ -742,6 +742,12 @@ TEST(Spans, AStaleTagWordThatReadsAsTheNextCommitIsNotTakenForTheRecord) {
     EXPECT_EQ(early.status, ReadStatus::timeout)
         << "took seq " << early.message.seq << " (" << text(early.message.payload) << ") before it was written"
         << (best_effort ? " (best effort)" : "");
+    {
+      // Nor does a WaitSet see news there, until the record is written.
+      WaitSet set;
+      set.add(c);
+      EXPECT_TRUE(set.wait(50ms).empty()) << "a WaitSet took the stale word for news";
+    }
     ASSERT_TRUE(p.publish(bytes("fresh"), 1s));
     const ReadResult r = c.next(1s);
     ASSERT_EQ(r.status, ReadStatus::message);

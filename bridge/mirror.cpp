@@ -130,23 +130,6 @@ class Mirror {
     }
   }
 
-  // The longest message a ring of `capacity` records of `record_size` bytes
-  // accepts (the bus's rule: a span of up to half the ring, less one
-  // record header, and at most 1 GiB).
-  static std::uint32_t max_message_for(std::uint64_t capacity, std::uint32_t record_size) {
-    const std::uint64_t half = capacity / 2 > 0 ? capacity / 2 : 1;
-    const std::uint64_t bytes = half * record_size - kRecordHeader;
-    return bytes < kMaxMessage ? static_cast<std::uint32_t>(bytes) : kMaxMessage;
-  }
-
-  // The smallest capacity from `from` on (doubling) whose ring takes
-  // messages of `length` bytes in records of `record_size`.
-  static std::uint64_t capacity_for(std::uint64_t from, std::uint32_t record_size, std::uint32_t length) {
-    std::uint64_t cap = std::max<std::uint64_t>(from, 2);
-    while (cap < (std::uint64_t{1} << 40) && max_message_for(cap, record_size) < length) cap *= 2;
-    return cap;
-  }
-
   // Sequence numbers count records: the local bus keeps the source's only
   // if its messages take as many records, i.e. with the same record size.
   // A local ring smaller than the source's is accepted with a warning: a
@@ -167,7 +150,7 @@ class Mirror {
           "mirror stops at a longer one, or at a message that spans records where the local ring's lap ends "
           "and the remote's does not; a capacity of {} or more takes them all",
           o_.bus, info.max_message, info.capacity, w.max_message,
-          capacity_for(info.capacity, w.record_size, w.max_message)));
+          capacity_for(w.max_message, w.record_size, info.capacity)));
     }
   }
 
@@ -248,7 +231,7 @@ class Mirror {
               "bus '{}': the remote's message at seq {} has {} bytes, more than the {} the local bus accepts "
               "(capacity {}): recreate it with a capacity of {} or more (the remote bus takes up to {})",
               o_.bus, m.seq, m.payload.size(), max_message, cap,
-              capacity_for(cap, record_size, c.welcome().max_message), c.welcome().max_message));
+              capacity_for(c.welcome().max_message, record_size, cap), c.welcome().max_message));
         }
         const std::uint64_t k = records_for(m.payload.size(), record_size);
         const std::uint64_t place = shmbus::place(at, k, cap);

@@ -18,6 +18,7 @@
 #include "inspector/commands.hpp"
 #include "inspector/metrics.hpp"
 #include "inspector/reset.hpp"
+#include "inspector/size.hpp"
 #include "tools/common/choice.hpp"
 #include "tools/common/duration.hpp"
 #include "tools/common/failure.hpp"
@@ -174,6 +175,23 @@ int main(int argc, char** argv) {
                "producer's next publish fails");
   rm->add_flag("--json", json, json_help);
 
+  SizeArgs size_args;
+  auto* size = app.add_subcommand(
+      "size", "print the --record-size and --capacity of a bus that takes the longest message and keeps what "
+              "slow or late readers should find (touches no bus)");
+  size->add_option("--max-message", size_args.max_message,
+                   "the longest message the bus must take: 1MiB, 64KiB, 900 (B, KiB, MiB, GiB)")
+      ->type_name("SIZE");
+  size->add_option("--message", size_args.message,
+                   "the usual message: records are the fewest 64-byte lines that hold it (default: 256-byte records)")
+      ->type_name("SIZE");
+  size->add_option("--retain", size_args.retain,
+                   "usual messages the ring should still hold for a slow or late reader: N, or DURATION@RATE "
+                   "(2s@50000/s: two seconds of 50,000 messages a second)")
+      ->type_name("N|DURATION@RATE");
+  size->add_option("--record-size", size_args.record_size, "use this record size instead (a multiple of 8, 64 to 1 MiB)");
+  size->add_flag("--json", size_args.json, json_help);
+
   MetricsArgs metrics_args;
   auto* metrics = app.add_subcommand(
       "metrics", "counters of every bus (or of BUS...) in the Prometheus text format; "
@@ -213,6 +231,7 @@ int main(int argc, char** argv) {
         if (gc->parsed()) return run_gc(bus, forget, json);
         if (reset->parsed()) return run_reset(bus, reset_reader, reset_to, json);
         if (rm->parsed()) return run_rm(bus, force, json);
+        if (size->parsed()) return run_size(size_args);
         if (metrics->parsed()) return run_metrics(metrics_args, tools::resolve_trust(trust_args));
         return tools::exit_usage;
       },

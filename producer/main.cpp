@@ -39,11 +39,12 @@ int main(int argc, char** argv) {
       kProgram};
   app.footer(
       "Message sizes: a message longer than one record's payload (record size - 24) spans "
-      "consecutive records, up to the bus's max message: half the ring (capacity x record size / 2, "
-      "less 24 bytes, at most 1 GiB). For a mix of sizes pick --record-size near the common small "
-      "message (less wasted space per record) and --capacity so that capacity x record size is at "
-      "least 2 x the largest message, plus what the ring should retain for slow or late readers. "
-      "E.g. messages of 100 B to 4 MiB: --record-size 128 --capacity 131072 (16 MiB of records).\n\n" +
+      "consecutive records, up to the bus's max message: capacity x record size / 2 - 24 bytes (at most "
+      "1 GiB), printed by shmbus-inspect show. --max-message SIZE with --create sizes the ring for you "
+      "(and checks an existing bus); for a mix of sizes pick --record-size near the common small message "
+      "(less wasted space per record). shmbus-inspect size --max-message 4MiB --message 100 --retain 2s@50000/s "
+      "prints the options for a bus that takes the largest message and keeps what slow or late readers "
+      "should find.\n\n" +
       exit_status_help({
           {"0", "success: the input or --count was published, or the run was stopped by SIGINT/SIGTERM"},
           {"1", "a bus error (missing, another layout version, a second producer, permission), an I/O error, "
@@ -81,6 +82,12 @@ int main(int argc, char** argv) {
           "OCTAL"))
       ->needs(create)
       ->capture_default_str();
+  app.add_option("--max-message", o.max_message,
+                 "The longest message the bus must take (1MiB, 64KiB, 900; B, KiB, MiB, GiB): with --create "
+                 "and no --capacity, the ring is made large enough (capacity x record size / 2 - 24 at least "
+                 "this); a bus that would not take it (an existing one, or --capacity too small) is an error "
+                 "before anything is published")
+      ->type_name("SIZE");
   app.add_option("--max-readers", o.max_readers, "Reader slots (with --create)")
       ->needs(create)
       ->capture_default_str();

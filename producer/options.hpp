@@ -21,6 +21,7 @@ struct Options {
   Policy policy = Policy::block;
   std::string mode = "0600";
   std::uint32_t max_readers = BusOptions{}.max_readers;
+  std::string max_message;  // --max-message SIZE (tools::parse_bytes); empty: not asked
   std::string file;
   bool binary = false;
   Oversize oversize = Oversize::error;

@@ -17,6 +17,7 @@
 #include "tools/common/duration.hpp"
 #include "tools/common/failure.hpp"
 #include "tools/common/program.hpp"
+#include "tools/common/sizing.hpp"
 #include "tools/common/synthetic.hpp"
 
 namespace shmbus::producer {
@@ -76,7 +77,8 @@ void warn_if_different(const Options& o, const BusInfo& info, const CLI::App& ap
 // --record-size get records sized to --size (to MIN of a mix), the fewest
 // cache lines that fit (record_size_for); longer messages span records. A
 // size no record holds gets the default record size, and spans.
-BusOptions create_options(const Options& o, const SizeRange& sizes, const CLI::App& app) {
+BusOptions create_options(const Options& o, const SizeRange& sizes, std::uint64_t max_message,
+                          const CLI::App& app) {
   BusOptions bo;
   bo.capacity = o.capacity;
   bo.record_size = o.record_size;
@@ -85,7 +87,27 @@ BusOptions create_options(const Options& o, const SizeRange& sizes, const CLI::A
     bo.record_size = fit != 0 ? fit : BusOptions{}.record_size;
   }
   // The default ring, sized in bytes, for the record size chosen above.
-  if (bo.capacity == 0) bo.capacity = default_capacity_for(bo.record_size);
+  if (bo.capacity == 0) {
+    bo.capacity = default_capacity_for(bo.record_size);
+    // --max-message: the smallest ring above the default that takes it.
+    if (max_message != 0) {
+      const std::uint64_t c = capacity_for(max_message, bo.record_size, bo.capacity);
+      if (c == 0) {
+        throw bus_failure(o.bus, fmt::format("no ring of {}-byte records takes --max-message {} (the limit is 1 GiB)",
+                                             bo.record_size, max_message),
+                          "usage", exit_usage);
+      }
+      bo.capacity = c;
+    }
+  } else if (max_message > max_message_for(bo.capacity, bo.record_size)) {
+    const std::uint64_t c = capacity_for(max_message, bo.record_size);
+    throw bus_failure(o.bus,
+                      fmt::format("--capacity {} with --record-size {} takes messages of at most {} bytes, not "
+                                  "--max-message {}{}",
+                                  bo.capacity, bo.record_size, max_message_for(bo.capacity, bo.record_size),
+                                  max_message, c != 0 ? fmt::format(": use --capacity {} (or leave it out)", c) : ""),
+                      "usage", exit_usage);
+  }
   bo.policy = o.policy;
   bo.max_readers = o.max_readers;
   bo.mode = static_cast<mode_t>(std::stoul(o.mode, nullptr, 8));
@@ -120,8 +142,16 @@ int run(const Options& o, const CLI::App& app) {
       throw bus_failure(o.bus, e.what(), "usage", exit_usage);
     }
   }
+  std::uint64_t max_message = 0;
+  if (!o.max_message.empty()) {
+    try {
+      max_message = parse_bytes(o.max_message, "--max-message");
+    } catch (const std::invalid_argument& e) {
+      throw bus_failure(o.bus, e.what(), "usage", exit_usage);
+    }
+  }
   const std::optional<BusOptions> create =
-      o.create ? std::optional(create_options(o, sizes, app)) : std::nullopt;
+      o.create ? std::optional(create_options(o, sizes, max_message, app)) : std::nullopt;
   if (o.synthetic) {
     // Against the bus --create makes, or else the largest any bus can have.
     const std::string problem = create ? synthetic_size_problem(sizes, create->capacity, create->record_size)
@@ -147,6 +177,17 @@ int run(const Options& o, const CLI::App& app) {
   const BusInfo& info = bus.info();
 
   // An existing bus keeps its own capacity and record size.
+  if (max_message > info.max_message) {
+    const std::uint64_t c = capacity_for(max_message, info.record_size);
+    throw bus_failure(o.bus,
+                      fmt::format("takes messages of at most {} bytes (capacity {}, record size {}), not --max-message "
+                                  "{}{}",
+                                  info.max_message, info.capacity, info.record_size, max_message,
+                                  c != 0 ? fmt::format("; a bus that does needs --capacity {} with --record-size {}", c,
+                                                       info.record_size)
+                                         : ""),
+                      "too_large");
+  }
   if (o.synthetic && sizes.max > info.max_message) {
     throw bus_failure(o.bus, synthetic_size_problem(sizes, info.capacity, info.record_size), "too_large");
   }

@@ -449,15 +449,12 @@ static_assert(log_offset_for(1, 64) == 4096 && log_offset_for(1, 512) == 8192 &&
 // The most slots one message may take: half the ring (at least one), so a
 // span and the padding before it always fit in a ring.
 constexpr std::uint64_t max_span_for(std::uint64_t capacity) { return capacity / 2 > 0 ? capacity / 2 : 1; }
-// The longest message a ring accepts: a span of max_span_for() slots less
-// its one header, and never more than kMaxMessageLimit.
-constexpr std::uint32_t max_message_for(std::uint64_t capacity, std::uint32_t record_size) {
-  const std::uint64_t bytes = max_span_for(capacity) * record_size - kRecordHeaderSize;
-  return bytes < kMaxMessageLimit ? static_cast<std::uint32_t>(bytes) : kMaxMessageLimit;
-}
-// Slots a message of `length` bytes takes in records of `record_size` bytes:
-// the public rule (shmbus/placement.hpp), on this layout's header.
+// Slots a message of `length` bytes takes in records of `record_size` bytes,
+// and the longest message a ring takes (a span of max_span_for() slots less
+// its one header): the public rules (shmbus/placement.hpp), on this
+// layout's header.
 static_assert(kRecordHeaderSize == record_header_size && kMaxMessageLimit == max_message_limit);
+using shmbus::max_message_for;
 using shmbus::records_for;
 static_assert(max_message_for(2, 64) == 40 && max_message_for(8, 64) == 232 && records_for(40, 64) == 1 &&
               records_for(41, 64) == 2 && records_for(232, 64) == 4);

@@ -547,6 +547,39 @@ errors_too_long)
     "$PRODUCER" "$bus" --count 1 --size 23
   ;;
 
+max_message)  # --max-message and `shmbus-inspect size`: a bus sized from its largest message takes it
+  new_bus bus
+  # 16,384 records of 128 bytes are 2 MiB, yet take 1 MiB less 24 bytes:
+  # --capacity that small is refused, naming the one that takes it.
+  expect_failure capacity_too_small "--capacity 16384 with --record-size 128 takes messages of at most 1048552 bytes, not --max-message 1048576: use --capacity 32768" \
+    "$PRODUCER" "$bus" --create --record-size 128 --capacity 16384 --max-message 1MiB --count 1
+  [[ $LAST_RC -eq 2 ]] || fail "capacity_too_small: exit $LAST_RC, not 2"
+  [[ ! -e "/dev/shm/shmbus.$bus" ]] || fail "a refused --create left a bus"
+  # Without --capacity the ring is made to take it; a 1 MiB message goes through.
+  "$PRODUCER" "$bus" --create --record-size 128 --max-message 1MiB --count 2 --size 1048576 --keep-open 2>"$work/p.err" ||
+    fail "--max-message 1MiB: $(cat "$work/p.err")"
+  "$INSPECT" show "$bus" --interval 0 --json >"$work/show.json"
+  grep -q '"capacity":32768' "$work/show.json" || fail "not 32768 records: $(cat "$work/show.json")"
+  # An existing bus that would not take it is refused before anything is published.
+  expect_failure existing_too_small "takes messages of at most 2097128 bytes \(capacity 32768, record size 128\), not --max-message 3145728; a bus that does needs --capacity 65536" \
+    "$PRODUCER" "$bus" --max-message 3MiB --count 1
+  [[ $LAST_RC -eq 1 ]] || fail "existing_too_small: exit $LAST_RC, not 1"
+  expect_failure bad_size "--max-message '1 XB' is not a byte count" "$PRODUCER" "$bus" --max-message "1 XB" --count 1
+  # The sizing helper: its first line is the options, and a bus made with them takes the message.
+  "$INSPECT" size --max-message 1MiB --message 100 >"$work/size.txt"
+  [[ "$(head -n1 "$work/size.txt")" == "--record-size 128 --capacity 32768" ]] || fail "size: $(cat "$work/size.txt")"
+  "$INSPECT" size --max-message 4MiB --message 100 --retain 2s@50000/s --json >"$work/size.json"
+  grep -q '"record_size":128,"capacity":131072,"max_message":8388584' "$work/size.json" || fail "size --json: $(cat "$work/size.json")"
+  "$INSPECT" size --message 100 --retain 1000000 --json | grep -q '"capacity":1048576.*"decided_by":"retain"' ||
+    fail "size --retain 1000000 does not decide the capacity"
+  new_bus sized
+  # shellcheck disable=SC2046  # the options are two words each
+  "$PRODUCER" "$sized" --create $("$INSPECT" size --max-message 300000 --message 64 | head -n1) --count 1 --size 300000 2>"$work/sized.err" ||
+    fail "a bus made from size's options refused its max message: $(cat "$work/sized.err")"
+  expect_failure size_too_large "no bus takes a message of 2147483648 bytes" "$INSPECT" size --max-message 2GiB
+  [[ $LAST_RC -eq 2 ]] || fail "size_too_large: exit $LAST_RC, not 2"
+  ;;
+
 oversize)  # --oversize error|skip|truncate
   new_bus bus
   "$PRODUCER" "$bus" --create --capacity 8 --record-size 64 --keep-open </dev/null 2>/dev/null

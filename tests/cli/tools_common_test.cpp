@@ -26,6 +26,7 @@
 #include "tools/common/message_format.hpp"
 #include "tools/common/program.hpp"
 #include "tools/common/run_main.hpp"
+#include "tools/common/sizing.hpp"
 #include "tools/common/synthetic.hpp"
 
 using namespace shmbus::tools;
@@ -120,6 +121,82 @@ TEST(Synthetic, MaxMessageIsTheBusLimit) {
   const shmbus::Bus bus = shmbus::Bus::create(name, bo);
   EXPECT_EQ(bus.info().max_message, max_message_for(1024, 128));
   shmbus::Bus::remove(name);
+}
+
+// A bus sized by capacity_for() takes exactly the message asked for, and
+// the next smaller one would not: the rule the sizing options promise.
+TEST(Sizing, TheRingCapacityForTakesTheMessageAndHalfOfItDoesNot) {
+  for (const std::uint32_t rs : {64u, 128u, 256u, 4160u}) {
+    for (const std::uint64_t m : {1ull, 40ull, 41ull, 1000ull, (1ull << 20) - 24, 1ull << 20, 3'000'001ull}) {
+      const std::uint64_t c = shmbus::capacity_for(m, rs);
+      ASSERT_NE(c, 0u) << m << " in " << rs;
+      EXPECT_GE(max_message_for(c, rs), m) << m << " in " << rs;
+      if (c > 2) {
+        EXPECT_LT(max_message_for(c / 2, rs), m) << m << " in " << rs;
+      }
+    }
+  }
+  // The boundary the old rule of thumb ("twice the largest message") missed:
+  // 16,384 x 128 B is 2 MiB, but takes 1 MiB less 24 bytes.
+  EXPECT_EQ(shmbus::capacity_for(1u << 20, 128), 32768u);
+  const std::string name = "tools_common_test_capacity_for_" + std::to_string(::getpid());
+  shmbus::BusOptions bo;
+  bo.capacity = shmbus::capacity_for(1u << 20, 128);
+  bo.record_size = 128;
+  const shmbus::Bus bus = shmbus::Bus::create(name, bo);
+  EXPECT_GE(bus.info().max_message, 1u << 20);
+  shmbus::Producer p(bus);
+  std::vector<std::byte> big(1u << 20, std::byte{7});
+  EXPECT_EQ(p.publish(big).status, shmbus::PublishStatus::ok);
+  shmbus::Bus::remove(name);
+}
+
+TEST(Sizing, BytesAndRetentionParse) {
+  EXPECT_EQ(parse_bytes("100", "--x"), 100u);
+  EXPECT_EQ(parse_bytes("100B", "--x"), 100u);
+  EXPECT_EQ(parse_bytes("64KiB", "--x"), 65536u);
+  EXPECT_EQ(parse_bytes("64K", "--x"), 65536u);
+  EXPECT_EQ(parse_bytes("1MiB", "--x"), 1u << 20);
+  EXPECT_EQ(parse_bytes("1.5MiB", "--x"), 3u << 19);
+  EXPECT_EQ(parse_bytes("2GiB", "--x"), 2ull << 30);
+  EXPECT_EQ(parse_bytes("1MB", "--x"), 1'000'000u);
+  EXPECT_EQ(parse_bytes("1kB", "--x"), 1000u);
+  for (const char* bad : {"", "MiB", "-1", "1 XB", "1MiBs", "nan"}) {
+    EXPECT_THROW(parse_bytes(bad, "--x"), std::invalid_argument) << bad;
+  }
+  EXPECT_EQ(parse_retention("1000"), 1000u);
+  EXPECT_EQ(parse_retention("2s@50000/s"), 100'000u);
+  EXPECT_EQ(parse_retention("500ms@1e6"), 500'000u);
+  for (const char* bad : {"", "x", "2s@", "@5", "forever@5", "2s@-1", "2s@5/m"}) {
+    EXPECT_THROW(parse_retention(bad), std::invalid_argument) << bad;
+  }
+}
+
+TEST(Sizing, SizeBusTakesTheLargestAndRetainsTheRest) {
+  SizingAsk ask;
+  ask.max_message = 4u << 20;
+  ask.message = 100;
+  Sizing s = size_bus(ask);
+  EXPECT_EQ(s.record_size, 128u);
+  EXPECT_GE(s.max_message, 4u << 20);
+  EXPECT_LT(max_message_for(s.capacity / 2, s.record_size), 4u << 20);
+  EXPECT_EQ(s.decided_by, "max message");
+  ask.retain = 1'000'000;
+  s = size_bus(ask);
+  EXPECT_EQ(s.capacity, 1u << 20);
+  EXPECT_GE(s.retains, 1'000'000u);
+  EXPECT_EQ(s.decided_by, "retain");
+  // A usual message that spans: retention counts its records.
+  ask = {};
+  ask.message = 1000;
+  ask.record_size = 256;
+  ask.retain = 100;
+  s = size_bus(ask);
+  EXPECT_EQ(s.capacity, 512u);  // 100 x 4 records
+  EXPECT_EQ(s.retains, 128u);
+  ask = {};
+  ask.max_message = (1ull << 30) + 1;
+  EXPECT_THROW(size_bus(ask), std::invalid_argument);
 }
 
 TEST(Synthetic, SizeRangeParsesAndMixes) {

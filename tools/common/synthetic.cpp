@@ -122,14 +122,6 @@ SyntheticCheck synthetic_check(std::span<const std::byte> in, SyntheticFields& f
   return SyntheticCheck::bad_filler;
 }
 
-std::uint32_t max_message_for(std::uint64_t capacity, std::uint32_t record_size) noexcept {
-  constexpr std::uint64_t kLimit = std::uint64_t{1} << 30;
-  const std::uint64_t span = capacity / 2 > 0 ? capacity / 2 : 1;
-  const std::uint64_t bytes = span * record_size;
-  if (bytes <= synthetic_header_size) return 0;  // no real bus is this small
-  return static_cast<std::uint32_t>(std::min<std::uint64_t>(bytes - 24, kLimit));
-}
-
 SizeRange parse_size_range(const std::string& text) {
   const auto number = [&](std::string_view s) {
     std::uint64_t v = 0;

@@ -43,6 +43,8 @@
 // as close to the commit as possible (synthetic_fill, then synthetic_stamp).
 #pragma once
 
+#include <shmbus/placement.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -88,10 +90,8 @@ struct SyntheticFields {
 std::uint64_t synthetic_checksum(std::span<const std::byte> in) noexcept;
 
 // The longest message a bus of `capacity` records of `record_size` bytes
-// accepts (BusInfo::max_message of such a bus): a message longer than one
-// record's payload spans consecutive records, half the ring at most, less
-// its one 24-byte header, and never more than 1 GiB.
-std::uint32_t max_message_for(std::uint64_t capacity, std::uint32_t record_size) noexcept;
+// accepts (BusInfo::max_message of such a bus).
+using shmbus::max_message_for;
 
 // The sizes of synthetic messages (--size N or --size MIN..MAX): every
 // message is `min` bytes when min == max; otherwise sizes are drawn uniformly

@@ -280,12 +280,14 @@ bool Reading::on_eviction(const PollResult& r) {
 }
 
 void Reading::on_let_go(const PollResult& r) {
-  // The producer waited its hold limit for us and stopped holding for us:
-  // from here we are lapped, and told exactly what we lose, if we fall behind.
+  // The producer waited its hold limit for us, or an administrator let us
+  // go: from here we are lapped, and told exactly what we lose, if we fall
+  // behind.
   let_go_ = true;
   print_notice(program_name,
-               fmt::format("bus '{}': the producer's hold limit ran out while it waited for this reader; reading on "
-                           "at seq {} without holding it (a lap is reported as lost){}",
+               fmt::format("bus '{}': this reader was let go (the producer's hold limit ran out while it waited for "
+                           "it, or shmbus-inspect let-go); reading on at seq {} without holding the producer (a lap "
+                           "is reported as lost){}",
                            o_.bus, source_.cursor(),
                            r.stale_view ? "; a message already handed out was overwritten while read" : ""));
   if (r.stale_view && o_.verify) verify_.problem("a message was overwritten while it was read");

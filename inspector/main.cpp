@@ -1,8 +1,8 @@
 // shmbus-inspect: looks inside shmbus buses without taking part in them.
 //
 // Every view maps the bus read-only through shmbus::Inspector (no reader
-// slot, no effect on the producer or consumers); only `gc`, `reset` and `rm`
-// change anything, and they say what they changed. Errors are one line on stderr
+// slot, no effect on the producer or consumers); only `gc`, `reset`,
+// `let-go` and `rm` change anything, and they say what they changed. Errors are one line on stderr
 // naming the bus (with --json, one JSON object on stdout instead); the exit
 // status is 0 on success, 1 on an error, a refusal or (check) a bus with
 // problems, 2 on a usage error.
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "inspector/commands.hpp"
+#include "inspector/let_go.hpp"
 #include "inspector/metrics.hpp"
 #include "inspector/reset.hpp"
 #include "inspector/size.hpp"
@@ -74,12 +75,12 @@ CLI::Validator interval_validator() {
 int main(int argc, char** argv) {
   CLI::App app{
       "shmbus-inspect: look inside shmbus buses (DIR/shmbus.*: /dev/shm, $SHMBUS_DIR or --dir) without disturbing them.\n"
-      "Views map a bus read-only and take no reader slot; gc, reset and rm say what they change."};
+      "Views map a bus read-only and take no reader slot; gc, reset, let-go and rm say what they change."};
   tools::add_version_flag(app, kProgram);
   app.footer(tools::exit_status_help({
       {"0", "success; for check, the bus is clean"},
       {"1", "an error (no such bus, permission, a segment that does not validate), check found problems, "
-            "dump met a record with an impossible length, or rm, gc --forget or reset refused"},
+            "dump met a record with an impossible length, or rm, gc --forget, reset or let-go refused"},
       {"2", "a bad command line (unknown option or subcommand, bad duration or --to, missing or invalid "
             "bus name)"},
   }));
@@ -166,6 +167,16 @@ int main(int argc, char** argv) {
       ->required();
   reset->add_flag("--json", json, json_help);
 
+  auto* let_go = app.add_subcommand(
+      "let-go", "let a reader that holds the producer of a block bus go at once, as --max-hold does: it reads "
+                "on without holding the producer and is told what it loses");
+  let_go->add_option("bus", bus, "bus name")->required();
+  std::string let_go_reader;
+  let_go->add_option("--reader", let_go_reader, "the reader: its slot number (as show prints it) or its name")
+      ->required()
+      ->type_name("SLOT|NAME");
+  let_go->add_flag("--json", json, json_help);
+
   auto* rm = app.add_subcommand(
       "rm", "remove a bus, and what creations of it killed mid-way left; refused while a live producer "
             "or reader is attached");
@@ -231,6 +242,7 @@ int main(int argc, char** argv) {
         if (gc->parsed()) return run_gc(bus, forget, json);
         if (reset->parsed()) return run_reset(bus, reset_reader, reset_to, json);
         if (rm->parsed()) return run_rm(bus, force, json);
+        if (let_go->parsed()) return run_let_go(bus, let_go_reader, json);
         if (size->parsed()) return run_size(size_args);
         if (metrics->parsed()) return run_metrics(metrics_args, tools::resolve_trust(trust_args));
         return tools::exit_usage;

@@ -592,6 +592,43 @@ std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust&
   return out;
 }
 
+ReaderView let_go_reader(std::string_view name, std::uint32_t slot, std::optional<std::uint64_t> generation,
+                         const Trust& trust, std::string_view dir) {
+  auto seg = detail::Segment::open(name, detail::Segment::Access::read_write, trust, std::nullopt, dir);
+  const std::string bus = "bus '" + std::string(name) + "': ";
+  if (slot >= seg->max_readers()) {
+    throw Error(Errc::not_found, bus + "no reader slot " + std::to_string(slot) + " (it has " +
+                                     std::to_string(seg->max_readers()) + ")");
+  }
+  layout::ReaderSlot* r = seg->reader(slot);
+  // The ticket is only compared: a reader that attached in between is
+  // caught by detail::let_go().
+  const std::uint64_t owner = r->owner.load(std::memory_order_acquire);
+  const ReaderView before = reader_view(*seg, slot);
+  if (!in_use(*r) || (generation && before.generation != *generation)) {
+    throw Error(Errc::not_found, bus + "no reader in slot " + std::to_string(slot) +
+                                     (generation ? " any more (it detached)" : ""));
+  }
+  const auto refuse = [&](const std::string& why) {
+    return Error(Errc::invalid_options, bus + reader_label(before) + " does not hold the producer: " + why);
+  };
+  if (seg->info().policy == Policy::overwrite) throw refuse("on an overwrite bus no reader does");
+  if (before.let_go_ns != 0) throw refuse("it was let go at " + utc_hms(before.let_go_ns) + " UTC");
+  if (before.best_effort) throw refuse("it is a best-effort reader");
+  if (before.evicted) throw refuse("its slot was taken from it");
+  if (!detail::let_go(*seg, slot, owner)) {
+    if (reader_view(*seg, slot).liveness == Liveness::dead || !in_use(*r)) {
+      throw Error(Errc::not_found, bus + reader_label(before) + " is gone (its slot was freed)");
+    }
+    throw refuse("it changed while it was let go; look again");
+  }
+  // A producer asleep waiting for space on this reader looks again now.
+  layout::SegmentHeader* h = seg->header();
+  h->space_futex.fetch_add(1, std::memory_order_release);
+  detail::futex_wake(&h->space_futex, INT32_MAX);
+  return before;
+}
+
 std::vector<std::string> remove_abandoned_creations(std::string_view name, std::string_view dir) {
   validate_name(name);
   return detail::remove_dead_temporaries(name, detail::resolve_dir(dir, name).path);

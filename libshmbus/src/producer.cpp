@@ -406,7 +406,11 @@ void Producer::Impl::recompute_limit(std::uint64_t s, std::uint32_t* holder) noe
   std::uint64_t floor = std::min(min_active_cursor(s, holder), keep_floor);
   // Publish the floor, then look again (see the handshake at the top).
   h->oldest.store(floor, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the joining reader's fence
+  // Pairs with the joining reader's fence. Also a release fence after the
+  // state loads above: a reader let go by another process (detail::let_go)
+  // that we no longer count is let go before any tag we store from here,
+  // so one that finds its record rewritten also finds its new state.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   const std::uint64_t again = min_active_cursor(s, nullptr);
   if (again < floor) {
     floor = again;
@@ -477,36 +481,9 @@ bool Producer::Impl::account_holds(std::uint64_t needed_floor, std::uint64_t wai
   return any;
 }
 
-// Lets reader slot `i` (attachment `owner`) go: from now on it does not hold
-// us. Counted as a best-effort reader first, so that from the moment it may
-// see its new state every record is written as it reads it (word by word,
-// see shared_writes()). A holder that died is reclaimed instead.
+// Lets reader slot `i` (attachment `owner`) go (reader_table.hpp).
 bool Producer::Impl::let_go(std::uint32_t i, std::uint64_t owner) noexcept {
-  if (detail::reclaim_if_dead(seg, i)) return false;
-  layout::ReaderSlot* r = seg.reader(i);
-  // Relaxed: only we read the count (shared_writes()); every writer of it
-  // uses a read-modify-write.
-  h->best_effort_readers.fetch_add(1, std::memory_order_relaxed);
-  std::uint32_t want = layout::kSlotActive;
-  // Acquire: a state stored by a new attachment (release, after its owner
-  // ticket) makes its ticket visible to the check below. A reader detaching
-  // (or a reclaimer) at the same moment makes this fail.
-  if (!r->state.compare_exchange_strong(want, layout::kSlotBestEffort, std::memory_order_acq_rel)) {
-    detail::forget_best_effort_reader(seg);
-    return false;
-  }
-  if (r->owner.load(std::memory_order_relaxed) != owner) {
-    // The slot changed hands between our look and the exchange: that reader
-    // never held us. Give its state back, unless it detached meanwhile (it
-    // then took its count down itself).
-    want = layout::kSlotBestEffort;
-    if (r->state.compare_exchange_strong(want, layout::kSlotActive, std::memory_order_acq_rel))
-      detail::forget_best_effort_reader(seg);
-    return false;
-  }
-  r->let_go_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
-  h->readers_let_go.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return detail::let_go(seg, i, owner);
 }
 
 // The wait for space is over: room was found, or the role goes.

@@ -48,6 +48,42 @@ bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept {
   return cleaned;
 }
 
+bool let_go(Segment& s, std::uint32_t i, std::uint64_t owner) noexcept {
+  if (reclaim_if_dead(s, i)) return false;
+  layout::SegmentHeader* h = s.header();
+  layout::ReaderSlot* r = s.reader(i);
+  // Counted first, so that a producer that sees the new state (acquire)
+  // also sees the count and writes every record this reader may read from
+  // then on word by word (best_effort_readers). Relaxed: every writer of
+  // the count uses a read-modify-write.
+  h->best_effort_readers.fetch_add(1, std::memory_order_relaxed);
+  std::uint32_t want = layout::kSlotActive;
+  // Acq_rel. Acquire: a state stored by a new attachment (release, after its
+  // owner ticket) makes its ticket visible to the check below; a reader
+  // detaching (or a reclaimer) at the same moment makes this fail. Release:
+  // pairs with the producer's acquire load of the state (min_active_cursor)
+  // when another process lets the reader go; the producer's fence after
+  // that look then orders it before every tag it stores next, so a reader
+  // that finds its record rewritten also finds itself let go.
+  if (!r->state.compare_exchange_strong(want, layout::kSlotBestEffort, std::memory_order_acq_rel)) {
+    forget_best_effort_reader(s);
+    return false;
+  }
+  if (r->owner.load(std::memory_order_relaxed) != owner) {
+    // The slot changed hands between the caller's look and the exchange:
+    // that reader never held the producer. Give its state back, unless it
+    // detached meanwhile (it then took its count down itself).
+    want = layout::kSlotBestEffort;
+    if (r->state.compare_exchange_strong(want, layout::kSlotActive, std::memory_order_acq_rel))
+      forget_best_effort_reader(s);
+    return false;
+  }
+  // Relaxed: labels for the inspector and the reader's own report.
+  r->let_go_ns.store(realtime_ns(), std::memory_order_relaxed);
+  h->readers_let_go.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 void forget_best_effort_reader(Segment& s) noexcept {
   std::atomic<std::uint32_t>& n = s.header()->best_effort_readers;
   std::uint32_t v = n.load(std::memory_order_relaxed);

@@ -17,6 +17,17 @@ bool clean_slot(Segment& s, std::uint32_t i) noexcept;
 // it did.
 bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept;
 
+// Lets reader slot `i` (attachment `owner`, ReaderSlot::owner as the
+// caller saw it) go: kSlotActive -> kSlotBestEffort, stamped let_go_ns and
+// counted in readers_let_go. From then on it does not hold the producer; it
+// reads on with checked copies and is told what it loses. Counted as a
+// best-effort reader first, so that from the moment it may see its new
+// state every record is written as it reads it (word by word). A holder
+// that died is reclaimed instead. Done by a producer whose hold limit ran
+// out, and by an administrator at any time (let_go_reader()). False if the
+// slot was not that attachment's, not kSlotActive, or reclaimed.
+bool let_go(Segment& s, std::uint32_t i, std::uint64_t owner) noexcept;
+
 // One best-effort reader fewer (header.best_effort_readers), never below
 // zero: a count left too high (a slot freed by a stray store) only keeps the
 // producer writing word by word, which is safe.

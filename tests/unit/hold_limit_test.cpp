@@ -2,11 +2,14 @@
 // that holds the producer that long is let go. It reads on as a best-effort
 // reader, is told so once (ReadStatus::let_go), learns its exact loss, and
 // the inspector names it.
+#include <atomic>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "../lib/ledger.hpp"
 #include "shmbus/inspect.hpp"
 #include "test_support.hpp"
 
@@ -211,6 +214,129 @@ TEST(HoldLimit, IsIgnoredOnAnOverwriteBus) {
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(p.publish(bytes("x"), 0ns));
   EXPECT_EQ(c.next(0ns).status, ReadStatus::lost);
   EXPECT_EQ(Inspector::open(name).snapshot().counters.readers_let_go, 0u);
+}
+
+// let_go_reader(), shmbus-inspect let-go: the run-time twin of the hold
+// limit. A producer without one, asleep on a stopped reader, goes on at
+// once; the reader is told it was let go, then exactly what it lost, with
+// messages of 1 byte to several records.
+TEST(LetGoReader, AProducerAsleepOnAStuckReaderGoesOnAndTheReaderIsToldItsExactLoss) {
+  constexpr std::uint64_t kCap = 64, kMessages = 2000;
+  ScopedName name("let-go-reader");
+  BusOptions o = small_block(kCap);
+  o.record_size = 64;
+  Bus bus = Bus::create(name, o);
+  ConsumerOptions named;
+  named.name = "stuck";
+  Consumer stuck(bus, named);
+  Producer p(bus);  // no hold limit: only let_go_reader() frees it
+  std::vector<std::byte> payload(600, std::byte{'x'});
+  const auto size_of = [](std::uint64_t i) { return static_cast<std::size_t>(1 + (i * 131) % 600); };
+  ASSERT_TRUE(p.publish(std::span(payload).first(size_of(0)), 0ns));
+  ReadResult r = stuck.next(0ns);  // holds a view of seq 0 and reads no further
+  ASSERT_EQ(r.status, ReadStatus::message);
+  Ledger books(0, kCap);
+  books.message(r.message.seq, r.message.records);
+
+  std::atomic<std::uint64_t> sent{1};
+  std::thread producer([&] {
+    for (std::uint64_t i = 1; i < kMessages; ++i) {
+      if (!p.publish(std::span(payload).first(size_of(i)))) return;
+      sent.store(i + 1);
+    }
+  });
+  // The producer fills the ring and waits (asleep, past its spin) for the reader.
+  Snapshot snap = Inspector::open(name).snapshot();
+  for (int i = 0; i < 2000 && !snap.producer.waiting_for_space; ++i) {
+    std::this_thread::sleep_for(1ms);
+    snap = Inspector::open(name).snapshot();
+  }
+  ASSERT_TRUE(snap.producer.waiting_for_space) << "the producer never waited for the stuck reader";
+  std::this_thread::sleep_for(20ms);  // past its spin and yield: asleep
+  ASSERT_EQ(snap.readers.size(), 1u);
+  const std::uint64_t before = sent.load();
+
+  const ReaderView was = let_go_reader(name, snap.readers[0].slot, snap.readers[0].generation);
+  EXPECT_EQ(was.name, "stuck");
+  EXPECT_FALSE(was.best_effort);
+  producer.join();
+  EXPECT_EQ(sent.load(), kMessages) << "the producer did not go on (it had sent " << before << ")";
+
+  snap = Inspector::open(name).snapshot();
+  EXPECT_EQ(snap.counters.readers_let_go, 1u);
+  ASSERT_EQ(snap.readers.size(), 1u);
+  EXPECT_TRUE(snap.readers[0].best_effort);
+  EXPECT_NE(snap.readers[0].let_go_ns, 0u);
+  // Once let go it holds nobody: a second call is refused, naming why.
+  try {
+    let_go_reader(name, snap.readers[0].slot);
+    ADD_FAILURE() << "a reader let go was let go again";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.errc(), Errc::invalid_options);
+    EXPECT_NE(std::string(e.what()).find("does not hold the producer: it was let go at"), std::string::npos)
+        << e.what();
+  }
+
+  r = stuck.next(0ns);
+  ASSERT_EQ(r.status, ReadStatus::let_go);
+  EXPECT_TRUE(r.stale_view) << "its view of seq 0 was overwritten";
+  std::uint64_t delivered = 1;
+  for (;;) {
+    r = stuck.next(0ns);
+    if (r.status == ReadStatus::lost) {
+      books.lost(r.lost);
+    } else if (r.status == ReadStatus::message) {
+      ++delivered;
+      books.message(r.message.seq, r.message.records);
+    } else {
+      break;
+    }
+  }
+  books.finish(stuck.cursor());
+  EXPECT_EQ(books.error(), "");
+  EXPECT_EQ(stuck.cursor(), p.next_seq());
+  EXPECT_GT(books.told(), 0u);
+  EXPECT_LT(delivered, kMessages);
+  EXPECT_TRUE(Inspector::open(name).check().empty());
+}
+
+TEST(LetGoReader, IsRefusedForAReaderThatDoesNotHoldTheProducer) {
+  ScopedName name("let-go-refused");
+  Bus bus = Bus::create(name, small_block(16));
+  ConsumerOptions loose;
+  loose.hold_producer = false;
+  Consumer best_effort(bus, loose);
+  const Snapshot s = Inspector::open(name).snapshot();
+  ASSERT_EQ(s.readers.size(), 1u);
+  const auto refusal = [&](std::uint32_t slot) -> std::string {
+    try {
+      let_go_reader(name, slot);
+    } catch (const Error& e) {
+      return std::string(e.errc() == Errc::invalid_options ? "invalid_options"
+                         : e.errc() == Errc::not_found     ? "not_found"
+                                                           : "other") +
+             ": " + e.what();
+    }
+    return "let go";
+  };
+  EXPECT_NE(refusal(s.readers[0].slot).find("invalid_options: bus '" + std::string(name) + "': reader"),
+            std::string::npos);
+  EXPECT_NE(refusal(s.readers[0].slot).find("does not hold the producer: it is a best-effort reader"),
+            std::string::npos);
+  EXPECT_NE(refusal(3).find("not_found"), std::string::npos) << "an empty slot";
+  EXPECT_NE(refusal(4).find("no reader slot 4 (it has 4)"), std::string::npos);
+
+  ScopedName ow("let-go-overwrite");
+  BusOptions o = small_block(16);
+  o.policy = Policy::overwrite;
+  Bus obus = Bus::create(ow, o);
+  Consumer c(obus);
+  try {
+    let_go_reader(ow, Inspector::open(ow).snapshot().readers.at(0).slot);
+    ADD_FAILURE() << "let go on an overwrite bus";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("on an overwrite bus no reader does"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -46,8 +46,9 @@ struct ConsumerOptions {
   // default): the producer never overwrites a record this reader has not
   // read, waiting for it when the ring is full; nothing is ever lost, unless
   // the producer has a hold limit (ProducerOptions::max_hold) and waits
-  // that long for this reader: then it lets it go (ReadStatus::let_go) and
-  // the reader goes on as a best-effort one. false
+  // that long for this reader, or an administrator lets it go
+  // (let_go_reader(), shmbus-inspect let-go): then it is let go
+  // (ReadStatus::let_go) and goes on as a best-effort reader. false
   // (a best-effort reader, e.g. a live dashboard): the producer never waits
   // for it; if it falls a ring behind, it is lapped exactly as a reader of
   // an `overwrite` bus is: ReadStatus::lost says how many messages it
@@ -105,8 +106,9 @@ enum class ReadStatus : std::uint8_t {
                   // where it can tell (`block`, in place). Never returned
                   // for a reader that merely ran slowly or was stopped.
   let_go,         // this reader held a `block` producer with a hold limit
-                  // (ProducerOptions::max_hold) that long: the producer
-                  // stopped waiting for it. From here it reads as a
+                  // (ProducerOptions::max_hold) that long, or was let go by
+                  // an administrator (let_go_reader()): it no longer holds
+                  // the producer. From here it reads as a
                   // best-effort reader (hold_producer = false) does: laps
                   // are reported as `lost`. It goes on at `message.seq`;
                   // nothing is lost by this call itself. A view from the

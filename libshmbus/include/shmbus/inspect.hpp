@@ -204,6 +204,24 @@ class Inspector {
 std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust& trust = {},
                                              std::string_view dir = {});
 
+// Lets the reader in slot `slot` of bus `name` go at once (maps the bus
+// read-write), as a producer's hold limit does (ProducerOptions::max_hold):
+// from now on it does not hold the producer, which is woken if it waits for
+// space; the reader reads on as a best-effort reader, told at its next reads
+// what it loses (ReadStatus::lost), and snapshots show it let go
+// (ReaderView::let_go_ns). With `generation`, only that attachment of the
+// slot (ReaderView::generation) is let go. Returns the reader as it was.
+// Throws Error:
+//   Errc::not_found        no such slot, no reader in it (or not that
+//                          attachment), or one whose holder was gone (its
+//                          slot is freed instead)
+//   Errc::invalid_options  the reader does not hold the producer (an
+//                          overwrite bus, a best-effort reader, one let go
+//                          already); the message says which
+ReaderView let_go_reader(std::string_view name, std::uint32_t slot,
+                         std::optional<std::uint64_t> generation = std::nullopt, const Trust& trust = {},
+                         std::string_view dir = {});
+
 // Removes what creations of bus `name` that were killed mid-way left in
 // its directory (.shmbus.NAME.XXXXXX files nobody is building any more, by
 // their lock: never one a live creator holds; the bus itself was never

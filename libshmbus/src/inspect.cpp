@@ -616,17 +616,17 @@ ReaderView let_go_reader(std::string_view name, std::uint32_t slot, std::optiona
   if (before.let_go_ns != 0) throw refuse("it was let go at " + utc_hms(before.let_go_ns) + " UTC");
   if (before.best_effort) throw refuse("it is a best-effort reader");
   if (before.evicted) throw refuse("its slot was taken from it");
-  if (!detail::let_go(*seg, slot, owner)) {
-    if (reader_view(*seg, slot).liveness == Liveness::dead || !in_use(*r)) {
-      throw Error(Errc::not_found, bus + reader_label(before) + " is gone (its slot was freed)");
-    }
-    throw refuse("it changed while it was let go; look again");
+  const detail::LetGo done = detail::let_go(*seg, slot, owner, /*give_back=*/false);
+  if (done == detail::LetGo::reclaimed) {
+    throw Error(Errc::not_found, bus + reader_label(before) + " is gone (its slot was freed)");
   }
+  if (done == detail::LetGo::not_active) throw refuse("it detached, or was let go, meanwhile");
   // A producer asleep waiting for space on this reader looks again now.
   layout::SegmentHeader* h = seg->header();
   h->space_futex.fetch_add(1, std::memory_order_release);
   detail::futex_wake(&h->space_futex, INT32_MAX);
-  return before;
+  // Another attachment took the slot in that instant: it is the one let go.
+  return done == detail::LetGo::changed_hands ? reader_view(*seg, slot) : before;
 }
 
 std::vector<std::string> remove_abandoned_creations(std::string_view name, std::string_view dir) {

@@ -49,14 +49,17 @@
 //        attach_time_ns u64                                 (set at attach/reclaim)
 //    64  cursor u64 | delivered u64 | lost u64 | last_active_ns u64 | sleeping u32 |
 //        pid_ns u32 | start_ticks u64 | let_go_ns u64 | reserved
-//                                      (the consumer writes; let_go_ns the producer)
+//                                      (the consumer writes; let_go_ns who lets it go)
 //
 // The slot's state moves kFree -> kActive or kBestEffort at attach and back
 // to kFree at detach or reclaim, by the holder of the slot's role lock (or a
-// reclaimer that took it). One other move: a producer with a hold limit
-// (ProducerOptions::max_hold) that waited that long for a reader lets it go,
-// kActive -> kBestEffort, by compare-and-swap, and stamps let_go_ns. Every
-// writer of `state` uses an atomic read-modify-write or owns the slot.
+// reclaimer that took it). One other move: a reader is let go, kActive ->
+// kBestEffort, by compare-and-swap, and let_go_ns stamped, by a producer
+// with a hold limit (ProducerOptions::max_hold) that waited that long for
+// it, or by an administrator (let_go_reader(), shmbus-inspect let-go); only
+// the producer ever moves a slot back, within its own let-go of a slot
+// that changed hands (reader_table.hpp, let_go()). Every writer of `state`
+// uses an atomic read-modify-write or owns the slot.
 //
 // Bookmark (64 bytes; one per durable reader name, ConsumerOptions::durable):
 //
@@ -296,7 +299,7 @@ struct alignas(kCacheLine) SegmentHeader {
   std::atomic<std::uint64_t> wait_start_ns;    // CLOCK_REALTIME the current wait for space began, 0 = none
   std::atomic<std::uint64_t> space_wanted;     // while producer_sleeping: the cursor every reader must
                                                // reach; a reader whose cursor crosses it wakes the producer
-  std::atomic<std::uint64_t> readers_let_go;   // readers the producer stopped waiting for (hold limit)
+  std::atomic<std::uint64_t> readers_let_go;   // readers let go (hold limit, or an administrator)
   std::atomic<std::uint64_t> max_hold_ns;      // the attached producer's hold limit, 0 = none (a label)
   std::uint64_t reserved5[2];
 
@@ -321,7 +324,7 @@ struct alignas(kCacheLine) ReaderSlot {
   std::atomic<std::uint32_t> sleeping;
   std::atomic<std::uint32_t> pid_ns;       // label: inode of the holder's PID namespace, 0 if unknown
   std::atomic<std::uint64_t> start_ticks;  // label: the holder's start time from its /proc, 0 if none
-  std::atomic<std::uint64_t> let_go_ns;    // CLOCK_REALTIME the producer let it go (hold limit), 0 = never
+  std::atomic<std::uint64_t> let_go_ns;    // CLOCK_REALTIME it was let go (hold limit, administrator), 0 = never
   std::uint64_t reserved1[1];
 };
 

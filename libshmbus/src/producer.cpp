@@ -483,7 +483,7 @@ bool Producer::Impl::account_holds(std::uint64_t needed_floor, std::uint64_t wai
 
 // Lets reader slot `i` (attachment `owner`) go (reader_table.hpp).
 bool Producer::Impl::let_go(std::uint32_t i, std::uint64_t owner) noexcept {
-  return detail::let_go(seg, i, owner);
+  return detail::let_go(seg, i, owner, /*give_back=*/true) == detail::LetGo::let_go;
 }
 
 // The wait for space is over: room was found, or the role goes.

@@ -48,8 +48,8 @@ bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept {
   return cleaned;
 }
 
-bool let_go(Segment& s, std::uint32_t i, std::uint64_t owner) noexcept {
-  if (reclaim_if_dead(s, i)) return false;
+LetGo let_go(Segment& s, std::uint32_t i, std::uint64_t owner, bool give_back) noexcept {
+  if (reclaim_if_dead(s, i)) return LetGo::reclaimed;
   layout::SegmentHeader* h = s.header();
   layout::ReaderSlot* r = s.reader(i);
   // Counted first, so that a producer that sees the new state (acquire)
@@ -67,21 +67,28 @@ bool let_go(Segment& s, std::uint32_t i, std::uint64_t owner) noexcept {
   // that finds its record rewritten also finds itself let go.
   if (!r->state.compare_exchange_strong(want, layout::kSlotBestEffort, std::memory_order_acq_rel)) {
     forget_best_effort_reader(s);
-    return false;
+    return LetGo::not_active;
   }
+  LetGo done = LetGo::let_go;
   if (r->owner.load(std::memory_order_relaxed) != owner) {
     // The slot changed hands between the caller's look and the exchange:
-    // that reader never held the producer. Give its state back, unless it
-    // detached meanwhile (it then took its count down itself).
-    want = layout::kSlotBestEffort;
-    if (r->state.compare_exchange_strong(want, layout::kSlotActive, std::memory_order_acq_rel))
-      forget_best_effort_reader(s);
-    return false;
+    // the reader let go is a newer one. The producer (give_back) puts its
+    // state back, unless it detached meanwhile (it then took its count down
+    // itself): nobody else looks at the state between our two exchanges.
+    // Anyone else must not: a producer that saw the reader let go may
+    // already have moved past it, so it stays let go, and is stamped.
+    if (give_back) {
+      want = layout::kSlotBestEffort;
+      if (r->state.compare_exchange_strong(want, layout::kSlotActive, std::memory_order_acq_rel))
+        forget_best_effort_reader(s);
+      return LetGo::not_active;
+    }
+    done = LetGo::changed_hands;
   }
   // Relaxed: labels for the inspector and the reader's own report.
   r->let_go_ns.store(realtime_ns(), std::memory_order_relaxed);
   h->readers_let_go.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return done;
 }
 
 void forget_best_effort_reader(Segment& s) noexcept {

@@ -24,9 +24,15 @@ bool reclaim_if_dead(Segment& s, std::uint32_t i) noexcept;
 // best-effort reader first, so that from the moment it may see its new
 // state every record is written as it reads it (word by word). A holder
 // that died is reclaimed instead. Done by a producer whose hold limit ran
-// out, and by an administrator at any time (let_go_reader()). False if the
-// slot was not that attachment's, not kSlotActive, or reclaimed.
-bool let_go(Segment& s, std::uint32_t i, std::uint64_t owner) noexcept;
+// out, and by an administrator at any time (let_go_reader()).
+//
+// A slot that changed hands between the caller's look and the exchange
+// (another attachment in it now) is given back to kSlotActive only with
+// `give_back`, which only the producer may ask: between its own two
+// exchanges nobody else judges the state. Any other caller leaves the newer
+// reader let go (changed_hands): a producer may already have moved past it.
+enum class LetGo { let_go, changed_hands, not_active, reclaimed };
+LetGo let_go(Segment& s, std::uint32_t i, std::uint64_t owner, bool give_back) noexcept;
 
 // One best-effort reader fewer (header.best_effort_readers), never below
 // zero: a count left too high (a slot freed by a stray store) only keeps the

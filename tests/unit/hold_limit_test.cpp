@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include "../lib/ledger.hpp"
+#include "reader_table.hpp"
+#include "segment.hpp"
 #include "shmbus/inspect.hpp"
 #include "test_support.hpp"
 
@@ -337,6 +339,34 @@ TEST(LetGoReader, IsRefusedForAReaderThatDoesNotHoldTheProducer) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("on an overwrite bus no reader does"), std::string::npos) << e.what();
   }
+}
+
+// The slot changed hands between a let-go's look and its exchange: the
+// producer (the only one that judges the state in between) gives the newer
+// reader its state back; anyone else leaves it let go, since a producer may
+// already have moved past it, and says so.
+TEST(LetGoReader, ASlotThatChangedHandsIsGivenBackOnlyByTheProducer) {
+  ScopedName name("let-go-hands");
+  Bus bus = Bus::create(name, small_block(16));
+  Consumer reader(bus);
+  const std::shared_ptr<detail::Segment>& seg = detail::segment_of(bus);
+  const std::uint32_t slot = Inspector::open(name).snapshot().readers.at(0).slot;
+  const std::uint64_t owner = seg->reader(slot)->owner.load();
+  const std::uint64_t someone_before = owner + 1000;  // the attachment the caller looked at
+
+  EXPECT_EQ(detail::let_go(*seg, slot, someone_before, /*give_back=*/true), detail::LetGo::not_active);
+  EXPECT_EQ(seg->reader(slot)->state.load(), layout::kSlotActive);
+  EXPECT_EQ(seg->header()->best_effort_readers.load(), 0u);
+  EXPECT_EQ(seg->header()->readers_let_go.load(), 0u);
+  EXPECT_EQ(reader.next(0ns).status, ReadStatus::timeout) << "the reader given back still holds the producer";
+
+  EXPECT_EQ(detail::let_go(*seg, slot, someone_before, /*give_back=*/false), detail::LetGo::changed_hands);
+  EXPECT_EQ(seg->reader(slot)->state.load(), layout::kSlotBestEffort);
+  EXPECT_EQ(seg->header()->best_effort_readers.load(), 1u);
+  EXPECT_EQ(seg->header()->readers_let_go.load(), 1u);
+  EXPECT_NE(Inspector::open(name).snapshot().readers.at(0).let_go_ns, 0u);
+  EXPECT_EQ(reader.next(0ns).status, ReadStatus::let_go);
+  EXPECT_EQ(detail::let_go(*seg, slot, owner, /*give_back=*/false), detail::LetGo::not_active);
 }
 
 }  // namespace

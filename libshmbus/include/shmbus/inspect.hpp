@@ -210,7 +210,9 @@ std::vector<ReaderView> reclaim_dead_readers(std::string_view name, const Trust&
 // space; the reader reads on as a best-effort reader, told at its next reads
 // what it loses (ReadStatus::lost), and snapshots show it let go
 // (ReaderView::let_go_ns). With `generation`, only that attachment of the
-// slot (ReaderView::generation) is let go. Returns the reader as it was.
+// slot (ReaderView::generation) is let go. Returns the reader as it was;
+// should the slot change hands in the instant between the look and the
+// let-go, the reader now in it is the one let go, and the one returned.
 // Throws Error:
 //   Errc::not_found        no such slot, no reader in it (or not that
 //                          attachment), or one whose holder was gone (its

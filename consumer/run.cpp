@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "consumer/loss_log.hpp"
 #include "consumer/output.hpp"
 #include "consumer/source.hpp"
 #include "consumer/verifier.hpp"
@@ -173,7 +174,7 @@ bool ended_cleanly(std::string_view stopped_by) {
 class Reading {
  public:
   Reading(const Options& o, Source& source, BusSource* local, Start start)
-      : o_(o), source_(source), local_(local), start_(start), out_(o.format), verify_(o.bus) {
+      : o_(o), source_(source), local_(local), start_(start), out_(o.format), verify_(o.bus), losses_(o.bus, o.json) {
     // A resumed reader whose bookmark is no longer retained starts with a loss.
     lost_ = resume_gap();
     if (o.verify) {
@@ -205,6 +206,8 @@ class Reading {
   Start start_;
   Output out_;
   Verifier verify_;
+  LossLog losses_;
+  std::optional<std::uint64_t> poll_first_;  // the first message of the current poll
   LatencyHistogram latency_;
   Untimed untimed_;
   std::uint64_t negative_latency_ = 0;
@@ -227,6 +230,7 @@ class Reading {
 };
 
 void Reading::on_message(const Message& m) {
+  if (!poll_first_) poll_first_ = m.seq;
   if (!first_seq_) {
     first_seq_ = m.seq;
     first_time_ = Clock::now();
@@ -259,6 +263,10 @@ void Reading::on_message(const Message& m) {
 
 void Reading::after_poll(const PollResult& r) {
   lost_ += r.lost;
+  // A loss is told before the first message after it: it ends where that
+  // message starts, or at the cursor when none followed yet.
+  if (r.lost > 0) losses_.lost(poll_first_ ? *poll_first_ : source_.cursor(), r.lost, lost_);
+  losses_.tick();
   corrupt_ += r.corrupt;
   if (o_.verify) verify_.after_poll(r);
 }
@@ -330,6 +338,7 @@ void Reading::read(std::chrono::nanoseconds idle) {
     }
     const std::size_t max =
         o_.count > 0 ? static_cast<std::size_t>(std::min<std::uint64_t>(256, o_.count - messages_)) : 256;
+    poll_first_.reset();
     const PollResult r = source_.poll([&](const Message& m) { on_message(m); }, max, timeout);
     after_poll(r);
     if (r.count > 0 || r.lost > 0) {
@@ -347,6 +356,7 @@ void Reading::read(std::chrono::nanoseconds idle) {
     if (r.end_of_stream && !on_end(r)) break;
   }
   out_.flush();
+  losses_.flush();
   library_lost_ = source_.lost();
 }
 

@@ -324,12 +324,39 @@ overwrite_lost)  # overwrite bus: losses are reported, counted, and accepted by 
   "$PRODUCER" "$bus" --create --policy overwrite --capacity 64 --count "$n" --size 32 \
     --wait-for-readers 1 --wait-timeout 10s 2>"$work/p.err" || fail "producer failed"
   wait "${pids[-1]}" || fail "consumer failed (verify did not accept reported losses?)"
-  lost=$(json_field "$work/c.json" lost)
-  msgs=$(json_field "$work/c.json" messages)
+  grep '"report":"summary"' "$work/c.json" >"$work/summary.json" || fail "no summary: $(cat "$work/c.json")"
+  lost=$(json_field "$work/summary.json" lost)
+  msgs=$(json_field "$work/summary.json" messages)
   [[ "$lost" -gt 0 ]] || fail "no loss reported on a stalled overwrite consumer"
   [[ $((lost + msgs)) -eq $n ]] || fail "messages $msgs + lost $lost != $n"
-  grep -q '"ok":true' "$work/c.json" || fail "verify failed: $(cat "$work/c.json")"
-  note "$(cat "$work/c.json")"
+  grep -q '"ok":true' "$work/summary.json" || fail "verify failed: $(cat "$work/summary.json")"
+  # Each loss was told as it happened (at most a line a second, the rest
+  # summed into the next): the lines add up to the summary's count, and the
+  # last one's running total is it.
+  grep '"report":"lost"' "$work/c.json" >"$work/lost.json" || fail "no loss told before the summary"
+  told=0
+  while read -r line; do
+    told=$((told + $(grep -o '"lost":[0-9]*' <<<"$line" | cut -d: -f2)))
+    first=$(grep -o '"first_seq":[0-9]*' <<<"$line" | cut -d: -f2)
+    last=$(grep -o '"last_seq":[0-9]*' <<<"$line" | cut -d: -f2)
+    ((last >= first)) || fail "a loss line from $first to $last: $line"
+  done <"$work/lost.json"
+  ((told == lost)) || fail "the loss lines add up to $told, the summary says $lost"
+  [[ "$(tail -n1 "$work/lost.json" | grep -o '"lost_in_all":[0-9]*' | cut -d: -f2)" == "$lost" ]] ||
+    fail "the last loss line's lost_in_all is not $lost: $(tail -n1 "$work/lost.json")"
+  note "$(wc -l <"$work/lost.json") loss lines; $(cat "$work/summary.json")"
+  # Without --json: the same as text, one line each.
+  new_bus text_bus
+  "$PRODUCER" "$text_bus" --create --policy overwrite --capacity 64 --keep-open </dev/null 2>/dev/null
+  "$CONSUMER" "$text_bus" --format none --idle-timeout 2s 2>"$work/c.err" &
+  pids+=($!)
+  until "$INSPECT" show "$text_bus" --interval 0 --json | grep -q '"sleeping":true'; do sleep 0.05; done
+  kill -STOP "${pids[-1]}"
+  "$PRODUCER" "$text_bus" --count 1000 --size 24..300 2>/dev/null
+  kill -CONT "${pids[-1]}"
+  wait "${pids[-1]}" || fail "text consumer failed: $(cat "$work/c.err")"
+  grep -Eq "^shmbus-consumer: bus '$text_bus': lost seq [0-9]+\.\.[0-9]+ \([0-9]+ sequences\); [0-9]+ lost in all$" "$work/c.err" ||
+    fail "no text loss line: $(cat "$work/c.err")"
   ;;
 
 verify_catches)  # --verify fails on non-synthetic and on corrupted messages

@@ -168,6 +168,21 @@ void print_notice(std::string_view program, std::string_view message) noexcept {
   }
 }
 
+void print_raw_line(std::string_view text) noexcept {
+  try {
+    std::string line(text);
+    for (char& c : line) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    line.push_back('\n');
+    std::fflush(stdout);
+    std::fflush(stderr);
+    write_all(STDERR_FILENO, line);
+  } catch (...) {
+    // Out of memory while reporting: nothing better to do.
+  }
+}
+
 void ErrorSink::report(std::string_view message, std::string_view code) const {
   if (!json) {
     print_error(program, message);

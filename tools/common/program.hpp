@@ -63,6 +63,9 @@ std::string json_notice(std::string_view program, std::string_view message);
 // set_json_lines(true). One write(), so lines from several threads never
 // interleave.
 void print_notice(std::string_view program, std::string_view message) noexcept;
+// One line, as it is (a JSON object of the program's own shape), on stderr
+// the way print_notice() writes its lines.
+void print_raw_line(std::string_view line) noexcept;
 
 // How a failure is reported: one line "PROGRAM: message" on stderr, or with
 // --json one JSON object (json_error) on `json_stream` (the stream where the

@@ -72,7 +72,15 @@ std::string producer_text(const BusReport& r) {
     // A dead producer's last wait says nothing any more.
     if (p.waiting_for_space && r.producer_alive) {
       s += ", waiting for space";
-      if (r.blocked_on_slot) s += fmt::format(" (held back by reader {})", *r.blocked_on_slot);
+      if (r.waiting_ns != 0) s += " for " + human_duration(static_cast<double>(r.waiting_ns) / 1e9);
+      if (r.blocked_on_slot) {
+        s += fmt::format(" (held back by reader {}", *r.blocked_on_slot);
+        for (const ReaderReport& rr : r.readers) {
+          if (rr.view.slot == *r.blocked_on_slot && !rr.view.name.empty())
+            s += fmt::format(" '{}'", display_name(rr.view.name));
+        }
+        s += ")";
+      }
     }
   } else if (p.pid != 0) {
     s = fmt::format("none (last: {})", pid_label(p.pid, p.pid_namespace));
@@ -140,10 +148,16 @@ BusReport make_report(const Snapshot& snap, std::uint64_t now_ns) {
     rr.lag = snap.head > v.cursor ? snap.head - v.cursor : 0;
     rr.lag_percent = percent_of(rr.lag, cap);
     rr.idle_s = age_seconds(v.last_active_ns, now_ns);
-    r.unread = std::max(r.unread, std::min(rr.lag, cap));
+    if (snap.info.policy == Policy::overwrite || (!v.best_effort && !v.evicted)) {
+      r.unread = std::max(r.unread, std::min(rr.lag, cap));
+      ++r.fill_readers;
+    }
     r.readers.push_back(std::move(rr));
   }
   r.fill_percent = percent_of(r.unread, cap);
+  const ProducerView& p = snap.producer;
+  if (p.waiting_for_space && r.producer_alive && p.waiting_since_ns != 0 && now_ns > p.waiting_since_ns)
+    r.waiting_ns = now_ns - p.waiting_since_ns;
   return r;
 }
 
@@ -251,6 +265,7 @@ nlohmann::ordered_json to_json(const BusReport& r) {
                               : json(nullptr)},
       {"unread", r.unread},
       {"fill_percent", r.fill_percent},
+      {"fill_readers", r.fill_readers},
       {"last_publish_ns", s.last_publish_ns == 0 ? json(nullptr) : json(s.last_publish_ns)},
       {"last_publish_age_s", opt(r.publish_age_s)},
       {"sample_s", opt(r.sample_s)},
@@ -266,6 +281,8 @@ nlohmann::ordered_json to_json(const BusReport& r) {
         {"stopped", r.producer_stopped},
         {"closed", p.closed},
         {"waiting_for_space", p.waiting_for_space && r.producer_alive},
+        {"waiting_since_ns", r.waiting_ns != 0 ? json(p.waiting_since_ns) : json(nullptr)},
+        {"waiting_ns", r.waiting_ns},
         {"blocked_on_slot", r.blocked_on_slot ? json(*r.blocked_on_slot) : json(nullptr)},
         {"takeovers", p.takeovers},
         {"max_hold_ns", p.attached && p.max_hold_ns != 0 ? json(p.max_hold_ns) : json(nullptr)}}},
@@ -361,10 +378,16 @@ std::string render_show(const BusReport& r) {
     if (u.unreadable > 0) held += fmt::format("; {} not readable", tools::plural(u.unreadable, "record"));
     row("messages", held);
   }
-  row("fill", s.readers.empty()
-                  ? std::string("no readers attached")
-                  : fmt::format("{} of {} unread by the slowest reader ({:.1f}%)", r.unread,
-                                i.capacity, r.fill_percent));
+  const bool block = i.policy == Policy::block;
+  row("fill", s.readers.empty() ? std::string("no readers attached")
+              : r.fill_readers == 0
+                  ? fmt::format("no reader holds the producer ({} best-effort, let go or evicted)", s.readers.size())
+                  : fmt::format("{} of {} unread by the slowest reader{} ({:.1f}%){}", r.unread, i.capacity,
+                                block ? " that holds the producer" : "", r.fill_percent,
+                                block && r.fill_readers < s.readers.size()
+                                    ? fmt::format("; {} more that hold nothing back",
+                                                  s.readers.size() - r.fill_readers)
+                                    : std::string()));
   std::string publish =
       r.sample_s ? fmt::format("{} over {}", human_rate(r.publish_rate), human_duration(*r.sample_s))
                  : std::string("rate not sampled");
@@ -374,12 +397,17 @@ std::string render_show(const BusReport& r) {
   row("publish", publish);
   row("producer", producer_text(r));
   const Counters& c = s.counters;
+  // producer_wait_ns adds a wait's time when it ends: the one under way is told apart.
   row("counters",
-      fmt::format("published {}, producer waits {} ({}), wake-ups {}, readers reclaimed {}, "
+      fmt::format("published {}, producer waits {} ({}{}), wake-ups {}, readers reclaimed {}, "
                   "readers let go {}, consumers asleep {}",
                   c.published, c.producer_waits,
-                  human_duration(static_cast<double>(c.producer_wait_ns) / 1e9), c.wakeups,
-                  c.readers_reclaimed, c.readers_let_go, c.data_sleepers));
+                  human_duration(static_cast<double>(c.producer_wait_ns) / 1e9),
+                  r.waiting_ns != 0
+                      ? fmt::format(" ended, {} so far in the one under way",
+                                    human_duration(static_cast<double>(r.waiting_ns) / 1e9))
+                      : std::string(),
+                  c.wakeups, c.readers_reclaimed, c.readers_let_go, c.data_sleepers));
 
   out += '\n';
   if (r.readers.empty()) {
@@ -431,7 +459,13 @@ std::string render_watch_line(const BusReport& r) {
   if (p.attached) {
     line += fmt::format("{}{} {}{}", p.pid, in_other_pid_namespace(p.pid_namespace) ? "*" : "",
                         r.producer_stopped ? "stopped" : to_string(p.liveness),
-                        p.waiting_for_space && r.producer_alive ? " blocked" : "");
+                        p.waiting_for_space && r.producer_alive
+                            ? fmt::format(" blocked{}{}",
+                                          r.waiting_ns != 0
+                                              ? " " + human_duration(static_cast<double>(r.waiting_ns) / 1e9)
+                                              : std::string(),
+                                          r.blocked_on_slot ? fmt::format(" on {}", *r.blocked_on_slot) : "")
+                            : std::string());
   } else {
     line += "none";
   }
@@ -440,7 +474,8 @@ std::string render_watch_line(const BusReport& r) {
                         rr.stopped ? "stopped" : to_string(rr.view.liveness),
                         rr.view.evicted          ? std::string(",evicted")
                         : rr.view.let_go_ns != 0 ? fmt::format(",let-go@{}", hms(rr.view.let_go_ns))
-                                                 : std::string(),
+                        : rr.view.best_effort && s.info.policy == Policy::block ? std::string(",best-effort")
+                                                                                : std::string(),
                         rr.lag,
                         human_rate(rr.rate));
   }

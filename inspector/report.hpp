@@ -46,8 +46,15 @@ struct BusReport {
   std::optional<double> sample_s;        // seconds between the two snapshots
   std::optional<double> publish_rate;    // messages/s over the sample
   std::uint64_t retained = 0;            // head - oldest: records a late joiner can read
-  std::uint64_t unread = 0;              // head - slowest reader's cursor, at most capacity
+  // head - the cursor of the slowest reader that holds the producer (on an
+  // `overwrite` bus, of the slowest reader), at most capacity: how near a
+  // `block` producer is to waiting. Best-effort readers, readers let go and
+  // evicted ones hold nothing back and are left out.
+  std::uint64_t unread = 0;
   double fill_percent = 0;               // unread as % of capacity
+  std::uint32_t fill_readers = 0;        // readers counted in unread
+  // The producer's wait for space under way: for how long, 0 if none.
+  std::uint64_t waiting_ns = 0;
   std::optional<double> publish_age_s;   // since the newest record was published
   bool producer_alive = false;           // attached and alive
   bool producer_stopped = false;         // alive but stopped (SIGSTOP, a debugger)

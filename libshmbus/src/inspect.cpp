@@ -235,7 +235,7 @@ Diagnosis diagnose(const Snapshot& s) {
     if (r->let_go_ns == 0) continue;
     d.warnings.push_back({"reader_let_go", r->slot,
                           reader_label(*r) + " was let go at " + utc_hms(r->let_go_ns) +
-                              " UTC: the producer waited its hold limit for it; it no longer holds the "
+                              " UTC (the producer's hold limit, or shmbus-inspect let-go): it no longer holds the "
                               "producer and is lapped if it falls a ring behind"});
   }
   for (const ReaderView* r : readers) {

@@ -269,6 +269,18 @@ let_go)  # shmbus-inspect let-go: a producer with no hold limit, blocked on a st
   producer=$!
   pids+=($producer)
   until "$INSPECT" show "$bus" --interval 0 --json | grep -q '"waiting_for_space":true'; do sleep 0.05; done
+  sleep 0.3
+  # The wait under way is named with its length everywhere a producer is shown.
+  "$INSPECT" show "$bus" --interval 0 >"$work/blocked.txt"
+  grep -Eq "producer +pid $producer alive, waiting for space for [0-9.]+m?s \(held back by reader 0 'stuck'\)" \
+    "$work/blocked.txt" || fail "show does not name the wait under way: $(cat "$work/blocked.txt")"
+  grep -Eq "producer waits 1 \([0-9.]+u?s ended, [0-9.]+m?s so far in the one under way\)" "$work/blocked.txt" ||
+    fail "the counters hide the wait under way: $(grep counters "$work/blocked.txt")"
+  grep -Eq "fill .*unread by the slowest reader that holds the producer \([0-9.]+%\)" "$work/blocked.txt" ||
+    fail "fill: $(grep fill "$work/blocked.txt")"
+  "$INSPECT" show "$bus" --interval 0 --json | grep -Eq '"waiting_ns":[1-9][0-9]{7,}' || fail "show --json: no waiting_ns"
+  "$INSPECT" watch "$bus" --interval 100ms --count 1 | grep -Eq "producer $producer alive blocked [0-9.]+m?s on 0 " ||
+    fail "watch does not show the wait: $("$INSPECT" watch "$bus" --interval 100ms --count 1)"
   "$INSPECT" let-go "$bus" --reader stuck >"$work/let_go.txt" || fail "let-go failed"
   grep -q "^bus '$bus': let reader 0 'stuck' (pid $stuck) go: it no longer holds the producer" "$work/let_go.txt" ||
     fail "let-go said: $(cat "$work/let_go.txt")"
@@ -276,6 +288,10 @@ let_go)  # shmbus-inspect let-go: a producer with no hold limit, blocked on a st
   wait "$producer" || fail "the producer did not finish after let-go"
   "$INSPECT" show "$bus" --interval 0 >"$work/show.txt"
   grep -Eq 'stuck .*let-go@[0-9:]+' "$work/show.txt" || fail "show does not mark the reader let go"
+  grep -q "fill .*no reader holds the producer (1 best-effort, let go or evicted)" "$work/show.txt" ||
+    fail "fill counts a reader let go: $(grep fill "$work/show.txt")"
+  "$INSPECT" watch "$bus" --interval 100ms --count 1 | grep -Eq "0 stuck stopped,let-go@[0-9:]+ " ||
+    fail "watch does not flag the reader let go"
   # It holds nobody now: a second let-go is refused, one line, exit 1.
   expect_failure again "reader 0 'stuck' .* does not hold the producer: it was let go at" \
     "$INSPECT" let-go "$bus" --reader 0

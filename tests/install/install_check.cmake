@@ -1,9 +1,11 @@
 # cmake -P script: install the build at BUILD_DIR into WORK_DIR/prefix, then
 #  1. configure, build and run PROJECT_DIR (which uses find_package(shmbus)),
 #  2. compile PROJECT_DIR/c_user.c with the C compiler C_COMPILER and nothing
-#     but `pkg-config --cflags --libs shmbus`, and run it on the shared library,
+#     but `pkg-config --cflags --libs shmbus` (run as built, on the shared
+#     library) and `... shmbus-static` (needs no libshmbus.so),
 #  3. check the shared library's soname, (MAN_PAGES) the installed man pages,
-#     and the bash and zsh completion of every installed program.
+#     the bash and zsh completion of every installed program, and that the
+#     systemd units start the programs of this prefix.
 foreach(v CMAKE_COMMAND BUILD_DIR GENERATOR PROJECT_DIR WORK_DIR)
   if(NOT DEFINED ${v} OR "${${v}}" STREQUAL "")
     message(FATAL_ERROR "install_check.cmake: ${v} is not set")
@@ -130,7 +132,8 @@ endif()
 run(${build}/shmbus_install_c_user install-c-${suffix})
 message(STATUS "${last_output}")
 
-# pkg-config, from a plain compiler command line.
+# pkg-config, from a plain compiler command line: the shared library (shmbus)
+# and the static one (shmbus-static).
 if(C_COMPILER)
   find_program(PKG_CONFIG pkg-config REQUIRED)
   set(ENV{PKG_CONFIG_PATH} ${libdir}/pkgconfig)
@@ -144,11 +147,37 @@ if(C_COMPILER)
   endif()
   run(${C_COMPILER} -std=c99 -Wall -Werror ${sanitize_flags} -o ${WORK_DIR}/c_user_pc
     ${PROJECT_DIR}/c_user.c ${pc_flags})
-  run(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${libdir} ${WORK_DIR}/c_user_pc install-pc-${suffix})
+  # Runs as built, with nothing set: the .pc file records where the library is.
+  run(${WORK_DIR}/c_user_pc install-pc-${suffix})
   message(STATUS "${last_output}")
-  run(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${libdir} ldd ${WORK_DIR}/c_user_pc)
+  run(ldd ${WORK_DIR}/c_user_pc)
   if(NOT last_output MATCHES "libshmbus\\.so\\.[0-9]+\\.[0-9]+ => ${libdir}")
     message(FATAL_ERROR "the pkg-config build does not load the installed libshmbus.so:\n${last_output}")
+  endif()
+  # shmbus-static: libshmbus.a, and no libshmbus.so needed at run time.
+  run(${PKG_CONFIG} --cflags --libs shmbus-static)
+  string(STRIP "${last_output}" pc_static_flags)
+  message(STATUS "pkg-config --cflags --libs shmbus-static: ${pc_static_flags}")
+  separate_arguments(pc_static_flags UNIX_COMMAND "${pc_static_flags}")
+  run(${C_COMPILER} -std=c99 -Wall -Werror ${sanitize_flags} -o ${WORK_DIR}/c_user_static
+    ${PROJECT_DIR}/c_user.c ${pc_static_flags})
+  run(${OBJDUMP} -p ${WORK_DIR}/c_user_static)
+  if(last_output MATCHES "NEEDED +libshmbus")
+    message(FATAL_ERROR "the shmbus-static build needs libshmbus.so:\n${last_output}")
+  endif()
+  run(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=/nonexistent ${WORK_DIR}/c_user_static install-pcs-${suffix})
+  message(STATUS "${last_output}")
+endif()
+
+# The systemd units name the programs where this install put them.
+if(EXISTS ${prefix}/bin/shmbus-producer)
+  set(unit ${prefix}/lib/systemd/system/shmbus-producer@.service)
+  if(NOT EXISTS ${unit})
+    message(FATAL_ERROR "no systemd unit at ${unit}")
+  endif()
+  file(READ ${unit} text)
+  if(NOT text MATCHES "ExecStart=${prefix}/bin/shmbus-producer ")
+    message(FATAL_ERROR "${unit} does not start ${prefix}/bin/shmbus-producer:\n${text}")
   endif()
 endif()
 # The Python package, imported from the installed tree: shmbus/ with the

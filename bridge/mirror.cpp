@@ -165,6 +165,7 @@ class Mirror {
       bo.max_readers = o_.max_readers;
       bo.mode = o_.mode;
       bo.trust = o_.trust;
+      bo.existing = Existing::as_is;  // check_geometry() judges an existing bus's own options
       producer_.emplace(Bus::open_or_create(o_.bus, bo));
     }
     check_geometry(producer_->bus().info(), w);

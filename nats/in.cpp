@@ -186,6 +186,7 @@ struct DetachOnExit {
 InStats run_in(const InOptions& o, const std::function<bool()>& stop,
                const std::function<void(const InStats&)>& progress) {
   BusOptions bo = o.create;
+  bo.existing = Existing::as_is;  // an existing bus keeps its own options (docs/nats.md)
   Bus bus = Bus::open_or_create(o.bus, bo);
   Producer producer(bus);  // exclusive; takes over after a crash
   DetachOnExit detach_on_exit{producer};

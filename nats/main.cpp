@@ -212,6 +212,7 @@ int main(int argc, char** argv) {
       io.idle_timeout = parse_duration(ic.idle_timeout);
       io.create.capacity = capacity;
       io.create.record_size = record_size;
+      io.create.existing = Existing::as_is;  // an existing bus keeps its own options (docs/nats.md)
       // Created here rather than by run_in (which joins it), so that a
       // failure before anything is published (no server, no stream)
       // removes the bus again.

@@ -57,8 +57,12 @@ int main(int argc, char** argv) {
   app.add_option("bus", o.bus, "Bus name ([A-Za-z0-9._-], the segment is DIR/shmbus.NAME, DIR /dev/shm unless --dir)")
       ->required();
   auto* create = app.add_flag("--create", o.create,
-                              "Create the bus if it does not exist (an existing bus is used as it "
-                              "is, with a warning if its options differ from those given)");
+                              "Create the bus if it does not exist. An existing bus is used if the options "
+                              "given (--capacity, --record-size, --policy, --max-readers) are its own; one with "
+                              "others is an error naming both, unless --as-is");
+  app.add_flag("--as-is", o.as_is,
+               "With --create: use an existing bus with its own options even where they differ from those given")
+      ->needs(create);
   app.add_option("--capacity", o.capacity,
                  "Records in the ring, a power of two (with --create); 0: the power of two whose ring is nearest 4 MiB, at least 64")
       ->needs(create)

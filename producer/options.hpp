@@ -16,6 +16,7 @@ inline constexpr const char* kProgram = "shmbus-producer";
 struct Options {
   std::string bus;
   bool create = false;
+  bool as_is = false;  // --as-is: an existing bus with other options than given is used as it is
   std::uint64_t capacity = BusOptions{}.capacity;
   std::uint32_t record_size = BusOptions{}.record_size;
   Policy policy = Policy::block;

@@ -51,7 +51,9 @@ WaitCounters read_wait_counters(const std::string& bus) {
   return w;
 }
 
-void warn_if_different(const Options& o, const BusInfo& info, const CLI::App& app) {
+// --create on a bus that exists: the options given (only those) must be
+// its own, unless --as-is (Existing::as_is, the library's rule).
+void refuse_if_different(const Options& o, const BusInfo& info, const CLI::App& app) {
   std::string diffs;
   auto given = [&](const char* name) { return app.get_option(name)->count() > 0; };
   const std::uint64_t asked = o.capacity != 0 ? o.capacity : default_capacity_for(o.record_size);
@@ -67,9 +69,11 @@ void warn_if_different(const Options& o, const BusInfo& info, const CLI::App& ap
   if (given("--max-readers") && info.max_readers != o.max_readers) {
     diffs += fmt::format(", max readers {} (asked {})", info.max_readers, o.max_readers);
   }
-  if (!diffs.empty()) {
-    print_notice(kProgram, fmt::format("warning: bus '{}': exists already with{}; using it as it is",
-                                       info.name, diffs.substr(1)));
+  if (!diffs.empty() && !o.as_is) {
+    throw Failure(exit_failure,
+                  fmt::format("bus '{}': exists with{}; --as-is uses it as it is (or remove it first)", info.name,
+                              diffs.substr(1)),
+                  "options_differ");
   }
 }
 
@@ -112,6 +116,7 @@ BusOptions create_options(const Options& o, const SizeRange& sizes, std::uint64_
   bo.max_readers = o.max_readers;
   bo.mode = static_cast<mode_t>(std::stoul(o.mode, nullptr, 8));
   bo.trust = resolve_trust(o.trust);
+  bo.existing = Existing::as_is;  // the options given are compared by refuse_if_different()
   return bo;
 }
 
@@ -168,7 +173,7 @@ int run(const Options& o, const CLI::App& app) {
 
   const OpenedBus opened =
       create ? open_or_create_bus(o.bus, *create) : OpenedBus{open_existing(o), false};
-  if (create && !opened.created) warn_if_different(o, opened.bus.info(), app);
+  if (create && !opened.created) refuse_if_different(o, opened.bus.info(), app);
   // An error thrown from here while nothing is published and nobody is
   // attached (the Producer's --wait-for-readers timing out, say) removes a
   // bus this run created.

@@ -291,25 +291,15 @@ constexpr const char* bus_doc =
     "capacity: records (power of two; 0, the default: the power of two whose ring is nearest 4 MiB, at least 64); "
     "record_size: bytes incl. 24-byte header; dir: the bus directory (default: shmbus.bus_dir())";
 
-// Bus.open_or_create: a bus that exists with other options than asked is an
-// error naming both (a caller that wants whatever is there uses Bus.open).
-shmbus::Bus open_or_create_same(const std::string& name, const shmbus::BusOptions& asked) {
-  shmbus::Bus bus = shmbus::Bus::open_or_create(name, asked);
-  shmbus::BusOptions o = asked;  // capacity 0: the default ring's, for this record size
-  if (o.capacity == 0) o.capacity = shmbus::default_capacity_for(o.record_size);
-  const shmbus::BusInfo& i = bus.info();
-  if (i.policy != o.policy || i.capacity != o.capacity || i.record_size != o.record_size ||
-      i.max_readers != o.max_readers) {
-    const auto shape = [](shmbus::Policy p, std::uint64_t cap, std::uint32_t rec, std::uint32_t readers) {
-      return std::string(shmbus::to_string(p)) + " " + std::to_string(cap) + " x " + std::to_string(rec) + " B, " +
-             std::to_string(readers) + " reader slots";
-    };
-    throw py::value_error("bus '" + name + "' exists as " +
-                          shape(i.policy, i.capacity, i.record_size, i.max_readers) + ", not " +
-                          shape(o.policy, o.capacity, o.record_size, o.max_readers) +
-                          " as asked (Bus.open takes it as it is)");
-  }
-  return bus;
+// Bus.open_or_create: the library's rule (an existing bus with other
+// options than asked is refused, shmbus.OptionsDiffer) unless as_is.
+PyBus open_or_create(const std::string& name, std::int64_t capacity, std::int64_t record_size,
+                     const std::string& policy, std::int64_t max_readers, std::int64_t mode,
+                     const std::optional<std::string>& dir, bool as_is) {
+  shmbus::BusOptions o = bus_options(capacity, record_size, policy, max_readers, mode);
+  o.dir = dir.value_or("");
+  o.existing = as_is ? shmbus::Existing::as_is : shmbus::Existing::same;
+  return PyBus(shmbus::Bus::open_or_create(name, o));
 }
 
 struct PyProducer {
@@ -931,6 +921,12 @@ PYBIND11_MODULE(_shmbus, m) {
       type("BusPermissionError", py::make_tuple(error, py::handle(PyExc_PermissionError)),
            py::dict("__module__"_a = "shmbus", "__doc__"_a = "The bus exists but may not be opened."))
           .release();
+  static const py::handle differ =
+      type("OptionsDiffer", py::make_tuple(error, py::handle(PyExc_ValueError)),
+           py::dict("__module__"_a = "shmbus",
+                    "__doc__"_a = "Bus.open_or_create found the bus with other options than asked."))
+          .release();
+  m.attr("OptionsDiffer") = differ;
   m.attr("BusNotFound") = not_found;
   m.attr("BusExists") = exists;
   m.attr("BusPermissionError") = denied;
@@ -960,6 +956,7 @@ PYBIND11_MODULE(_shmbus, m) {
         case shmbus::Errc::already_exists: cls = py::reinterpret_borrow<py::object>(exists); err = EEXIST; break;
         case shmbus::Errc::permission_denied:
         case shmbus::Errc::foreign_owner: cls = py::reinterpret_borrow<py::object>(denied); err = EACCES; break;
+        case shmbus::Errc::options_differ: cls = py::reinterpret_borrow<py::object>(differ); break;
         default: break;
       }
       // OSError(errno, strerror) fills .errno and .strerror; str() is our one line.
@@ -986,10 +983,10 @@ PYBIND11_MODULE(_shmbus, m) {
       .def_static("create", bus_factory(&shmbus::Bus::create), bus_doc, py::arg("name"), py::kw_only(),
                   py::arg("capacity") = 0, py::arg("record_size") = 256, py::arg("policy") = "block",
                   py::arg("max_readers") = 16, py::arg("mode") = 0600, py::arg("dir") = py::none())
-      .def_static("open_or_create", bus_factory(&open_or_create_same), bus_doc, py::arg("name"),
-                  py::kw_only(), py::arg("capacity") = 0, py::arg("record_size") = 256,
-                  py::arg("policy") = "block", py::arg("max_readers") = 16, py::arg("mode") = 0600,
-                  py::arg("dir") = py::none())
+      .def_static("open_or_create", &open_or_create, bus_doc, py::arg("name"), py::kw_only(),
+                  py::arg("capacity") = 0, py::arg("record_size") = 256, py::arg("policy") = "block",
+                  py::arg("max_readers") = 16, py::arg("mode") = 0600, py::arg("dir") = py::none(),
+                  py::arg("as_is") = false)
       .def_static("open",
                   [](const std::string& name, double ready_timeout, const std::optional<std::string>& dir) {
                     shmbus::OpenOptions o;

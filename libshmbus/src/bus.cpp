@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "segment.hpp"
 
@@ -87,6 +89,16 @@ Bus Bus::open(std::string_view name, const OpenOptions& options) {
   return Bus(detail::Segment::open(name, detail::Segment::Access::read_write, options.trust, std::nullopt, options.dir));
 }
 
+namespace {
+
+// "block 1024 x 64 B, 16 reader slots"
+std::string shape(Policy p, std::uint64_t capacity, std::uint32_t record_size, std::uint32_t readers) {
+  return std::string(to_string(p)) + " " + std::to_string(capacity) + " x " + std::to_string(record_size) + " B, " +
+         std::to_string(readers) + " reader slots";
+}
+
+}  // namespace
+
 Bus Bus::open_or_create(std::string_view name, const BusOptions& options) {
   for (int attempt = 0;; ++attempt) {
     try {
@@ -94,14 +106,29 @@ Bus Bus::open_or_create(std::string_view name, const BusOptions& options) {
     } catch (const Error& e) {
       if (e.errc() != Errc::already_exists) throw;
     }
+    std::optional<Bus> bus;
     try {
       // Never join a foreign segment, nor one that grants more than was asked.
-      return Bus(
-          detail::Segment::open(name, detail::Segment::Access::read_write, options.trust, options.mode, options.dir));
+      bus.emplace(Bus(
+          detail::Segment::open(name, detail::Segment::Access::read_write, options.trust, options.mode, options.dir)));
     } catch (const Error& e) {
       // Removed between our create and open: try again, a few times.
       if (e.errc() != Errc::not_found || attempt >= 8) throw;
+      continue;
     }
+    const BusInfo& i = bus->info();
+    const std::uint64_t capacity =
+        options.capacity != 0 ? options.capacity : default_capacity_for(options.record_size);
+    if (options.existing == Existing::same &&
+        (i.policy != options.policy || i.capacity != capacity || i.record_size != options.record_size ||
+         i.max_readers != options.max_readers)) {
+      throw Error(Errc::options_differ,
+                  "bus '" + std::string(name) + "': exists as " +
+                      shape(i.policy, i.capacity, i.record_size, i.max_readers) + ", not " +
+                      shape(options.policy, capacity, options.record_size, options.max_readers) +
+                      " as asked (open it as it is instead, or remove it first)");
+    }
+    return std::move(*bus);
   }
 }
 

@@ -49,6 +49,7 @@ static_assert(SHMBUS_NOT_ALLOCATED == static_cast<int>(shmbus::Errc::not_allocat
 static_assert(SHMBUS_BOOKMARKS_FULL == static_cast<int>(shmbus::Errc::bookmarks_full));
 static_assert(SHMBUS_UNSAFE_FILE == static_cast<int>(shmbus::Errc::unsafe_file));
 static_assert(SHMBUS_BAD_DIRECTORY == static_cast<int>(shmbus::Errc::bad_directory));
+static_assert(SHMBUS_OPTIONS_DIFFER == static_cast<int>(shmbus::Errc::options_differ));
 static_assert(SHMBUS_START_RESUME == static_cast<int>(shmbus::Start::resume));
 static_assert(SHMBUS_END_REMOVED == static_cast<int>(shmbus::EndReason::removed));
 static_assert(SHMBUS_DEAD == static_cast<int>(shmbus::Liveness::dead));
@@ -246,14 +247,14 @@ const char* shmbus_status_str(int status) {
     case SHMBUS_NO_CLAIM: return "no open claim";
     default: break;
   }
-  if (status >= SHMBUS_INVALID_NAME && status <= SHMBUS_BAD_DIRECTORY) {
+  if (status >= SHMBUS_INVALID_NAME && status <= SHMBUS_OPTIONS_DIFFER) {
     // The C++ category's messages are string literals' copies; keep static ones here.
     static const char* const names[] = {
         "invalid name", "invalid options", "already exists", "not found", "permission denied",
         "no space", "not a bus", "version mismatch", "truncated", "corrupt", "not ready",
         "producer active", "reader table full", "not retained", "system error", "timeout",
         "foreign owner", "insecure mode", "not allocated", "name in use", "bookmarks full",
-        "unsafe file", "bad directory"};
+        "unsafe file", "bad directory", "options differ"};
     return names[status - 1];
   }
   return "unknown status";
@@ -275,8 +276,11 @@ void shmbus_bus_options_init(shmbus_bus_options* options) {
   options->mode = static_cast<std::uint32_t>(d.mode);
 }
 
+// How make_bus() treats a bus that exists.
+enum class IfExists { refuse, same_options, as_is };
+
 static shmbus_status make_bus(const char* fn, const char* dir, const char* name, const shmbus_bus_options* options,
-                              shmbus_bus** out, bool open_existing) noexcept {
+                              shmbus_bus** out, IfExists if_exists) noexcept {
   if (!out) return invalid(fn, "out is NULL");
   *out = nullptr;
   if (!name) return invalid(fn, "name is NULL");
@@ -284,7 +288,8 @@ static shmbus_status make_bus(const char* fn, const char* dir, const char* name,
   if (!to_bus_options(options, o)) return invalid(fn, "policy or mode out of range");
   if (dir) o.dir = dir;
   return guard(fn, [&] {
-    auto b = open_existing ? shmbus::Bus::open_or_create(name, o) : shmbus::Bus::create(name, o);
+    o.existing = if_exists == IfExists::as_is ? shmbus::Existing::as_is : shmbus::Existing::same;
+    auto b = if_exists != IfExists::refuse ? shmbus::Bus::open_or_create(name, o) : shmbus::Bus::create(name, o);
     *out = new shmbus_bus{std::move(b)};
     return SHMBUS_OK;
   });
@@ -292,22 +297,32 @@ static shmbus_status make_bus(const char* fn, const char* dir, const char* name,
 
 shmbus_status shmbus_bus_create(const char* name, const shmbus_bus_options* options,
                                 shmbus_bus** out) {
-  return make_bus("shmbus_bus_create", nullptr, name, options, out, false);
+  return make_bus("shmbus_bus_create", nullptr, name, options, out, IfExists::refuse);
 }
 
 shmbus_status shmbus_bus_create_in(const char* dir, const char* name, const shmbus_bus_options* options,
                                    shmbus_bus** out) {
-  return make_bus("shmbus_bus_create_in", dir, name, options, out, false);
+  return make_bus("shmbus_bus_create_in", dir, name, options, out, IfExists::refuse);
 }
 
 shmbus_status shmbus_bus_open_or_create(const char* name, const shmbus_bus_options* options,
                                         shmbus_bus** out) {
-  return make_bus("shmbus_bus_open_or_create", nullptr, name, options, out, true);
+  return make_bus("shmbus_bus_open_or_create", nullptr, name, options, out, IfExists::same_options);
 }
 
 shmbus_status shmbus_bus_open_or_create_in(const char* dir, const char* name, const shmbus_bus_options* options,
                                            shmbus_bus** out) {
-  return make_bus("shmbus_bus_open_or_create_in", dir, name, options, out, true);
+  return make_bus("shmbus_bus_open_or_create_in", dir, name, options, out, IfExists::same_options);
+}
+
+shmbus_status shmbus_bus_open_or_create_as_is(const char* name, const shmbus_bus_options* options,
+                                              shmbus_bus** out) {
+  return make_bus("shmbus_bus_open_or_create_as_is", nullptr, name, options, out, IfExists::as_is);
+}
+
+shmbus_status shmbus_bus_open_or_create_as_is_in(const char* dir, const char* name,
+                                                 const shmbus_bus_options* options, shmbus_bus** out) {
+  return make_bus("shmbus_bus_open_or_create_as_is_in", dir, name, options, out, IfExists::as_is);
 }
 
 static shmbus_status open_bus(const char* fn, const char* dir, const char* name, int64_t ready_timeout_ns,

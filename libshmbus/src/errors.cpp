@@ -30,6 +30,7 @@ class Category final : public std::error_category {
       case Errc::bookmarks_full: return "every bookmark is in use";
       case Errc::unsafe_file: return "not a regular file with a single link";
       case Errc::bad_directory: return "unusable bus directory";
+      case Errc::options_differ: return "the bus exists with other options";
       case Errc::system: return "system call failed";
     }
     return "unknown shmbus error";

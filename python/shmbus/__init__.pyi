@@ -48,6 +48,9 @@ class Error(OSError):
     """A setup error (create, open, attach). str() names the bus and the problem."""
     errc: int  # shmbus::Errc / the C API's SHMBUS_* value, e.g. 4 not found, 14 not retained
 
+class OptionsDiffer(Error, ValueError):
+    """Bus.open_or_create found the bus with other options than asked."""
+
 class BusNotFound(Error, FileNotFoundError):
     """No bus of that name (errno ENOENT)."""
 
@@ -87,10 +90,13 @@ class Bus:
     @staticmethod
     def open_or_create(name: str, *, capacity: int = 0, record_size: int = 256,
                        policy: Policy = "block", max_readers: int = 16, mode: int = 0o600,
-                       dir: Optional[str] = None) -> Bus:
-        """Creates the bus, or opens it if it exists with exactly these
-        options (ValueError naming both if it exists otherwise; Bus.open
-        takes a bus as it is)."""
+                       dir: Optional[str] = None, as_is: bool = False) -> Bus:
+        """Creates the bus, or opens it if it exists with these options
+        (policy, capacity, record_size, max_readers; capacity 0 is the
+        default ring for record_size). One with others raises OptionsDiffer
+        (an Error and a ValueError) naming both, unless as_is=True, which
+        joins it with its own options; the C++ and C APIs and
+        shmbus-producer --create follow the same rule."""
     @staticmethod
     def open(name: str, ready_timeout: float = 2.0, *, dir: Optional[str] = None) -> Bus:
         """Opens an existing bus. Never waits: a bus appears under its name

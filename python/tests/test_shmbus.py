@@ -496,12 +496,15 @@ def test_commit_of_more_than_was_claimed_is_refused(name):
     assert bytes(consumer.next(1.0)[2]) == b"12345678"
 
 
-def test_open_or_create_refuses_a_bus_with_other_options(name):
+def test_open_or_create_refuses_a_bus_with_other_options_unless_as_is(name):
     shmbus.Bus.create(name, capacity=1024, record_size=64)
-    with pytest.raises(ValueError, match="exists as block 1024 x 64 B.*not overwrite 64 x 4096 B"):
+    with pytest.raises(shmbus.OptionsDiffer, match="exists as block 1024 x 64 B.*not overwrite 64 x 4096 B") as e:
         shmbus.Bus.open_or_create(name, capacity=64, record_size=4096, policy="overwrite")
+    assert isinstance(e.value, ValueError) and isinstance(e.value, shmbus.Error) and e.value.errc == 24
     same = shmbus.Bus.open_or_create(name, capacity=1024, record_size=64)
     assert (same.capacity, same.record_size) == (1024, 64)
+    as_is = shmbus.Bus.open_or_create(name, capacity=64, record_size=4096, policy="overwrite", as_is=True)
+    assert (as_is.capacity, as_is.record_size, as_is.policy) == (1024, 64, "block")
 
 
 def test_the_default_ring_is_sized_in_bytes_and_open_or_create_takes_it_as_asked(name):

@@ -779,6 +779,19 @@ static void test_bus_directories(void) {
   shmbus_snapshot_free(snap);
   CHECK_STATUS(shmbus_bus_open_or_create_in(a, name, &o, &again), SHMBUS_OK);
   shmbus_bus_close(again);
+  /* Other options than the bus's own: refused, naming both, unless _as_is. */
+  {
+    shmbus_bus_options other = o;
+    shmbus_bus_info info;
+    other.record_size = o.record_size * 2;
+    CHECK_STATUS(shmbus_bus_open_or_create_in(a, name, &other, &again), SHMBUS_OPTIONS_DIFFER);
+    CHECK(strstr(shmbus_last_error(), "exists as block") != NULL);
+    CHECK(strcmp(shmbus_status_str(SHMBUS_OPTIONS_DIFFER), "options differ") == 0);
+    CHECK_STATUS(shmbus_bus_open_or_create_as_is_in(a, name, &other, &again), SHMBUS_OK);
+    CHECK_STATUS(shmbus_bus_get_info(again, &info), SHMBUS_OK);
+    CHECK(info.record_size == o.record_size);
+    shmbus_bus_close(again);
+  }
 
   /* The process default, over $SHMBUS_DIR, over /dev/shm. */
   setenv("SHMBUS_DIR", b, 1);

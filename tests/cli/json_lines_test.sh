@@ -76,9 +76,12 @@ case "$case_name" in
 producer_consumer)
   new_bus bus
   printf 'a\nb\nc\n' | "$PRODUCER" "$bus" --create --keep-open --json 2>"$work/producer.err"
-  # A bus that exists already with other options: a warning.
-  "$PRODUCER" "$bus" --create --capacity 1024 --count 0 --keep-open --json 2>"$work/warning.err"
-  has "$work/warning.err" '"notice":"warning: ' "warning"
+  # A bus that exists already with other options: an error, as JSON; with --as-is, used as it is.
+  "$PRODUCER" "$bus" --create --capacity 1024 --count 0 --keep-open --json 2>"$work/differ.err" &&
+    fail "--create with other options than the bus's own was accepted"
+  has "$work/differ.err" '"code":"options_differ"' "options differ"
+  "$PRODUCER" "$bus" --create --as-is --capacity 1024 --count 0 --keep-open --json 2>"$work/as_is.err" ||
+    fail "--as-is: $(cat "$work/as_is.err")"
   # --verify of messages that are not synthetic: one problem per message, then the summary.
   rc=0
   "$CONSUMER" "$bus" --verify --json --count 3 --format json >"$work/verify.out" 2>"$work/verify.err" || rc=$?

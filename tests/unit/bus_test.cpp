@@ -153,19 +153,44 @@ TEST(BusLifecycle, RemovedBusStaysUsableByProcessesThatMappedIt) {
   EXPECT_EQ(fresh.head(), 0u);
 }
 
-TEST(BusLifecycle, OpenOrCreateCreatesOnceThenOpensKeepingTheOriginalOptions) {
+TEST(BusLifecycle, OpenOrCreateCreatesOnceThenOpensOnlyWithTheOptionsAskedUnlessAsIs) {
   ScopedName name("ooc");
   BusOptions a = small_options();
   a.capacity = 32;
   Bus first = Bus::open_or_create(name, a);
   EXPECT_EQ(first.info().capacity, 32u);
+  Bus again = Bus::open_or_create(name, a);
+  EXPECT_EQ(again.info().creation_time_ns, first.info().creation_time_ns);
+
   BusOptions b = small_options();
   b.capacity = 1024;
   b.policy = Policy::overwrite;
+  const std::string what = expect_error(Errc::options_differ, [&] { Bus::open_or_create(name, b); });
+  EXPECT_NE(what.find("exists as block 32 x"), std::string::npos) << what;
+  EXPECT_NE(what.find("not overwrite 1024 x"), std::string::npos) << what;
+  for (auto change : std::initializer_list<void (*)(BusOptions&)>{
+           [](BusOptions& o) { o.record_size += 64; }, [](BusOptions& o) { o.max_readers += 1; },
+           [](BusOptions& o) { o.capacity = 0; }}) {
+    BusOptions c = a;
+    change(c);
+    expect_error(Errc::options_differ, [&] { Bus::open_or_create(name, c); });
+  }
+
+  b.existing = Existing::as_is;
   Bus second = Bus::open_or_create(name, b);
-  EXPECT_EQ(second.info().capacity, 32u) << "an existing bus keeps its own options";
+  EXPECT_EQ(second.info().capacity, 32u) << "as_is: an existing bus keeps its own options";
   EXPECT_EQ(second.info().policy, Policy::block);
   EXPECT_EQ(second.info().creation_time_ns, first.info().creation_time_ns);
+}
+
+TEST(BusLifecycle, OpenOrCreateTakesCapacityZeroAsTheDefaultRingForItsRecordSize) {
+  ScopedName name("ooc-default");
+  BusOptions d;
+  d.record_size = 128;
+  Bus first = Bus::open_or_create(name, d);
+  EXPECT_EQ(first.info().capacity, default_capacity_for(128));
+  d.capacity = default_capacity_for(128);
+  EXPECT_EQ(Bus::open_or_create(name, d).info().creation_time_ns, first.info().creation_time_ns);
 }
 
 TEST(BusLifecycle, BusHandleKeepsTheMappingAliveForProducersAndConsumers) {

@@ -228,6 +228,7 @@ const char* errc_name(Errc e) noexcept {
     case Errc::bookmarks_full: return "bookmarks_full";
     case Errc::unsafe_file: return "unsafe_file";
     case Errc::bad_directory: return "bad_directory";
+    case Errc::options_differ: return "options_differ";
     default: break;  // a code newer than this list
   }
   return "error";

@@ -88,6 +88,13 @@ void set_bus_dir(std::string_view dir);
 // with one line naming the directory and what is wrong.
 void check_bus_dir(std::string_view dir = {});
 
+// What open_or_create() does with a bus that already exists with other
+// options (policy, capacity, record size or reader slots) than asked.
+enum class Existing : std::uint8_t {
+  same,   // refuse it: Errc::options_differ, naming both (the default)
+  as_is,  // join it with its own options (check info() if they matter)
+};
+
 struct BusOptions {
   std::uint64_t capacity = 0;      // records in the ring; a power of two, >= 2; 0: default_capacity_for(record_size)
   std::uint32_t record_size = 256; // bytes per record, header included; a multiple of 8
@@ -95,6 +102,7 @@ struct BusOptions {
   std::uint32_t max_readers = 16;  // reader slots, 1..1024
   mode_t mode = 0600;              // permission bits of the segment
   Trust trust{};                   // open_or_create: whose existing segment it may join
+  Existing existing = Existing::same;  // open_or_create: one with other options than these
   std::string dir{};               // directory of the segment; empty: bus_dir()
 };
 
@@ -179,10 +187,14 @@ class Bus {
   static Bus open(std::string_view name, const OpenOptions& options);
 
   // Creates the bus, or opens it if it exists. When two processes race, one
-  // creates and the other opens the finished segment. An existing bus keeps
-  // its own options (check info() if they matter), but is joined only if open()
-  // would accept it with options.trust and its mode grants nobody more than
-  // options.mode does (Errc::insecure_mode otherwise).
+  // creates and the other opens the finished segment. An existing bus is
+  // joined only if open() would accept it with options.trust and its mode
+  // grants nobody more than options.mode does (Errc::insecure_mode
+  // otherwise), and only with the policy, capacity (0: default_capacity_for()
+  // the record size), record size and reader slots asked: one with others is
+  // refused with Errc::options_differ naming both, unless options.existing
+  // is Existing::as_is, which joins it as it is. The C API, the Python
+  // module and `shmbus-producer --create` follow the same rule.
   static Bus open_or_create(std::string_view name, const BusOptions& options = {});
 
   // Removes the segment's name. Processes that have it mapped keep using it.

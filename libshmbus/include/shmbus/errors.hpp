@@ -37,6 +37,7 @@ enum class Errc : int {
   bookmarks_full,       // every bookmark holds a durable reader name (shmbus-inspect gc --forget)
   unsafe_file,          // the bus path is a FIFO, device, symlink or a file with more than one link
   bad_directory,        // the bus directory is missing, not a directory, or not on tmpfs/hugetlbfs
+  options_differ,       // open_or_create found the bus with other options than asked (Existing::same)
 };
 
 // The std::error_category of shmbus::Errc ("shmbus").

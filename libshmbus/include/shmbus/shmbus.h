@@ -76,6 +76,7 @@ typedef enum shmbus_status {
   SHMBUS_BOOKMARKS_FULL = 21,    /* every bookmark holds a durable name (shmbus-inspect gc --forget) */
   SHMBUS_UNSAFE_FILE = 22,       /* the bus path is a FIFO, device, symlink or has more than one link */
   SHMBUS_BAD_DIRECTORY = 23,     /* the bus directory is missing, not a directory, not tmpfs/hugetlbfs */
+  SHMBUS_OPTIONS_DIFFER = 24,    /* open_or_create found the bus with other options than asked */
 
   SHMBUS_INVALID_ARGUMENT = 100, /* NULL handle or pointer, size or value out of range */
   SHMBUS_OUT_OF_MEMORY = 101,
@@ -133,10 +134,18 @@ SHMBUS_API shmbus_status shmbus_bus_create(const char* name, const shmbus_bus_op
 SHMBUS_API shmbus_status shmbus_bus_open(const char* name, int64_t ready_timeout_ns,
                                          shmbus_bus** out);
 
-/* Creates the bus, or opens it if it exists (it then keeps its own options). */
+/* Creates the bus, or opens it if it exists with the options asked (policy,
+ * capacity, record size, reader slots; capacity 0 stands for
+ * shmbus_default_capacity(record_size)): one with others is refused,
+ * SHMBUS_OPTIONS_DIFFER, shmbus_last_error() naming both. The _as_is calls
+ * join an existing bus with its own options instead (check
+ * shmbus_bus_info() if they matter). */
 SHMBUS_API shmbus_status shmbus_bus_open_or_create(const char* name,
                                                    const shmbus_bus_options* options,
                                                    shmbus_bus** out);
+SHMBUS_API shmbus_status shmbus_bus_open_or_create_as_is(const char* name,
+                                                         const shmbus_bus_options* options,
+                                                         shmbus_bus** out);
 
 /* Where buses live. Every call without `_in` uses the default directory:
  * the one shmbus_set_dir() set in this process, else $SHMBUS_DIR (when set
@@ -153,6 +162,9 @@ SHMBUS_API shmbus_status shmbus_bus_open_in(const char* dir, const char* name, s
 SHMBUS_API shmbus_status shmbus_bus_open_or_create_in(const char* dir, const char* name,
                                                       const shmbus_bus_options* options,
                                                       shmbus_bus** out);
+SHMBUS_API shmbus_status shmbus_bus_open_or_create_as_is_in(const char* dir, const char* name,
+                                                            const shmbus_bus_options* options,
+                                                            shmbus_bus** out);
 SHMBUS_API shmbus_status shmbus_bus_remove_in(const char* dir, const char* name, int* removed);
 SHMBUS_API int shmbus_bus_exists_in(const char* dir, const char* name);
 

@@ -447,9 +447,11 @@ void Reading::print_text(bool verify_ok, double seconds) const {
   }
   if (corrupt_ > 0) line += fmt::format("; {} skipped", plural(corrupt_, "corrupt record"));
   if (o_.verify) {
-    // A reader that started late verified only from there on.
-    const std::string from =
-        first_seq_ && *first_seq_ > 0 ? fmt::format(" from seq {}, where this reader started", *first_seq_) : "";
+    // A reader that started late verified only from there on: a local
+    // reader from where it attached (what it lost before its first message
+    // is among the gaps), a remote one from its first message.
+    const std::uint64_t began = local_ ? start_seq_ : first_seq_.value_or(0);
+    const std::string from = began > 0 ? fmt::format(" from seq {}, where this reader started", began) : "";
     if (!verify_ok) {
       line += fmt::format("; verify FAILED ({})", plural(verify_.problems(), "problem"));
     } else if (verify_.gaps() == 0) {

@@ -424,7 +424,8 @@ std::string render_show(const BusReport& r) {
       rows.push_back({fmt::format("{}", v.slot), display_name(v.name), fmt::format("{}{}", v.pid, elsewhere ? "*" : ""),
                       reader_state(rr),
                       fmt::format("{}", v.cursor), fmt::format("{}", rr.lag),
-                      fmt::format("{:.1f}%", rr.lag_percent), fmt::format("{}", v.delivered),
+                      // More than a ring behind: lapped (best-effort, let go, overwrite).
+                      rr.lag > s.info.capacity ? std::string("lapped") : fmt::format("{:.1f}%", rr.lag_percent), fmt::format("{}", v.delivered),
                       fmt::format("{}", v.lost), human_rate(rr.rate), human_age(rr.idle_s)});
     }
     out += render_table(rows, {true, false, true, false, true, true, true, true, true, true, false},

@@ -94,15 +94,6 @@ std::string producer_text(const BusReport& r) {
   return s;
 }
 
-std::string hms(std::uint64_t realtime_ns) {
-  const auto secs = static_cast<std::time_t>(realtime_ns / 1'000'000'000u);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
-  return buf;
-}
-
 }  // namespace
 
 bool is_alive(Liveness l) noexcept { return l == Liveness::alive; }
@@ -111,7 +102,7 @@ std::string reader_state(const ReaderReport& r) {
   std::string s = r.stopped ? std::string("stopped")
                             : std::string(to_string(r.view.liveness)) + (r.view.sleeping && r.alive ? ",asleep" : "");
   if (r.view.evicted) return s + ",evicted";
-  if (r.view.let_go_ns != 0) return s + ",let-go@" + hms(r.view.let_go_ns);
+  if (r.view.let_go_ns != 0) return s + ",let-go@" + utc_hms(r.view.let_go_ns);
   return s + (r.view.best_effort ? ",best-effort" : "");
 }
 
@@ -454,7 +445,7 @@ std::string render_show(const BusReport& r) {
 
 std::string render_watch_line(const BusReport& r) {
   const Snapshot& s = r.snap;
-  std::string line = fmt::format("{} {} head {} publish {} fill {:.1f}% producer ", hms(r.now_ns),
+  std::string line = fmt::format("{} {} head {} publish {} fill {:.1f}% producer ", utc_hms(r.now_ns),
                                  s.info.name, s.head, human_rate(r.publish_rate), r.fill_percent);
   const ProducerView& p = s.producer;
   if (p.attached) {
@@ -474,7 +465,7 @@ std::string render_watch_line(const BusReport& r) {
     line += fmt::format(" | {} {} {}{} lag {} {}", rr.view.slot, display_name(rr.view.name),
                         rr.stopped ? "stopped" : to_string(rr.view.liveness),
                         rr.view.evicted          ? std::string(",evicted")
-                        : rr.view.let_go_ns != 0 ? fmt::format(",let-go@{}", hms(rr.view.let_go_ns))
+                        : rr.view.let_go_ns != 0 ? fmt::format(",let-go@{}", utc_hms(rr.view.let_go_ns))
                         : rr.view.best_effort && s.info.policy == Policy::block ? std::string(",best-effort")
                                                                                 : std::string(),
                         rr.lag,

@@ -1,5 +1,6 @@
 #include "inspector/text.hpp"
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 
 #include <ctime>
@@ -53,11 +54,11 @@ std::string human_rate(std::optional<double> per_sec) {
 
 std::string utc_time(std::uint64_t realtime_ns) {
   const auto secs = static_cast<std::time_t>(realtime_ns / 1'000'000'000u);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return fmt::format("{}.{:09} UTC", buf, realtime_ns % 1'000'000'000u);
+  return fmt::format("{:%Y-%m-%d %H:%M:%S}.{:09} UTC", fmt::gmtime(secs), realtime_ns % 1'000'000'000u);
+}
+
+std::string utc_hms(std::uint64_t realtime_ns) {
+  return fmt::format("{:%H:%M:%S}", fmt::gmtime(static_cast<std::time_t>(realtime_ns / 1'000'000'000u)));
 }
 
 }  // namespace shmbus::inspect_tool

@@ -16,5 +16,6 @@ std::string human_duration(double seconds);             // "850ms", "3.2s", "4m0
 std::string human_age(std::optional<double> seconds);   // "3.2s ago", or "never"
 std::string human_rate(std::optional<double> per_sec);  // "1.23M/s", "850/s", or "-"
 std::string utc_time(std::uint64_t realtime_ns);        // "2024-05-01 12:00:00.123456789 UTC"
+std::string utc_hms(std::uint64_t realtime_ns);         // "12:00:00" (UTC)
 
 }  // namespace shmbus::inspect_tool

@@ -561,38 +561,29 @@ bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanosec
       continue;
     }
     if (w.expired()) break;
-    switch (w.phase()) {
-      case detail::Waiter::Phase::spin:
-        // The check rescans every active reader's cursor line: once per step.
-        for (int k = 0; k < detail::kSpinStep; ++k) detail::cpu_relax();
-        break;
-      case detail::Waiter::Phase::yield: w.yield(); break;
-      case detail::Waiter::Phase::sleep: {
-        // Dekker with consumers: we arm producer_sleeping, then
-        // heavy_barrier() and re-check cursors; they store their cursor, then
-        // load producer_sleeping (light barrier between), and the first whose
-        // cursor crosses space_wanted clears it and makes the one wake. Asking
-        // for a whole chunk (not one record) means one sleep per chunk, and a
-        // reader wakes us at most once per mark, not on every cursor update.
-        const std::uint32_t seen = h->space_futex.load(std::memory_order_acquire);
-        // Reachable: chunk <= cap / 2, so the mark is never past head.
-        h->space_wanted.store(needed_floor + chunk, std::memory_order_relaxed);
-        // Release: a reader that sees producer_sleeping == 1 sees space_wanted.
-        h->producer_sleeping.store(1, std::memory_order_release);
-        const bool barrier_ok = detail::heavy_barrier();
-        recompute_limit(last_seq);
-        if (last_seq < limit) {
-          h->producer_sleeping.store(0, std::memory_order_relaxed);
-          ok = true;
-          break;
-        }
-        detail::futex_wait(&h->space_futex, seen,
-                           w.sleep_slice(barrier_ok, std::min(kChunkSleepNs, next_hold_look - w.now())));
-        h->producer_sleeping.store(0, std::memory_order_relaxed);
-        break;
-      }
+    // The check rescans every active reader's cursor line: once per step.
+    if (w.pause()) continue;
+    // Dekker with consumers: we arm producer_sleeping, then
+    // heavy_barrier() and re-check cursors; they store their cursor, then
+    // load producer_sleeping (light barrier between), and the first whose
+    // cursor crosses space_wanted clears it and makes the one wake. Asking
+    // for a whole chunk (not one record) means one sleep per chunk, and a
+    // reader wakes us at most once per mark, not on every cursor update.
+    const std::uint32_t seen = h->space_futex.load(std::memory_order_acquire);
+    // Reachable: chunk <= cap / 2, so the mark is never past head.
+    h->space_wanted.store(needed_floor + chunk, std::memory_order_relaxed);
+    // Release: a reader that sees producer_sleeping == 1 sees space_wanted.
+    h->producer_sleeping.store(1, std::memory_order_release);
+    const bool barrier_ok = detail::heavy_barrier();
+    recompute_limit(last_seq);
+    if (last_seq < limit) {
+      h->producer_sleeping.store(0, std::memory_order_relaxed);
+      ok = true;
+      break;
     }
-    if (ok) break;
+    detail::futex_wait(&h->space_futex, seen,
+                       w.sleep_slice(barrier_ok, std::min(kChunkSleepNs, next_hold_look - w.now())));
+    h->producer_sleeping.store(0, std::memory_order_relaxed);
   }
   if (ok || closed) {
     end_wait();

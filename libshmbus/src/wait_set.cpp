@@ -304,21 +304,13 @@ std::span<Consumer* const> WaitSet::wait(std::chrono::nanoseconds timeout) {
   for (detail::Waiter w(s.opt, timeout, s.next_liveness);; w.tick()) {
     s.collect(w.liveness_due());
     if (!s.ready.empty() || w.expired()) break;
-    switch (w.phase()) {
-      case detail::Waiter::Phase::spin:
-        for (int k = 0; k < detail::kSpinStep; ++k) detail::cpu_relax();
-        break;
-      case detail::Waiter::Phase::yield: w.yield(); break;
-      case detail::Waiter::Phase::sleep: {
-        s.mine.clear();
-        for (Consumer* c : s.members) s.mine.push_back(detail::ConsumerAccess::watch(*c));
-        sleep_on(s.mine, nullptr, 0, w.sleep_slice(true, detail::kLivenessPeriodNs), [&] {
-          s.collect(false);
-          return !s.ready.empty();
-        });
-        break;
-      }
-    }
+    if (w.pause()) continue;
+    s.mine.clear();
+    for (Consumer* c : s.members) s.mine.push_back(detail::ConsumerAccess::watch(*c));
+    sleep_on(s.mine, nullptr, 0, w.sleep_slice(true, detail::kLivenessPeriodNs), [&] {
+      s.collect(false);
+      return !s.ready.empty();
+    });
     if (!s.ready.empty()) break;
   }
   if (s.ready.empty() && s.efd >= 0) s.rearm();

@@ -12,11 +12,9 @@
 //   for (Waiter w(...);; w.tick()) {
 //     if (w.liveness_due()) ...look at the other side (a system call)...
 //     if (w.expired()) return timeout;
-//     switch (w.phase()) {
-//       case spin:  kSpinStep pauses (and checks); break;
-//       case yield: w.yield(); break;
-//       case sleep: arm, heavy_barrier(), check, futex_wait(w.sleep_slice(...));
-//     }
+//     if (w.pause()) continue;  // spin a step, or yield (or the consumer's
+//                               // own spin, checking after every pause)
+//     arm, heavy_barrier(), check, futex_wait(w.sleep_slice(...)), disarm;
 //   }
 //
 // Nothing here makes a system call in the spin phase but the clock read
@@ -90,6 +88,19 @@ class Waiter {
   void yield() noexcept {
     ++yields_;
     ::sched_yield();
+  }
+  // One step of the spin or yield phase, as phase() says (kSpinStep pauses,
+  // or a yield); false once it is time to sleep, the caller's own futex
+  // handshake. For a caller whose check is made once per step.
+  bool pause() noexcept {
+    switch (phase()) {
+      case Phase::spin:
+        for (int k = 0; k < kSpinStep; ++k) cpu_relax();
+        return true;
+      case Phase::yield: yield(); return true;
+      case Phase::sleep: break;
+    }
+    return false;
   }
 
   // How long one futex sleep may last: at most until the deadline, the next

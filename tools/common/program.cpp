@@ -150,19 +150,16 @@ std::string json_notice(std::string_view program, std::string_view message) {
 
 void print_notice(std::string_view program, std::string_view message) noexcept {
   try {
-    std::string line;
     if (json_lines()) {
-      line = json_notice(program, message);
-    } else {
-      line.reserve(program.size() + message.size() + 3);
-      line.append(program).append(": ");
-      for (char c : message) line.push_back(c == '\n' || c == '\r' ? ' ' : c);
-      while (!line.empty() && line.back() == ' ') line.pop_back();
+      print_raw_line(json_notice(program, message));
+      return;
     }
-    line.push_back('\n');
-    std::fflush(stdout);
-    std::fflush(stderr);
-    write_all(STDERR_FILENO, line);
+    std::string line;
+    line.reserve(program.size() + message.size() + 2);
+    line.append(program).append(": ");
+    for (char c : message) line.push_back(c == '\n' || c == '\r' ? ' ' : c);
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    print_raw_line(line);
   } catch (...) {
     // Out of memory while reporting: nothing better to do.
   }

@@ -78,6 +78,13 @@ void flush(Sender& s) noexcept {
   if constexpr (requires { s.flush(); }) s.flush();
 }
 
+// The CPU time this thread spent since `from` (cpu_times()), user and system.
+inline void charge_cpu(RoleResult& r, const CpuTimes& from) noexcept {
+  const CpuTimes now = cpu_times();
+  r.cpu_user_ns = now.user_ns - from.user_ns;
+  r.cpu_sys_ns = now.sys_ns - from.sys_ns;
+}
+
 inline void finish_result(RoleResult& r, bool ok) {
   r.ok = ok ? 1u : 0u;
   r.done.store(1, std::memory_order_release);
@@ -149,9 +156,7 @@ void producer_loop(Control& c, Sender& s) {
   }
   res.last_ns = clk.now();
   s.finish();
-  const auto cpu1 = cpu_times();
-  res.cpu_user_ns = cpu1.user_ns - cpu0.user_ns;
-  res.cpu_sys_ns = cpu1.sys_ns - cpu0.sys_ns;
+  charge_cpu(res, cpu0);
   res.wall_ns = res.last_ns - start;
   res.received = i;
   if (!ok) {
@@ -248,9 +253,7 @@ void consumer_loop(Control& c, int id, Receiver& r) {
     }
   }
   const std::uint64_t last = now;
-  const auto cpu1 = cpu_times();
-  res.cpu_user_ns = cpu1.user_ns - cpu0.user_ns;
-  res.cpu_sys_ns = cpu1.sys_ns - cpu0.sys_ns;
+  charge_cpu(res, cpu0);
   res.wall_ns = received ? last - first_ns : clk.now() - wall0;
   res.start_ns = wall0;
   res.first_ns = first_ns;
@@ -300,10 +303,8 @@ void idle_consumer_loop(Control& c, int id, Receiver& r) {
     }
     got_total += static_cast<std::uint64_t>(got);
   }
-  const auto cpu1 = cpu_times();
+  charge_cpu(res, cpu0);
   res.wall_ns = clk.now() - t0;
-  res.cpu_user_ns = cpu1.user_ns - cpu0.user_ns;
-  res.cpu_sys_ns = cpu1.sys_ns - cpu0.sys_ns;
   res.received = got_total;
   if (got_total != 0 && ok) {
     set_error(res, "received messages on an idle transport");
@@ -423,9 +424,7 @@ void ping_loop(Control& c, Sender& s, Receiver& r) {
   }
   res.last_ns = clk.now();
   s.finish();
-  const auto cpu1 = cpu_times();
-  res.cpu_user_ns = cpu1.user_ns - cpu0.user_ns;
-  res.cpu_sys_ns = cpu1.sys_ns - cpu0.sys_ns;
+  charge_cpu(res, cpu0);
   res.wall_ns = res.last_ns - start;
   res.received = done;
   res.bad = bad;
@@ -470,9 +469,7 @@ void pong_loop(Control& c, Sender& s, Receiver& r) {
     }
   }
   s.finish();
-  const auto cpu1 = cpu_times();
-  res.cpu_user_ns = cpu1.user_ns - cpu0.user_ns;
-  res.cpu_sys_ns = cpu1.sys_ns - cpu0.sys_ns;
+  charge_cpu(res, cpu0);
   res.wall_ns = clk.now() - t0;
   res.received = echoed;
   if (failure) set_error(res, failure);

@@ -156,7 +156,7 @@ class TcpSender {
   int err_ = 0;
 };
 
-class TcpReceiver {
+class TcpReceiver : public StreamReading {
  public:
   explicit TcpReceiver(int fd) : fd_(fd), buf_(256 * 1024) {}
 
@@ -166,26 +166,14 @@ class TcpReceiver {
     if (ready <= 0) return ready == 0 ? 0 : fail("poll", errno);
     long n = 0;
     while (n == 0) {
-      const ssize_t got = ::read(fd_, buf_.data() + have_, buf_.size() - have_);
-      if (got < 0) {
-        if (errno == EINTR) continue;
-        return fail("read", errno);
-      }
-      if (got == 0) {
-        err_ = "end of stream";
-        return -1;
-      }
-      have_ += static_cast<std::size_t>(got);
+      if (read_more(fd_, buf_, have_) < 0) return -1;
       std::size_t off = 0;
       while (have_ - off >= kRecordHeader) {
         std::uint64_t seq;
         std::uint32_t len;
         std::memcpy(&seq, buf_.data() + off, 8);
         std::memcpy(&len, buf_.data() + off + 16, 4);
-        if (seq != next_seq_ || len > buf_.size() - kRecordHeader) {
-          err_ = "bad record header";
-          return -1;
-        }
+        if (seq != next_seq_ || len > buf_.size() - kRecordHeader) return fail("bad record header");
         if (have_ - off < kRecordHeader + len) break;
         on_message(buf_.data() + off + kRecordHeader, len);
         ++next_seq_;
@@ -197,20 +185,12 @@ class TcpReceiver {
     }
     return n;
   }
-  const char* error() const noexcept { return err_; }
 
  private:
-  long fail(const char* what, int e) noexcept {
-    std::snprintf(msg_, sizeof msg_, "%s: %s", what, std::strerror(e));
-    err_ = msg_;
-    return -1;
-  }
   int fd_;
   std::vector<std::byte> buf_;
   std::size_t have_ = 0;
   std::uint64_t next_seq_ = 0;
-  const char* err_ = "";
-  char msg_[96] = {};
 };
 
 }  // namespace

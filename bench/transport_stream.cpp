@@ -41,7 +41,7 @@ class StreamSender {
   int err_ = 0;
 };
 
-class StreamReceiver {
+class StreamReceiver : public StreamReading {
  public:
   StreamReceiver(int fd, std::size_t msg_size) : fd_(fd), size_(msg_size), buf_(64 * 1024) {}
 
@@ -49,19 +49,9 @@ class StreamReceiver {
   long recv(F&& on_message, std::uint64_t timeout_ns) noexcept {
     const int ready = wait_readable(fd_, timeout_ns);
     if (ready <= 0) return ready == 0 ? 0 : fail("poll", errno);
-    for (;;) {
-      const ssize_t got = ::read(fd_, buf_.data() + have_, buf_.size() - have_);
-      if (got < 0) {
-        if (errno == EINTR) continue;
-        return fail("read", errno);
-      }
-      if (got == 0) {
-        err_ = "end of stream";
-        return -1;
-      }
-      have_ += static_cast<std::size_t>(got);
-      if (have_ >= size_) break;  // else a partial message: read the rest
-    }
+    do {
+      if (read_more(fd_, buf_, have_) < 0) return -1;
+    } while (have_ < size_);  // a partial message: read the rest
     long n = 0;
     std::size_t off = 0;
     for (; off + size_ <= have_; off += size_, ++n) on_message(buf_.data() + off, size_);
@@ -69,20 +59,12 @@ class StreamReceiver {
     if (have_) std::memmove(buf_.data(), buf_.data() + off, have_);
     return n;
   }
-  const char* error() const noexcept { return err_; }
 
  private:
-  long fail(const char* what, int e) noexcept {
-    std::snprintf(msg_, sizeof msg_, "%s: %s", what, std::strerror(e));
-    err_ = msg_;
-    return -1;
-  }
   int fd_;
   std::size_t size_;
   std::vector<std::byte> buf_;
   std::size_t have_ = 0;
-  const char* err_ = "";
-  char msg_[96] = {};
 };
 
 // Closes every inherited descriptor of the run except `keep`: a process must

@@ -727,24 +727,16 @@ struct Consumer::Impl : detail::Attachment {
           continue;
         case detail::Waiter::Phase::yield: w.yield(); break;
         case detail::Waiter::Phase::sleep: {
-          // Dekker with the producer: we arm data_armed, then
-          // heavy_barrier() and re-check the record; it stores the tag, then
-          // loads data_armed. data_sleepers only counts sleepers for the inspector.
-          // slot->sleeping records that we hold one count of data_sleepers, so a
-          // reclaimer can give it back if we die asleep (see reclaim_if_dead).
-          // Whoever sets the flag owns the count: a WaitSet's thread may
-          // have set it for us already (wait_set.cpp, arm()).
-          h->data_sleepers.fetch_add(1, std::memory_order_acq_rel);
-          if (slot->sleeping.exchange(1, std::memory_order_acq_rel) != 0)
-            h->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
-          h->data_armed.store(1, std::memory_order_relaxed);
+          // Dekker with the producer (consumer_watch.hpp, arm_data_sleep()).
+          // A WaitSet's thread may own the sleeping flag already: then it
+          // is not ours to clear.
+          const bool mine = detail::arm_data_sleep(h, slot);
           const std::uint32_t seen = h->data_futex.load(std::memory_order_acquire);
           const bool barrier_ok = detail::heavy_barrier();
           s = try_read(out, copy_to);
           if (s == Step::empty && (eos || h->closed.load(std::memory_order_acquire) == 0))
             detail::futex_wait(&h->data_futex, seen, w.sleep_slice(barrier_ok, detail::kLivenessPeriodNs));
-          if (slot->sleeping.exchange(0, std::memory_order_acq_rel) != 0)
-            h->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
+          detail::disarm_data_sleep(h, slot, mine);
           slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
           if (s != Step::empty) return s;
           if (eos && !end_of_stream(false)) eos = false;  // a new producer took over: wait for its data as usual

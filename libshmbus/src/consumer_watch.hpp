@@ -41,4 +41,31 @@ struct ConsumerAccess {
 // test of the producer's role lock (a system call).
 bool watch_fired(const ConsumerWatch& w, bool probe) noexcept;
 
+// A reader's side of the sleep handshake with the producer, for a consumer
+// about to sleep in next() and for a WaitSet's thread sleeping for it.
+// arm_data_sleep() marks the slot asleep (slot->sleeping, shown by the
+// inspector; one count of data_sleepers goes with it, owned by whoever set
+// the flag, which a reclaimer gives back if the holder dies asleep) and
+// sets data_armed, which makes the producer's next commit wake data_futex.
+// Returns whether this caller set the flag. Then the caller loads
+// data_futex, issues heavy_barrier() and looks at the record once more
+// before it sleeps: Dekker with the producer, which stores the tag, then
+// loads data_armed. disarm_data_sleep() undoes what arm took (`mine`).
+inline bool arm_data_sleep(layout::SegmentHeader* h, layout::ReaderSlot* slot) noexcept {
+  bool mine = false;
+  if (slot->sleeping.load(std::memory_order_relaxed) == 0) {
+    h->data_sleepers.fetch_add(1, std::memory_order_acq_rel);
+    if (slot->sleeping.exchange(1, std::memory_order_acq_rel) == 0)
+      mine = true;
+    else
+      h->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  h->data_armed.store(1, std::memory_order_relaxed);
+  return mine;
+}
+inline void disarm_data_sleep(layout::SegmentHeader* h, layout::ReaderSlot* slot, bool mine) noexcept {
+  if (mine && slot->sleeping.exchange(0, std::memory_order_acq_rel) != 0)
+    h->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
+}
+
 }  // namespace shmbus::detail

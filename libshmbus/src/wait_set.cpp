@@ -62,28 +62,14 @@ void wake_private(std::atomic<std::uint32_t>* word) noexcept {
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
 }
 
-// Arms a member's bus as a consumer about to sleep does (consumer.cpp,
-// read_one()): slot->sleeping (shown by the inspector; the count in
-// data_sleepers goes with it) and data_armed, which makes the producer's
-// next commit wake the bus's data word.
-void arm(ConsumerWatch& w) noexcept {
-  if (w.slot->sleeping.load(std::memory_order_relaxed) == 0) {
-    w.h->data_sleepers.fetch_add(1, std::memory_order_acq_rel);
-    // Whoever sets the flag owns the count; a consumer sleeping in next()
-    // at the same time may own it instead.
-    if (w.slot->sleeping.exchange(1, std::memory_order_acq_rel) == 0)
-      w.sleeping_mine = true;
-    else
-      w.h->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
-  }
-  w.h->data_armed.store(1, std::memory_order_relaxed);
-}
+// Arms a member's bus as a consumer about to sleep does (consumer_watch.hpp):
+// a consumer sleeping in next() at the same time may own the sleeping flag
+// instead.
+void arm(ConsumerWatch& w) noexcept { w.sleeping_mine |= detail::arm_data_sleep(w.h, w.slot); }
 
 void disarm(ConsumerWatch& w) noexcept {
-  if (!w.sleeping_mine) return;
+  detail::disarm_data_sleep(w.h, w.slot, w.sleeping_mine);
   w.sleeping_mine = false;
-  if (w.slot->sleeping.exchange(0, std::memory_order_acq_rel) != 0)
-    w.h->data_sleepers.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 // One sleep on every watch's data word and on `epoch` (unless null): arms

@@ -12,7 +12,7 @@
 // tcp: what the bridge is measured against — one loopback TCP connection per
 // consumer (TCP_NODELAY, as the bridge sets), made by the orchestrator; the
 // producer writes each message with the bridge's per-message header in front
-// (sequence, timestamp, length: 24 bytes, PROTOCOL.md "batch") into a
+// (sequence, timestamp, length: 24 bytes, docs/protocol.md "batch") into a
 // 64 KiB buffer and write()s it when full or when it is about to wait (rate
 // mode), as the bridge writes batches; the consumer read()s 256 KiB at a time
 // and splits the records. The bridge's 16 bytes per frame (header + count) are

@@ -1,5 +1,5 @@
 // shmbus-bridge — a blocking subscriber: connects to `shmbus-bridge serve`,
-// does the handshake and hands back frames one at a time (PROTOCOL.md). Used
+// does the handshake and hands back frames one at a time (docs/protocol.md). Used
 // by `mirror` and by shmbus-consumer's tcp:// source. Sends a heartbeat
 // whenever one is due, and declares the server dead when nothing at all
 // arrives for three of its heartbeat intervals. With `tls_ca` it speaks TLS

@@ -1,5 +1,5 @@
 // shmbus-bridge: forwards a local bus to TCP subscribers (serve). Wiring only:
-// the server is server.cpp, the wire format protocol.cpp (PROTOCOL.md).
+// the server is server.cpp, the wire format protocol.cpp (docs/protocol.md).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -251,7 +251,7 @@ int serve(const ServeArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"shmbus-bridge: a shmbus bus over TCP (see bridge/PROTOCOL.md)"};
+  CLI::App app{"shmbus-bridge: a shmbus bus over TCP (see docs/protocol.md)"};
   add_version_flag(app, kProgram);
   app.footer(exit_status_help({
       {"0", "serve or mirror stopped by SIGINT/SIGTERM"},

@@ -1,4 +1,4 @@
-// shmbus-bridge — the wire protocol: frame and handshake codec (PROTOCOL.md).
+// shmbus-bridge — the wire protocol: frame and handshake codec (docs/protocol.md).
 //
 // Pure functions over byte spans: no I/O, no allocation in the decoders, every
 // length checked against the bytes actually present and against the limits

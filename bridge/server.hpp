@@ -1,4 +1,4 @@
-// shmbus-bridge serve: forwards one local bus to TCP subscribers (PROTOCOL.md).
+// shmbus-bridge serve: forwards one local bus to TCP subscribers (docs/protocol.md).
 //
 // Threads: one io_context thread owns every socket, timer and session state
 // machine; each subscriber that finished its handshake gets one reader thread

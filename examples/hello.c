@@ -1,4 +1,4 @@
-/* The README's C example: create a bus, publish three messages, read them. */
+/* docs/c.md's example: create a bus, publish three messages, read them. */
 #include <shmbus/shmbus.h>
 
 #include <stdio.h>

@@ -1,4 +1,4 @@
-# The README's Python example: create a bus, publish three messages, read them.
+# docs/python.md's example: create a bus, publish three messages, read them.
 import sys
 
 import shmbus

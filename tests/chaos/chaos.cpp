@@ -1,4 +1,4 @@
-// shmbus-chaos — the crash-detection claims of the README, tried from outside.
+// shmbus-chaos — the crash-detection claims of docs/design.md, tried from outside.
 //
 // Each round creates a bus, starts three verifying consumers and one producer
 // as separate processes (this program, re-executed in another role), and at a
@@ -111,7 +111,7 @@ using shmbus::test::Isolation;
 using shmbus::test::make_payload;
 
 constexpr std::uint64_t kEndMagic = 0x454e'4421'c4a0'5e11ULL;  // end marker: seq ^ this
-// The README's bound for a producer held back by a dead reader, as the
+// The bound docs/design.md states for a producer held back by a dead reader, as the
 // multi-process tests assert it: the liveness check runs every 50 ms, one
 // second leaves room for a loaded machine.
 constexpr auto kDeadReaderBound = 1000ms;

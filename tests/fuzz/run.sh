@@ -4,7 +4,7 @@
 # /dev/shm. Fails on any crash, hang (10 s per input) or sanitizer report;
 # the input that did it is kept in ARTIFACTS (default: ./fuzz-artifacts).
 #   tests/fuzz/run.sh FUZZER CORPUS_DIR SECONDS
-# The programs and their corpora (build: README, "Building and testing"):
+# The programs and their corpora (build: docs/building.md):
 #   shmbus-fuzz-segment tests/fuzz/corpus/segment   a mapped segment's validation
 #   shmbus-fuzz-record  tests/fuzz/corpus/record    record framing
 #   shmbus-fuzz-bridge  tests/bridge/fuzz_corpus    the bridge's frame and handshake decoder

@@ -305,7 +305,7 @@ TEST_P(KilledReader, BlockedProducerResumesWhenTheReaderIsKilled) {
   const double took = std::chrono::duration<double>(moved_at - killed).count();
   std::printf("[ info     ] producer resumed %.3f s after the blocking reader was killed (%s)\n", took,
               reap_at_once ? "reaped" : "zombie");
-  EXPECT_LT(took, 1.0) << "README bound: a dead reader is reclaimed in under a second (checked every 50 ms)";
+  EXPECT_LT(took, 1.0) << "docs/design.md bound: a dead reader is reclaimed in under a second (checked every 50 ms)";
   EXPECT_EQ(producer.next_seq(), kTotal);
   stuck.reap();
   EXPECT_EQ(stuck.exit_code(), -SIGKILL);

@@ -10,7 +10,7 @@ namespace shmbus::consumer {
 
 void LossLog::lost(std::uint64_t end, std::uint64_t count, std::uint64_t total, Clock::time_point now) {
   if (count == 0) return;
-  if (held_ == 0) first_ = end - count;
+  if (held_ == 0) first_ = end >= count ? end - count : 0;  // a count from a source is not trusted
   last_ = end - 1;
   held_ += count;
   ++events_;

@@ -1078,6 +1078,15 @@ PYBIND11_MODULE(_shmbus, m) {
           "Forgets the remembered reader name `reader` of bus `name`; True if it was remembered. shmbus.Error "
           "(errc NAME_IN_USE) while a live reader holds it.",
           py::arg("name"), py::arg("reader"), py::kw_only(), py::arg("dir") = py::none())
+      .def_static(
+          "let_go_reader",
+          [](const std::string& name, std::uint32_t slot, const std::optional<std::string>& dir) {
+            shmbus::let_go_reader(name, slot, std::nullopt, {}, dir.value_or(""));
+          },
+          "Lets the reader in slot `slot` of bus `name` go at once, as a producer's hold limit does: it no longer "
+          "holds the producer, reads on as a best-effort reader and is told what it loses. shmbus.Error (errc "
+          "INVALID_OPTIONS) for a reader that does not hold the producer, errc NOT_FOUND for an empty slot.",
+          py::arg("name"), py::arg("slot"), py::kw_only(), py::arg("dir") = py::none())
       .def_property_readonly("dir", [](const PyBus& b) { return b.get().info().dir; },
                              "The directory of the bus's segment (absolute).")
       .def_property_readonly("path", [](const PyBus& b) { return b.get().info().path; })

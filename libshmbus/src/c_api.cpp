@@ -830,6 +830,22 @@ shmbus_status shmbus_forget_reader_name_in(const char* dir, const char* name, co
   return forget_name("shmbus_forget_reader_name_in", dir, name, reader, forgotten);
 }
 
+static shmbus_status let_go(const char* fn, const char* dir, const char* name, uint32_t slot) noexcept {
+  if (!name) return invalid(fn, "name is NULL");
+  return guard(fn, [&] {
+    shmbus::let_go_reader(name, slot, std::nullopt, {}, dir ? dir : "");
+    return SHMBUS_OK;
+  });
+}
+
+shmbus_status shmbus_let_go_reader(const char* name, uint32_t slot) {
+  return let_go("shmbus_let_go_reader", nullptr, name, slot);
+}
+
+shmbus_status shmbus_let_go_reader_in(const char* dir, const char* name, uint32_t slot) {
+  return let_go("shmbus_let_go_reader_in", dir, name, slot);
+}
+
 void shmbus_snapshot_free(shmbus_snapshot* snapshot) {
   if (!snapshot) return;
   delete[] snapshot->readers;

@@ -133,6 +133,15 @@ class Bus:
         consumer resuming under it starts afresh. True if it was remembered;
         shmbus.Error (errc 20) while a live reader holds it, errc 2 for a
         name no reader could hold (empty or over 31 bytes)."""
+    @staticmethod
+    def let_go_reader(name: str, slot: int, *, dir: Optional[str] = None) -> None:
+        """Lets the reader in slot `slot` (Consumer.slot) of bus `name` go
+        at once, as a producer's hold limit does: it no longer holds the
+        producer (which is woken if it waits for space), reads on as a
+        best-effort reader and is told what it loses (shmbus-inspect let-go).
+        shmbus.Error, errc 2, for a reader that does not hold the producer
+        (best-effort, let go already, an overwrite bus); errc 4 for an empty
+        slot or one whose process is gone."""
     @property
     def name(self) -> str: ...
     @property

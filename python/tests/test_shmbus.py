@@ -126,6 +126,25 @@ def test_a_hold_limit_lets_a_stuck_reader_go_and_it_counts_its_loss(name):
     assert got == list(range(84, 100)) and stuck.lost == 84
 
 
+def test_let_go_reader_releases_a_producer_without_a_hold_limit(name):
+    bus = shmbus.Bus.create(name, capacity=16, record_size=64)
+    stuck = shmbus.Consumer(bus, name="stuck")
+    producer = shmbus.Producer(bus)
+    for i in range(16):
+        producer.publish(struct.pack("<Q", i))
+    with pytest.raises(TimeoutError):
+        producer.publish(struct.pack("<Q", 16), timeout=0.0)
+    shmbus.Bus.let_go_reader(name, stuck.slot)
+    for i in range(16, 100):
+        producer.publish(struct.pack("<Q", i), timeout=0.0)
+    with pytest.raises(shmbus.Error, match="does not hold the producer: it was let go") as e:
+        shmbus.Bus.let_go_reader(name, stuck.slot)
+    assert e.value.errc == 2
+    producer.close()  # end of stream: the loop below ends
+    got = [struct.unpack("<Q", bytes(m))[0] for _, _, m in stuck]
+    assert stuck.let_go and got == list(range(84, 100)) and stuck.lost == 84
+
+
 def test_a_reader_let_go_while_it_held_a_message_is_warned(name):
     bus = shmbus.Bus.create(name, capacity=16, record_size=64)
     stuck = shmbus.Consumer(bus, name="stuck")

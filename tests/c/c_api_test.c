@@ -527,6 +527,28 @@ static void test_hold_limit(void) {
   shmbus_consumer_destroy(c);
   shmbus_bus_close(bus);
   CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);
+
+  /* The same at run time, with no hold limit: shmbus_let_go_reader(). */
+  CHECK_STATUS(shmbus_bus_create(bus_name2, &o, &bus), SHMBUS_OK);
+  if (!bus) return;
+  CHECK_STATUS(shmbus_consumer_open(bus, NULL, &c), SHMBUS_OK);
+  CHECK_STATUS(shmbus_producer_open(bus, NULL, &p), SHMBUS_OK);
+  for (i = 0; i < 8; ++i) CHECK_STATUS(shmbus_producer_publish(p, &i, sizeof i, one_second, NULL), SHMBUS_OK);
+  CHECK_STATUS(shmbus_producer_publish(p, &i, sizeof i, 0, NULL), SHMBUS_TIMEOUT); /* held by the reader */
+  CHECK_STATUS(shmbus_let_go_reader(bus_name2, shmbus_consumer_slot(c)), SHMBUS_OK);
+  for (i = 8; i < 20; ++i) CHECK_STATUS(shmbus_producer_publish(p, &i, sizeof i, 0, NULL), SHMBUS_OK);
+  CHECK_STATUS(shmbus_let_go_reader(bus_name2, shmbus_consumer_slot(c)), SHMBUS_INVALID_OPTIONS);
+  CHECK(strstr(shmbus_last_error(), "does not hold the producer: it was let go at") != NULL);
+  CHECK_STATUS(shmbus_let_go_reader(bus_name2, 3), SHMBUS_NOT_FOUND);
+  CHECK_STATUS(shmbus_let_go_reader(NULL, 0), SHMBUS_INVALID_ARGUMENT);
+  CHECK(shmbus_consumer_read_batch(c, m, 4, 0, &br) == 0);
+  CHECK(br.let_go == 1);
+  CHECK(shmbus_consumer_read_batch(c, m, 4, 0, &br) == 4);
+  CHECK(br.lost == 12 && m[0].seq == 12);
+  shmbus_producer_destroy(p);
+  shmbus_consumer_destroy(c);
+  shmbus_bus_close(bus);
+  CHECK_STATUS(shmbus_bus_remove(bus_name2, NULL), SHMBUS_OK);
 }
 
 /* Bytes of message `seq` in the spanning test: its sequence in every byte

@@ -340,7 +340,7 @@ typedef enum shmbus_read_status {
                                       messages before that are gone, and the previous call's view
                                       may have been overwritten */
   SHMBUS_READ_LET_GO = 6           /* the producer's hold limit (max_hold_ns) ran out while it waited
-                                      for this reader: from here it reads as a best-effort reader
+                                      for this reader, or shmbus_let_go_reader(): from here it reads as a best-effort reader
                                       (laps are SHMBUS_READ_LOST); it goes on at out->seq, nothing
                                       lost yet; the previous call's view may have been overwritten */
 } shmbus_read_status;
@@ -576,6 +576,16 @@ SHMBUS_API shmbus_status shmbus_move_reader_name_in(const char* dir, const char*
 SHMBUS_API shmbus_status shmbus_forget_reader_name(const char* name, const char* reader, int* forgotten);
 SHMBUS_API shmbus_status shmbus_forget_reader_name_in(const char* dir, const char* name, const char* reader,
                                                       int* forgotten);
+/* Lets the reader in slot `slot` of bus `name` go at once, as a producer's
+ * hold limit does: it no longer holds the producer (woken if it waits for
+ * space), reads on as a best-effort reader and is told what it loses
+ * (SHMBUS_READ_LET_GO, then losses). SHMBUS_NOT_FOUND: no reader in that
+ * slot, or one whose process is gone (its slot is freed instead);
+ * SHMBUS_INVALID_OPTIONS: the reader does not hold the producer (best-effort,
+ * let go already, an overwrite bus); shmbus_last_error() says which.
+ * `shmbus-inspect let-go` is the same call. */
+SHMBUS_API shmbus_status shmbus_let_go_reader(const char* name, uint32_t slot);
+SHMBUS_API shmbus_status shmbus_let_go_reader_in(const char* dir, const char* name, uint32_t slot);
 
 #ifdef __cplusplus
 }

@@ -34,8 +34,10 @@ const ReaderView& find_reader(const std::string& bus, const Snapshot& snap, cons
   if (found.size() > 1) {
     std::string slots;
     for (const ReaderView* r : found) slots += (slots.empty() ? "" : ", ") + std::to_string(r->slot);
-    throw bus_failure(bus, fmt::format("{} readers are named '{}' (slots {}): give the slot", found.size(), reader, slots),
-                      "usage");
+    throw tools::Failure(tools::exit_usage,
+                         fmt::format("bus '{}': {} readers are named '{}' (slots {}): give the slot", bus,
+                                     found.size(), reader, slots),
+                         "usage");
   }
   return *found.front();
 }

@@ -51,8 +51,9 @@ WaitCounters read_wait_counters(const std::string& bus) {
   return w;
 }
 
-// --create on a bus that exists: the options given (only those) must be
-// its own, unless --as-is (Existing::as_is, the library's rule).
+// --create on a bus that exists: the library's rule for open_or_create
+// (refused with other options, unless taken as it is: --as-is), asked only
+// of the options given on the command line.
 void refuse_if_different(const Options& o, const BusInfo& info, const CLI::App& app) {
   std::string diffs;
   auto given = [&](const char* name) { return app.get_option(name)->count() > 0; };
@@ -93,7 +94,7 @@ BusOptions create_options(const Options& o, const SizeRange& sizes, std::uint64_
   // The default ring, sized in bytes, for the record size chosen above.
   if (bo.capacity == 0) {
     bo.capacity = default_capacity_for(bo.record_size);
-    // --max-message: the smallest ring above the default that takes it.
+    // --max-message: the smallest ring, at or above the default, that takes it.
     if (max_message != 0) {
       const std::uint64_t c = capacity_for(max_message, bo.record_size, bo.capacity);
       if (c == 0) {

@@ -449,10 +449,14 @@ struct Consumer::Impl : detail::Attachment {
       // changed under us may look like this: read again. Anything else is a
       // corrupt record, not a lap to a made-up sequence.
       if (from_tag) {
-        const std::uint64_t t = detail::RecordRing::load_tag(ring.record(c));
+        layout::RecordHeader* r = ring.record(c);
+        const std::uint64_t t = detail::RecordRing::load_tag(r);
         if (detail::is_busy(t) || detail::tag_seq(t) != found ||
             ring.span_mark(c) != detail::RecordRing::Mark::start)
           return Step::empty;
+        // skip_to commits its markers before it stores head: one seen BUSY
+        // above may be committed by now. Read again: the read takes it.
+        if (t == detail::committed_tag(found) && ring.read_gap(r, found)) return Step::empty;
       }
       out.seq = c;
       cursor = c + 1;

@@ -711,6 +711,11 @@ struct Consumer::Impl : detail::Attachment {
         // Everything committed before the close (or the death) is visible now.
         s = try_read(out, copy_to);
         if (s != Step::empty) return s;
+        // A reader let go (or whose slot was taken) while it read in place
+        // may find nothing where the producer has since moved on: say that
+        // first; the next call reads on from where it now stands, and the
+        // end comes after what is left.
+        if (!checked && !slot_is_ours()) return Step::taken;
         // Report it once; after that, wait (asleep) for a new producer until
         // the timeout, instead of returning at once to a spinning caller.
         if (!eos_reported || w.expired()) {

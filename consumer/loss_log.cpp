@@ -18,8 +18,10 @@ void LossLog::lost(std::uint64_t end, std::uint64_t count, std::uint64_t total, 
   if (!printed_ || now - last_line_ >= every_) print(now);
 }
 
-void LossLog::tick(Clock::time_point now) {
-  if (held_ != 0 && now - last_line_ >= every_) print(now);
+void LossLog::tick() {
+  if (held_ == 0) return;
+  const Clock::time_point now = Clock::now();
+  if (now - last_line_ >= every_) print(now);
 }
 
 void LossLog::flush() {

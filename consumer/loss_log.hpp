@@ -20,8 +20,9 @@ class LossLog {
   // `count` sequences lost, the last of them just before `end` (the next
   // message's sequence, or the cursor); `total`: lost in all so far.
   void lost(std::uint64_t end, std::uint64_t count, std::uint64_t total, Clock::time_point now = Clock::now());
-  // Tells what is held back once its second has passed.
-  void tick(Clock::time_point now = Clock::now());
+  // Tells what is held back once its second has passed (reads the clock
+  // only when something is held back).
+  void tick();
   // Tells what is held back now.
   void flush();
 

@@ -2,8 +2,8 @@
 //
 // Every entry point validates its pointers, catches every exception at the
 // boundary (guard()), and records the reason in a thread-local string. The
-// handles are plain heap objects wrapping the C++ ones; the wrappers keep the
-// little state the C++ API does not expose (an open claim's size).
+// handles are plain heap objects wrapping the C++ ones, which keep all the
+// state (an open claim is the Producer's: Producer::open_claim()).
 #include "shmbus/shmbus.h"
 
 #include <algorithm>
@@ -24,8 +24,6 @@ struct shmbus_bus {
 struct shmbus_producer {
   shmbus::Producer producer;
   std::uint32_t max_message;
-  bool claim_open = false;
-  std::size_t claim_size = 0;
   bool closed = false;
 };
 
@@ -448,7 +446,7 @@ shmbus_status shmbus_producer_publish(shmbus_producer* producer, const void* dat
   constexpr const char* fn = "shmbus_producer_publish";
   if (!producer) return invalid(fn, "producer is NULL");
   if (!data && size) return invalid(fn, "data is NULL with a non-zero size");
-  if (producer->claim_open) return fail(SHMBUS_CLAIM_PENDING, std::string(fn) + ": commit the open claim first");
+  if (producer->producer.open_claim()) return fail(SHMBUS_CLAIM_PENDING, std::string(fn) + ": commit the open claim first");
   const auto r = producer->producer.publish(
       std::span<const std::byte>(static_cast<const std::byte*>(data), size), to_timeout(timeout_ns));
   if (r.status != shmbus::PublishStatus::ok) return publish_failure(producer, r.status, size);
@@ -461,11 +459,9 @@ shmbus_status shmbus_producer_claim(shmbus_producer* producer, size_t size, int6
   constexpr const char* fn = "shmbus_producer_claim";
   if (!producer || !data) return invalid(fn, "producer or data is NULL");
   *data = nullptr;
-  if (producer->claim_open) return fail(SHMBUS_CLAIM_PENDING, std::string(fn) + ": commit the open claim first");
+  if (producer->producer.open_claim()) return fail(SHMBUS_CLAIM_PENDING, std::string(fn) + ": commit the open claim first");
   const shmbus::Claim c = producer->producer.claim(size, to_timeout(timeout_ns));
   if (c.status != shmbus::PublishStatus::ok) return publish_failure(producer, c.status, size);
-  producer->claim_open = true;
-  producer->claim_size = size;
   *data = c.data.data();
   if (seq) *seq = c.seq;
   return SHMBUS_OK;
@@ -474,14 +470,13 @@ shmbus_status shmbus_producer_claim(shmbus_producer* producer, size_t size, int6
 shmbus_status shmbus_producer_commit(shmbus_producer* producer, size_t size) {
   constexpr const char* fn = "shmbus_producer_commit";
   if (!producer) return invalid(fn, "producer is NULL");
-  if (!producer->claim_open) return fail(SHMBUS_NO_CLAIM, std::string(fn) + ": nothing is claimed");
-  if (size > producer->claim_size) {
-    return fail(SHMBUS_NO_CLAIM, std::string(fn) + ": " + std::to_string(size) +
-                                     " bytes committed, " + std::to_string(producer->claim_size) +
-                                     " claimed");
+  const shmbus::Claim open = producer->producer.open_claim();
+  if (!open) return fail(SHMBUS_NO_CLAIM, std::string(fn) + ": nothing is claimed");
+  if (size > open.data.size()) {
+    return fail(SHMBUS_NO_CLAIM, std::string(fn) + ": " + std::to_string(size) + " bytes committed, " +
+                                     std::to_string(open.data.size()) + " claimed");
   }
   producer->producer.commit(size);
-  producer->claim_open = false;
   return SHMBUS_OK;
 }
 
@@ -496,7 +491,7 @@ shmbus_status shmbus_producer_publish_batch(shmbus_producer* producer, const voi
   for (size_t i = 0; i < count; ++i) {
     if (!data[i] && sizes[i]) return invalid(fn, "a data pointer is NULL with a non-zero size");
   }
-  if (producer->claim_open) return fail(SHMBUS_CLAIM_PENDING, std::string(fn) + ": commit the open claim first");
+  if (producer->producer.open_claim()) return fail(SHMBUS_CLAIM_PENDING, std::string(fn) + ": commit the open claim first");
   if (producer->closed) return publish_failure(producer, shmbus::PublishStatus::closed, 0);
   return guard(fn, [&] {
     std::vector<std::span<const std::byte>> spans(count);
@@ -517,7 +512,6 @@ shmbus_status shmbus_producer_close(shmbus_producer* producer) {
   if (!producer) return invalid("shmbus_producer_close", "producer is NULL");
   producer->producer.close();
   producer->closed = true;
-  producer->claim_open = false;
   return SHMBUS_OK;
 }
 
@@ -525,7 +519,6 @@ shmbus_status shmbus_producer_detach(shmbus_producer* producer) {
   if (!producer) return invalid("shmbus_producer_detach", "producer is NULL");
   producer->producer.detach();
   producer->closed = true;
-  producer->claim_open = false;
   return SHMBUS_OK;
 }
 

@@ -8,24 +8,16 @@
 //             (the producer); the first waker to clear the word makes the wake
 //   anyone    header.data_futex / space_futex (increment, then FUTEX_WAKE)
 //
-// Space accounting in a `block` bus. The producer may write sequence s only
-// while s < limit, where limit = floor + capacity and `floor` is at most
-// every active reader's cursor at the last rescan. limit is cached: the
-// reader table is rescanned only when s reaches it, which happens at least
-// every capacity/16 messages (so a late joiner always finds most of the ring
-// retained) and whenever the ring would otherwise be full.
-//
-// A joining reader and a rescan meet in a Dekker handshake: the producer
-// stores header.oldest = floor, fences, and scans cursors again; the reader
-// stores its cursor, fences, and loads header.oldest, moving its cursor up to
-// it if needed. Either the producer sees the new cursor and lowers floor, or
-// the reader sees the floor and starts at or after it; both are safe.
+// Space in a `block` bus, the wait for it and the hold limit are
+// back-pressure's (back_pressure.hpp, hold_limit.hpp): the producer asks it
+// whether a sequence is below the cached limit, and waits through it when
+// not.
 //
 // Prefetch for write. After each commit the producer asks, with a
 // read-for-ownership prefetch (sys.hpp prefetch_for_write), for the first
 // lines (at most kPrefetchRecordBytes) of the record about kPrefetchBytes
-// ahead, if every reader is done with it: below limit (in `overwrite` the
-// producer takes it anyway). Only when records are not whole lines may the
+// ahead, if every reader is done with it: below the back-pressure limit
+// (in `overwrite` the producer takes it anyway). Only when records are not whole lines may the
 // last line be shared with the next record, which a reader may still be on:
 // a cost in speed, never in correctness. A ring larger than a core's L2 (a
 // 65,536-record ring of 128-byte messages is 12 MiB) has every line the
@@ -53,7 +45,7 @@
 #include <vector>
 
 #include "attachment.hpp"
-#include "reader_table.hpp"
+#include "back_pressure.hpp"
 #include "shmbus/liveness.hpp"
 #include "sys.hpp"
 #include "thread_check.hpp"
@@ -79,41 +71,23 @@ const char* to_string(PublishStatus s) noexcept {
 struct Producer::Impl : detail::Attachment {
   ProducerOptions opt;
   detail::RoleFd role;  // holds the producer role's lock (layout.hpp, "Role locks")
-  std::uint64_t chunk;      // rescan at least every `chunk` messages
   std::uint64_t prefetch_ahead;  // records: about kPrefetchBytes
   std::uint64_t next = 0;   // next sequence to publish (local copy of head)
-  std::uint64_t limit = 0;  // block: may write sequences < limit without rescanning
+  detail::BackPressure space;  // block: how far we may write, and the wait for room
   bool closed = false;
   bool claim_open = false;
   std::uint64_t claim_seq = 0;
   std::size_t claim_size = 0;
   std::uint32_t claim_records = 1;
-  std::uint64_t next_liveness = 0;     // when to check the readers holding us back
-  // A wait for space is under way: header.blocked_on_slot and wait_start_ns
-  // describe it. It lasts across calls that time out (a caller that retries,
-  // as the Python module does every 100 ms, is one wait to the inspector)
-  // until a call finds room or the role is given up.
-  bool waiting = false;
-  // With a hold limit: per reader slot, how long we have waited for the
-  // attachment holding it without its cursor moving (our own memory; sized
-  // once, at construction).
-  struct Held {
-    std::uint64_t owner = 0;    // the attachment's ticket when last seen holding us
-    std::uint64_t cursor = 0;   // its cursor then
-    std::uint64_t waited_ns = 0;
-    bool seen = false;          // seen holding us at the last look
-  };
-  std::vector<Held> held;
   std::optional<detail::PublishClock> clock;  // Timestamps::precise only (calibrating takes 2 ms)
   [[no_unique_address]] detail::OneThread calls;  // debug builds: one thread at a time
 
   Impl(const Bus& b, const ProducerOptions& o)
       : Attachment(b),
         opt(o),
-        chunk(std::max<std::uint64_t>(1, cap / 16)),
-        prefetch_ahead(std::clamp<std::uint64_t>(kPrefetchBytes / ring.record_size(), 1, cap / 2)) {
+        prefetch_ahead(std::clamp<std::uint64_t>(kPrefetchBytes / ring.record_size(), 1, cap / 2)),
+        space(seg, o.wait, o.max_hold) {
     if (opt.timestamps == Timestamps::precise) clock.emplace();
-    if (hold_limit_ns() != 0) held.resize(seg.max_readers());
   }
 
   void acquire_role();
@@ -125,28 +99,21 @@ struct Producer::Impl : detail::Attachment {
     release_role(mark_closed);
     closed = true;
   }
-  // `holder`, if given: the reader with the lowest cursor below s (unchanged if none).
-  void recompute_limit(std::uint64_t s, std::uint32_t* holder = nullptr) noexcept;
-  void end_wait() noexcept;
-  std::uint64_t min_active_cursor(std::uint64_t upper, std::uint32_t* holder) noexcept;
-  bool wait_for_space(std::uint64_t last_seq, std::chrono::nanoseconds timeout) noexcept;
   // True once sequences up to `last_seq` may be written: at once in
   // `overwrite` or below the cached limit, else after waiting (up to
   // `timeout`) for the readers to make room.
   bool room_for(std::uint64_t last_seq, std::chrono::nanoseconds timeout) noexcept {
-    return overwrite || last_seq < limit || wait_for_space(last_seq, timeout);
+    if (overwrite || space.below(last_seq)) [[likely]]
+      return true;
+    switch (space.wait(last_seq, timeout)) {
+      case detail::BackPressure::Wait::room: return true;
+      case detail::BackPressure::Wait::removed: closed = true; return false;
+      case detail::BackPressure::Wait::timeout: break;
+    }
+    return false;
   }
   // Why room_for() failed.
   PublishStatus no_room() const noexcept { return closed ? PublishStatus::closed : PublishStatus::timeout; }
-  void reclaim_dead_holders(std::uint64_t needed_floor) noexcept;
-  bool account_holds(std::uint64_t needed_floor, std::uint64_t waited_ns) noexcept;
-  bool let_go(std::uint32_t i, std::uint64_t owner) noexcept;
-  // ProducerOptions::max_hold in nanoseconds; 0 = none (also in `overwrite`).
-  std::uint64_t hold_limit_ns() const noexcept {
-    if (overwrite || opt.max_hold == forever) return 0;
-    return static_cast<std::uint64_t>(std::max<std::int64_t>(1, opt.max_hold.count()));
-  }
-  std::uint32_t count_live_readers() const;
 
   // Whether a reader may be copying a record we rewrite: always in
   // `overwrite`; in `block` while a best-effort reader (one that does not
@@ -230,7 +197,7 @@ struct Producer::Impl : detail::Attachment {
   // of this file); only a record every reader is done with.
   void prefetch_ahead_of(std::uint64_t s) const noexcept {
     const std::uint64_t a = s + prefetch_ahead;
-    if (!overwrite && a >= limit) return;
+    if (!overwrite && a >= space.limit()) return;
     const auto at = reinterpret_cast<std::uintptr_t>(ring.record(a));
     // A big record: its first lines only (see the top of this file).
     const std::uintptr_t end = at + std::min<std::uint64_t>(ring.record_size(), kPrefetchRecordBytes);
@@ -244,7 +211,7 @@ struct Producer::Impl : detail::Attachment {
   // before, so without this its header and its marks (one line per eight
   // records) each cost a miss on the way to the reader.
   void prefetch_next_span(std::uint64_t n, std::uint64_t k) const noexcept {
-    if (!overwrite && n >= limit) return;
+    if (!overwrite && n >= space.limit()) return;
     detail::prefetch_for_write(ring.record(n));
     const std::uint64_t marks = std::min<std::uint64_t>(k, cap - (n & (cap - 1)));
     const auto at = reinterpret_cast<std::uintptr_t>(ring.mark_slot(n));
@@ -332,11 +299,6 @@ void Producer::Impl::acquire_role() {
   // A label: consumers test the lock, not this word.
   h->producer_owner.store(static_cast<std::uint32_t>(owner_pid), std::memory_order_release);
   if (took_over) h->takeovers.fetch_add(1, std::memory_order_relaxed);
-  // A predecessor that died asleep may have left these set.
-  h->producer_sleeping.store(0, std::memory_order_relaxed);
-  h->blocked_on_slot.store(0, std::memory_order_relaxed);
-  h->wait_start_ns.store(0, std::memory_order_relaxed);
-  h->max_hold_ns.store(hold_limit_ns(), std::memory_order_relaxed);
 
   // Continue after the last committed record. A producer that died between
   // committing a record and storing head left committed records past head:
@@ -353,8 +315,8 @@ void Producer::Impl::acquire_role() {
   ring.clear_marks_after((s | (cap - 1)) + 1);
   next = s;
   h->head.store(s, std::memory_order_release);
-  limit = 0;  // force a rescan before the first write
-  if (!overwrite) recompute_limit(s);
+  // Also clears what a predecessor that died waiting left in the header.
+  space.start(s);
   // A new stream: consumers that saw end-of-stream can read on.
   h->closed.store(0, std::memory_order_release);
 }
@@ -369,10 +331,7 @@ void Producer::Impl::release_role(bool mark_closed) noexcept {
   }
   if (mark_closed) h->closed.store(1, std::memory_order_release);  // after every commit tag
   // A wait that timed out last ends with the role.
-  waiting = false;
-  h->blocked_on_slot.store(0, std::memory_order_relaxed);
-  h->wait_start_ns.store(0, std::memory_order_relaxed);
-  h->max_hold_ns.store(0, std::memory_order_relaxed);
+  space.leave();
   // Cleared before the lock goes: a consumer that finds the lock free loads
   // the owner again and sees a producer that left, not one that died.
   h->producer_owner.store(0, std::memory_order_release);
@@ -382,219 +341,6 @@ void Producer::Impl::release_role(bool mark_closed) noexcept {
     h->data_futex.fetch_add(1, std::memory_order_release);
     detail::futex_wake(&h->data_futex, INT_MAX);
   }
-}
-
-std::uint64_t Producer::Impl::min_active_cursor(std::uint64_t upper, std::uint32_t* holder) noexcept {
-  std::uint64_t m = upper;
-  const std::uint32_t n = seg.max_readers();
-  for (std::uint32_t i = 0; i < n; ++i) {
-    layout::ReaderSlot* r = seg.reader(i);
-    // Acquire: a reader's cursor store (release) frees the records before it.
-    if (r->state.load(std::memory_order_acquire) != layout::kSlotActive) continue;
-    const std::uint64_t c = r->cursor.load(std::memory_order_acquire);
-    if (c < m) {
-      m = c;
-      if (holder) *holder = i;
-    }
-  }
-  return m;
-}
-
-void Producer::Impl::recompute_limit(std::uint64_t s, std::uint32_t* holder) noexcept {
-  // Keep at least capacity - chunk records protected for late joiners.
-  const std::uint64_t keep_floor = s + chunk > cap ? s + chunk - cap : 0;
-  std::uint64_t floor = std::min(min_active_cursor(s, holder), keep_floor);
-  // Publish the floor, then look again (see the handshake at the top).
-  h->oldest.store(floor, std::memory_order_relaxed);
-  // Pairs with the joining reader's fence. Also a release fence after the
-  // state loads above: a reader let go by another process (detail::let_go)
-  // that we no longer count is let go before any tag we store from here,
-  // so one that finds its record rewritten also finds its new state.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  const std::uint64_t again = min_active_cursor(s, nullptr);
-  if (again < floor) {
-    floor = again;
-    h->oldest.store(floor, std::memory_order_relaxed);
-  }
-  limit = floor + cap;
-}
-
-std::uint32_t Producer::Impl::count_live_readers() const {
-  std::uint32_t n = 0;
-  for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
-    layout::ReaderSlot* r = seg.reader(i);
-    const std::uint32_t st = r->state.load(std::memory_order_acquire);
-    if (st != layout::kSlotActive && st != layout::kSlotBestEffort) continue;
-    if (seg.reader_holder(i) == detail::Holder::alive) ++n;
-  }
-  return n;
-}
-
-void Producer::Impl::reclaim_dead_holders(std::uint64_t needed_floor) noexcept {
-  for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
-    layout::ReaderSlot* r = seg.reader(i);
-    if (r->state.load(std::memory_order_acquire) != layout::kSlotActive) continue;
-    if (r->cursor.load(std::memory_order_acquire) >= needed_floor) continue;
-    detail::reclaim_if_dead(seg, i);
-  }
-}
-
-// With a hold limit, once per look while we wait for space: every reader
-// holding sequence `needed_floor` back whose cursor has not moved since the
-// last look is charged the `waited_ns` since then; one charged the whole
-// limit is let go. A reader seen for the first time (or moved, or a new
-// attachment in the slot) starts from zero. Only time we spend waiting
-// counts. Returns true if it let one go.
-bool Producer::Impl::account_holds(std::uint64_t needed_floor, std::uint64_t waited_ns) noexcept {
-  const std::uint64_t limit_ns = hold_limit_ns();
-  bool any = false;
-  for (std::uint32_t i = 0; i < seg.max_readers(); ++i) {
-    layout::ReaderSlot* r = seg.reader(i);
-    Held& e = held[i];
-    // The ticket is only compared: an attachment that changed in between
-    // is caught after the exchange (let_go()).
-    const std::uint64_t owner = r->owner.load(std::memory_order_relaxed);
-    // Acquire: pairs with the reader's release store of its state (and of
-    // its cursor), as in min_active_cursor().
-    const bool active = r->state.load(std::memory_order_acquire) == layout::kSlotActive;
-    const std::uint64_t c = r->cursor.load(std::memory_order_acquire);
-    if (!active || c >= needed_floor) {
-      e.seen = false;
-      continue;
-    }
-    if (!e.seen || e.owner != owner || e.cursor != c) {
-      e = Held{owner, c, 0, true};
-      continue;
-    }
-    e.waited_ns += waited_ns;
-    if (e.waited_ns >= limit_ns && let_go(i, owner)) {
-      e.seen = false;
-      any = true;
-    }
-  }
-  if (any) {
-    // Pairs with a reader's acquire load of a tag we store next (even a
-    // relaxed BUSY one): a reader that reads in place and finds its record
-    // rewritten also sees that it was let go (consumer.cpp, lapped()).
-    std::atomic_thread_fence(std::memory_order_release);
-  }
-  return any;
-}
-
-// Lets reader slot `i` (attachment `owner`) go (reader_table.hpp).
-bool Producer::Impl::let_go(std::uint32_t i, std::uint64_t owner) noexcept {
-  return detail::let_go(seg, i, owner, /*give_back=*/true) == detail::LetGo::let_go;
-}
-
-// The wait for space is over: room was found, or the role goes.
-void Producer::Impl::end_wait() noexcept {
-  if (!waiting) return;
-  waiting = false;
-  // Relaxed: labels for the inspector; they order nothing.
-  h->blocked_on_slot.store(0, std::memory_order_relaxed);
-  h->wait_start_ns.store(0, std::memory_order_relaxed);
-}
-
-// Waits until sequence `last_seq` may be written. Spin, then yield, then
-// sleep on space_futex; readers holding the ring are checked for liveness
-// once per liveness period, so a dead one is reclaimed within that bound.
-// A call that times out leaves the wait marked (see `waiting`).
-bool Producer::Impl::wait_for_space(std::uint64_t last_seq, std::chrono::nanoseconds timeout) noexcept {
-  std::uint32_t holder = UINT32_MAX;
-  recompute_limit(last_seq, &holder);
-  if (last_seq < limit) {
-    end_wait();
-    return true;
-  }
-
-  // A reader that stops between what we need and the chunk we asked for
-  // never crosses the mark: look again after this at the latest.
-  constexpr std::uint64_t kChunkSleepNs = 10'000'000;
-  const std::uint64_t needed_floor = last_seq + 1 - cap;  // every cursor must reach this
-  detail::Waiter w(opt.wait, timeout, next_liveness);
-  // With a hold limit, we look at who holds us every eighth of it (within
-  // bounds) and charge them the time (account_holds()).
-  const std::uint64_t hold = hold_limit_ns();
-  const std::uint64_t hold_period =
-      hold == 0 ? UINT64_MAX : std::clamp<std::uint64_t>(hold / 8, 100'000, detail::kLivenessPeriodNs);
-  std::uint64_t last_hold_look = w.start();
-  std::uint64_t next_hold_look = hold == 0 ? UINT64_MAX : w.start() + hold_period;
-  // Who holds us back: the reader furthest behind, named from the wait's
-  // first moment (the scan above found it) and before the wait shows, so
-  // that an inspector that sees us waiting finds it; and named again
-  // whenever another is furthest behind (one that was behind with the one
-  // we really wait for catches up). Stored only when it changes.
-  std::uint32_t shown = holder;
-  h->blocked_on_slot.store(shown == UINT32_MAX ? 0 : shown + 1, std::memory_order_relaxed);
-  if (!waiting) {
-    waiting = true;
-    h->producer_waits.fetch_add(1, std::memory_order_relaxed);
-    h->wait_start_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
-  }
-  bool ok = false;
-  for (;; w.tick()) {
-    std::uint32_t furthest = UINT32_MAX;
-    recompute_limit(last_seq, &furthest);
-    if (last_seq < limit) {
-      ok = true;
-      break;
-    }
-    if (furthest != shown) {
-      shown = furthest;
-      h->blocked_on_slot.store(furthest == UINT32_MAX ? 0 : furthest + 1, std::memory_order_relaxed);
-    }
-    if (closed) break;
-    if (h->removed.load(std::memory_order_relaxed) != 0) {  // removed by force while we waited
-      closed = true;
-      break;
-    }
-    // Outside the spin phase (a short wait must stay free of system calls),
-    // once per liveness period: reclaim a holder that died.
-    if (w.liveness_due()) {
-      reclaim_dead_holders(needed_floor);
-      continue;
-    }
-    if (w.now() >= next_hold_look) {
-      account_holds(needed_floor, w.now() - last_hold_look);
-      last_hold_look = w.now();
-      next_hold_look = w.now() + hold_period;
-      continue;
-    }
-    if (w.expired()) break;
-    // The check rescans every active reader's cursor line: once per step.
-    if (w.pause()) continue;
-    // Dekker with consumers: we arm producer_sleeping, then
-    // heavy_barrier() and re-check cursors; they store their cursor, then
-    // load producer_sleeping (light barrier between), and the first whose
-    // cursor crosses space_wanted clears it and makes the one wake. Asking
-    // for a whole chunk (not one record) means one sleep per chunk, and a
-    // reader wakes us at most once per mark, not on every cursor update.
-    const std::uint32_t seen = h->space_futex.load(std::memory_order_acquire);
-    // Reachable: chunk <= cap / 2, so the mark is never past head.
-    h->space_wanted.store(needed_floor + chunk, std::memory_order_relaxed);
-    // Release: a reader that sees producer_sleeping == 1 sees space_wanted.
-    h->producer_sleeping.store(1, std::memory_order_release);
-    const bool barrier_ok = detail::heavy_barrier();
-    recompute_limit(last_seq);
-    if (last_seq < limit) {
-      h->producer_sleeping.store(0, std::memory_order_relaxed);
-      ok = true;
-      break;
-    }
-    detail::futex_wait(&h->space_futex, seen,
-                       w.sleep_slice(barrier_ok, std::min(kChunkSleepNs, next_hold_look - w.now())));
-    h->producer_sleeping.store(0, std::memory_order_relaxed);
-  }
-  if (ok || closed) {
-    end_wait();
-  } else {
-    // Timed out: still waiting as far as anyone looking can tell. The next
-    // call must come back here (to end the wait, or wait on), even for a
-    // message that would fit under the limit we have.
-    limit = 0;
-  }
-  h->producer_wait_ns.fetch_add(detail::monotonic_ns() - w.start(), std::memory_order_relaxed);
-  return ok;
 }
 
 // ---- public API ----
@@ -609,18 +355,18 @@ Producer::Producer(const Bus& bus, const ProducerOptions& options)
                                      ? UINT64_MAX
                                      : static_cast<std::uint64_t>(options.wait_for_readers_timeout.count());
     const Interrupt* interrupt = options.wait.interrupt;
-    while (p.count_live_readers() < options.wait_for_readers) {
+    while (p.space.count_live_readers() < options.wait_for_readers) {
       const std::uint64_t elapsed = detail::monotonic_ns() - start;
       if (interrupt != nullptr && interrupt->raised())
         detail::fail(Errc::timeout, bus.name(),
                      "interrupted while waiting for " + std::to_string(options.wait_for_readers) +
                          (options.wait_for_readers == 1 ? " reader (" : " readers (") +
-                         std::to_string(p.count_live_readers()) + " attached)");
+                         std::to_string(p.space.count_live_readers()) + " attached)");
       if (elapsed >= budget)
         detail::fail(Errc::timeout, bus.name(),
                      "timed out waiting for " + std::to_string(options.wait_for_readers) +
                          (options.wait_for_readers == 1 ? " reader (" : " readers (") +
-                         std::to_string(p.count_live_readers()) + " attached)");
+                         std::to_string(p.space.count_live_readers()) + " attached)");
       const std::uint32_t seen = p.h->space_futex.load(std::memory_order_acquire);
       detail::futex_wait(&p.h->space_futex, seen, std::min<std::uint64_t>(budget - elapsed, 10'000'000));
     }
@@ -682,7 +428,7 @@ PublishResult Producer::skip_to(std::uint64_t seq, std::chrono::nanoseconds time
       // Joiners start at seq, not at markers for messages that never were.
       p.h->oldest.store(seq, std::memory_order_relaxed);
     }
-    p.limit = 0;  // rescan before the next write: the floor moved
+    p.space.rescan_next();  // the floor moved
   }
   p.publish_head(seq);
   return {PublishStatus::ok, seq};
@@ -728,6 +474,13 @@ void Producer::commit(std::size_t size) noexcept {
 
 void Producer::commit() noexcept { commit(impl_ ? impl_->claim_size : 0); }
 
+Claim Producer::open_claim() const noexcept {
+  if (!impl_ || !impl_->claim_open) return {};
+  const Impl& p = *impl_;
+  return {PublishStatus::ok, p.claim_seq,
+          std::span<std::byte>(detail::RecordRing::payload(p.ring.record(p.claim_seq)), p.claim_size)};
+}
+
 std::size_t Producer::publish_batch(std::span<const std::span<const std::byte>> payloads,
                                     std::chrono::nanoseconds timeout) noexcept {
   Impl& p = *impl_;
@@ -771,7 +524,7 @@ void Producer::close() noexcept {
   if (impl_) impl_->leave(true, "Producer::close");
 }
 
-std::uint32_t Producer::live_readers() const { return impl_->count_live_readers(); }
+std::uint32_t Producer::live_readers() const { return impl_->space.count_live_readers(); }
 std::uint64_t Producer::next_seq() const noexcept { return impl_->next; }
 const Bus& Producer::bus() const noexcept { return impl_->bus; }
 

@@ -1,12 +1,78 @@
-// shmbus — the reader table: freeing the slots of readers that are gone.
+// shmbus — the reader table (reader_table.hpp).
 #include "reader_table.hpp"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <climits>
+#include <cstring>
 #include <mutex>
 
+#include "role_lock.hpp"
 #include "sys.hpp"
 
 namespace shmbus::detail {
+
+std::optional<std::uint32_t> claim_slot(Segment& s, int fd, int& lock_error) noexcept {
+  const std::uint32_t n = s.max_readers();
+  lock_error = 0;
+  for (int pass = 0; pass < 4 && lock_error == 0; ++pass) {
+    bool briefly_locked = false;  // a slot in nobody's use, locked for a moment by a reclaimer
+    for (std::uint32_t i = 0; i < n; ++i) {
+      // Free for us exactly when no live process holds its lock.
+      if (!try_lock(fd, layout::reader_lock_byte(i))) {
+        if (errno != EAGAIN && errno != EACCES) lock_error = errno;
+        const layout::ReaderSlot* r = s.reader(i);
+        briefly_locked |= r->owner.load(std::memory_order_relaxed) == layout::kOwnerFree &&
+                          r->state.load(std::memory_order_relaxed) == layout::kSlotFree;
+        continue;
+      }
+      clean_slot(s, i);  // left in use by a reader that died
+      return i;
+    }
+    if (!briefly_locked) break;
+    ::sched_yield();  // setup path: let the reclaimer finish
+  }
+  return std::nullopt;
+}
+
+std::uint64_t open_slot(Segment& s, std::uint32_t i, pid_t pid, std::string_view name) noexcept {
+  layout::ReaderSlot* slot = s.reader(i);
+  // Before the ticket: a stamp from a producer that let the slot's last
+  // attachment go must never be taken for ours.
+  slot->let_go_ns.store(0, std::memory_order_relaxed);
+  // Only the holder of the slot's lock writes its first line.
+  const std::uint64_t ticket = slot->generation.fetch_add(1, std::memory_order_relaxed) + 1;
+  slot->owner.store(ticket, std::memory_order_relaxed);
+  slot->pid.store(static_cast<std::uint32_t>(pid), std::memory_order_relaxed);
+  slot->start_ticks.store(self_start_ticks(), std::memory_order_relaxed);
+  slot->pid_ns.store(self_pid_namespace(), std::memory_order_relaxed);
+  std::memset(slot->name, 0, sizeof slot->name);
+  std::memcpy(slot->name, name.data(), std::min(name.size(), sizeof slot->name - 1));
+  slot->attach_time_ns.store(realtime_ns(), std::memory_order_relaxed);
+  slot->delivered.store(0, std::memory_order_relaxed);
+  slot->lost.store(0, std::memory_order_relaxed);
+  slot->sleeping.store(0, std::memory_order_relaxed);
+  slot->last_active_ns.store(realtime_ns(), std::memory_order_relaxed);
+  return ticket;
+}
+
+void close_slot(Segment& s, std::uint32_t i, std::uint64_t ticket, std::uint64_t delivered,
+                std::uint64_t lost, bool held_producer) noexcept {
+  layout::ReaderSlot* slot = s.reader(i);
+  if (slot->owner.load(std::memory_order_relaxed) != ticket) return;
+  slot->delivered.store(delivered, std::memory_order_relaxed);
+  slot->lost.store(lost, std::memory_order_relaxed);
+  // The producer stops counting our cursor (pairs with its acquire load).
+  const std::uint32_t was = slot->state.exchange(layout::kSlotFree, std::memory_order_acq_rel);
+  slot->owner.store(layout::kOwnerFree, std::memory_order_release);
+  if (was == layout::kSlotBestEffort) forget_best_effort_reader(s);
+  if (held_producer) {
+    s.header()->space_futex.fetch_add(1, std::memory_order_release);
+    futex_wake(&s.header()->space_futex, INT_MAX);
+  }
+}
 
 bool clean_slot(Segment& s, std::uint32_t i) noexcept {
   layout::ReaderSlot* r = s.reader(i);

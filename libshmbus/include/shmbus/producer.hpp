@@ -131,6 +131,11 @@ class Producer {
   // Publishes the open claim with its first `size` bytes (<= the claimed size).
   void commit(std::size_t size) noexcept;
   void commit() noexcept;  // the whole claimed size
+  // The claim open now, as claim() returned it (status ok, seq, data), or a
+  // Claim with status closed when none is: the one record of what is
+  // claimed, for wrappers that must refuse a second claim or a commit of
+  // more than was claimed.
+  [[nodiscard]] Claim open_claim() const noexcept;
 
   // Publishes messages in order, sharing one timestamp, one head update and
   // one wake-up check. Returns how many were published: all of them, or fewer

@@ -215,6 +215,29 @@ TEST(ClaimCommit, ClaimedRecordIsWrittenInPlaceAndPublishedByCommit) {
   EXPECT_EQ(expect_message(c, 3).message.payload.size(), 0u);
 }
 
+TEST(ClaimCommit, TheOpenClaimIsTheProducers) {
+  ScopedName name("claim-open");
+  Bus bus = Bus::create(name, opts(8));
+  Producer p(bus);
+  EXPECT_FALSE(p.open_claim()) << "nothing is claimed yet";
+  ASSERT_TRUE(p.publish(bytes("x")));
+  // A span: the claim's sequence and its whole size, as claim() gave them.
+  const std::size_t big = bus.info().max_message;
+  Claim cl = p.claim(big);
+  ASSERT_TRUE(cl);
+  const Claim open = p.open_claim();
+  ASSERT_TRUE(open);
+  EXPECT_EQ(open.seq, cl.seq);
+  EXPECT_EQ(open.data.data(), cl.data.data());
+  EXPECT_EQ(open.data.size(), big);
+  EXPECT_EQ(p.publish(bytes("y")).status, PublishStatus::closed) << "no publish while a claim is open";
+  p.commit(3);
+  EXPECT_FALSE(p.open_claim());
+  ASSERT_TRUE(p.claim(1));
+  p.close();
+  EXPECT_FALSE(p.open_claim()) << "an open claim is abandoned with the role";
+}
+
 TEST(ClaimCommit, ClaimTimesOutOnAFullBlockingRing) {
   ScopedName name("claim-full");
   Bus bus = Bus::create(name, opts(4));

@@ -1,4 +1,5 @@
-// shmbus — the C API (shmbus.h) over the C++ one.
+// shmbus — the C API (shmbus.h) over the C++ one: statuses, buses,
+// producers, consumers and wait sets (inspection: c_api_inspect.cpp).
 //
 // Every entry point validates its pointers, catches every exception at the
 // boundary (guard()), and records the reason in a thread-local string. The
@@ -15,29 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "c_api_support.hpp"
 #include "shmbus/shmbus.hpp"
 
-struct shmbus_bus {
-  shmbus::Bus bus;
-};
-
-struct shmbus_producer {
-  shmbus::Producer producer;
-  std::uint32_t max_message;
-  bool closed = false;
-};
-
-struct shmbus_consumer {
-  shmbus::Consumer consumer;
-  std::vector<shmbus::Message> batch;  // read_batch scratch, reused
-};
-
-struct shmbus_wait_set {
-  explicit shmbus_wait_set(const shmbus::WaitOptions& w) : set(w) {}
-  shmbus::WaitSet set;
-  // The C handle of each member, by its C++ consumer (at most 127: a scan).
-  std::vector<std::pair<shmbus::Consumer*, shmbus_consumer*>> handles;
-};
+using namespace shmbus::c_api;
 
 // The setup errors keep the C++ values, so a status converts by value.
 static_assert(SHMBUS_INVALID_NAME == static_cast<int>(shmbus::Errc::invalid_name));
@@ -77,65 +59,6 @@ static_assert(offsetof(shmbus_name_move, from) == 0 && offsetof(shmbus_name_move
 
 namespace {
 
-// A NUL-terminated copy of `from`, cut to fit.
-template <std::size_t N>
-void copy_name(char (&to)[N], const std::string& from) noexcept {
-  std::memcpy(to, from.data(), std::min(from.size(), N - 1));
-  to[std::min(from.size(), N - 1)] = '\0';
-}
-
-// A new[]-allocated NUL-terminated copy of `from`.
-const char* c_string(const std::string& from) {
-  auto out = std::make_unique<char[]>(from.size() + 1);
-  std::memcpy(out.get(), from.c_str(), from.size() + 1);
-  return out.release();
-}
-
-// A new[]-allocated C array of zeroed views, each filled from the matching
-// element of `from` (nullptr when there are none); `count` gets its length.
-template <class CView, class View, class Fill>
-CView* c_array(const std::vector<View>& from, std::size_t& count, Fill fill) {
-  count = from.size();
-  if (from.empty()) return nullptr;
-  auto out = std::make_unique<CView[]>(from.size());
-  for (std::size_t i = 0; i < from.size(); ++i) {
-    std::memset(&out[i], 0, sizeof out[i]);
-    fill(from[i], out[i]);
-  }
-  return out.release();
-}
-
-thread_local std::string last_error;
-
-shmbus_status fail(shmbus_status s, std::string message) noexcept {
-  try {
-    last_error = std::move(message);
-  } catch (...) {
-    last_error.clear();  // out of memory: the status still says what happened
-  }
-  return s;
-}
-
-shmbus_status invalid(const char* function, const char* what) noexcept {
-  return fail(SHMBUS_INVALID_ARGUMENT, std::string(function) + ": " + what);
-}
-
-// Runs `f` (returning shmbus_status) with every exception turned into a status.
-template <class F>
-shmbus_status guard(const char* function, F&& f) noexcept {
-  try {
-    return f();
-  } catch (const shmbus::Error& e) {
-    return fail(static_cast<shmbus_status>(static_cast<int>(e.errc())), e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(SHMBUS_OUT_OF_MEMORY, std::string(function) + ": out of memory");
-  } catch (const std::exception& e) {
-    return fail(SHMBUS_INTERNAL, std::string(function) + ": " + e.what());
-  } catch (...) {
-    return fail(SHMBUS_INTERNAL, std::string(function) + ": unknown exception");
-  }
-}
-
 std::chrono::nanoseconds to_timeout(std::int64_t ns) noexcept {
   return ns < 0 ? shmbus::forever : std::chrono::nanoseconds(ns);
 }
@@ -169,21 +92,6 @@ bool to_bus_options(const shmbus_bus_options* in, shmbus::BusOptions& out) noexc
   out.max_readers = in->max_readers;
   out.mode = static_cast<mode_t>(in->mode);
   return true;
-}
-
-void fill_info(const shmbus::BusInfo& i, shmbus_bus_info& out) noexcept {
-  std::memset(&out, 0, sizeof out);
-  const std::size_t n = std::min(i.name.size(), sizeof out.name - 1);
-  std::memcpy(out.name, i.name.data(), n);
-  out.policy = static_cast<std::uint32_t>(i.policy);
-  out.capacity = i.capacity;
-  out.record_size = i.record_size;
-  out.max_payload = i.max_payload;
-  out.max_message = i.max_message;
-  out.max_readers = i.max_readers;
-  out.layout_version = i.layout_version;
-  out.segment_size = i.segment_size;
-  out.creation_time_ns = i.creation_time_ns;
 }
 
 shmbus_status publish_failure(const shmbus_producer* p, shmbus::PublishStatus s,
@@ -697,156 +605,5 @@ int shmbus_wait_set_fd(shmbus_wait_set* set) {
 }
 
 void shmbus_wait_set_destroy(shmbus_wait_set* set) { delete set; }
-
-// ---- Inspection
-
-static shmbus_status inspect_bus(const char* fn, const char* dir, const char* name, shmbus_snapshot** out) noexcept {
-  if (!out) return invalid(fn, "out is NULL");
-  *out = nullptr;
-  if (!name) return invalid(fn, "name is NULL");
-  return guard(fn, [&] {
-    const shmbus::Snapshot s = shmbus::Inspector::open(name, {}, dir ? dir : "").snapshot();
-    // Freed whole (its arrays and strings too) if anything below throws.
-    std::unique_ptr<shmbus_snapshot, void (*)(shmbus_snapshot*)> snap(new shmbus_snapshot, &shmbus_snapshot_free);
-    std::memset(snap.get(), 0, sizeof *snap);
-    fill_info(s.info, snap->info);
-    snap->head = s.head;
-    snap->oldest = s.oldest;
-    snap->last_publish_ns = s.last_publish_ns;
-    snap->published = s.counters.published;
-    snap->producer_waits = s.counters.producer_waits;
-    snap->producer_wait_ns = s.counters.producer_wait_ns;
-    snap->wakeups = s.counters.wakeups;
-    snap->readers_reclaimed = s.counters.readers_reclaimed;
-    snap->readers_let_go = s.counters.readers_let_go;
-    snap->data_sleepers = s.counters.data_sleepers;
-    snap->producer_attached = s.producer.attached ? 1 : 0;
-    snap->producer_pid = s.producer.pid;
-    snap->producer_liveness = static_cast<std::uint32_t>(s.producer.liveness);
-    snap->producer_closed = s.producer.closed ? 1 : 0;
-    snap->producer_waiting_for_space = s.producer.waiting_for_space ? 1 : 0;
-    snap->producer_blocked_on_slot = s.producer.blocked_on_slot ? *s.producer.blocked_on_slot : -1;
-    snap->takeovers = s.producer.takeovers;
-    snap->readers = c_array<shmbus_reader_view>(s.readers, snap->reader_count,
-                                                [&](const shmbus::ReaderView& r, shmbus_reader_view& v) {
-                                                  v.slot = r.slot;
-                                                  v.pid = r.pid;
-                                                  v.liveness = static_cast<std::uint32_t>(r.liveness);
-                                                  v.sleeping = r.sleeping ? 1 : 0;
-                                                  copy_name(v.name, r.name);
-                                                  v.cursor = r.cursor;
-                                                  v.lag = s.head > r.cursor ? s.head - r.cursor : 0;
-                                                  v.delivered = r.delivered;
-                                                  v.lost = r.lost;
-                                                  v.attach_time_ns = r.attach_time_ns;
-                                                  v.last_active_ns = r.last_active_ns;
-                                                  v.best_effort = r.best_effort ? 1 : 0;
-                                                  v.let_go_ns = r.let_go_ns;
-                                                });
-    snap->bookmarks = c_array<shmbus_bookmark_view>(s.bookmarks, snap->bookmark_count,
-                                                    [](const shmbus::BookmarkView& b, shmbus_bookmark_view& v) {
-                                                      v.index = b.index;
-                                                      v.held = b.held ? 1 : 0;
-                                                      v.holder_pid = b.held ? b.holder_pid : 0;
-                                                      copy_name(v.name, b.name);
-                                                      v.cursor = b.cursor;
-                                                      v.updated_ns = b.updated_ns;
-                                                    });
-    snap->dir = c_string(s.info.dir);
-    snap->pages = c_string(s.info.pages);
-    snap->page_size = s.info.page_size;
-    if (!s.readers.empty()) {
-      auto evicted = std::make_unique<int[]>(s.readers.size());
-      for (std::size_t i = 0; i < s.readers.size(); ++i) evicted[i] = s.readers[i].evicted ? 1 : 0;
-      snap->reader_evicted = evicted.release();
-    }
-    *out = snap.release();
-    return SHMBUS_OK;
-  });
-}
-
-shmbus_status shmbus_inspect(const char* name, shmbus_snapshot** out) {
-  return inspect_bus("shmbus_inspect", nullptr, name, out);
-}
-
-shmbus_status shmbus_inspect_in(const char* dir, const char* name, shmbus_snapshot** out) {
-  return inspect_bus("shmbus_inspect_in", dir, name, out);
-}
-
-static shmbus_status move_name(const char* fn, const char* dir, const char* name, const char* reader,
-                               std::uint32_t target, std::uint64_t value, shmbus_name_move* out,
-                               int* moved) noexcept {
-  if (moved) *moved = 0;
-  if (out) std::memset(out, 0, sizeof *out);
-  if (!name) return invalid(fn, "name is NULL");
-  if (!reader) return invalid(fn, "reader is NULL");
-  if (target > SHMBUS_TO_TIME) return invalid(fn, "target is not a shmbus_name_target");
-  return guard(fn, [&] {
-    shmbus::ReaderNameTarget t;
-    t.kind = static_cast<shmbus::ReaderNameTarget::Kind>(target);
-    t.value = value;
-    const std::optional<shmbus::ReaderNameMove> m = shmbus::move_reader_name(name, reader, t, {}, dir ? dir : "");
-    if (!m) return SHMBUS_OK;
-    if (out) *out = {m->from, m->to, m->oldest, m->head, m->timestamp_ns, m->unstamped};
-    if (moved) *moved = 1;
-    return SHMBUS_OK;
-  });
-}
-
-shmbus_status shmbus_move_reader_name(const char* name, const char* reader, uint32_t target, uint64_t value,
-                                      shmbus_name_move* out, int* moved) {
-  return move_name("shmbus_move_reader_name", nullptr, name, reader, target, value, out, moved);
-}
-
-shmbus_status shmbus_move_reader_name_in(const char* dir, const char* name, const char* reader, uint32_t target,
-                                         uint64_t value, shmbus_name_move* out, int* moved) {
-  return move_name("shmbus_move_reader_name_in", dir, name, reader, target, value, out, moved);
-}
-
-static shmbus_status forget_name(const char* fn, const char* dir, const char* name, const char* reader,
-                                 int* forgotten) noexcept {
-  if (forgotten) *forgotten = 0;
-  if (!name) return invalid(fn, "name is NULL");
-  if (!reader) return invalid(fn, "reader is NULL");
-  return guard(fn, [&] {
-    const bool f = shmbus::forget_reader_name(name, reader, {}, dir ? dir : "");
-    if (forgotten) *forgotten = f ? 1 : 0;
-    return SHMBUS_OK;
-  });
-}
-
-shmbus_status shmbus_forget_reader_name(const char* name, const char* reader, int* forgotten) {
-  return forget_name("shmbus_forget_reader_name", nullptr, name, reader, forgotten);
-}
-
-shmbus_status shmbus_forget_reader_name_in(const char* dir, const char* name, const char* reader, int* forgotten) {
-  return forget_name("shmbus_forget_reader_name_in", dir, name, reader, forgotten);
-}
-
-static shmbus_status let_go(const char* fn, const char* dir, const char* name, uint32_t slot) noexcept {
-  if (!name) return invalid(fn, "name is NULL");
-  return guard(fn, [&] {
-    shmbus::let_go_reader(name, slot, std::nullopt, {}, dir ? dir : "");
-    return SHMBUS_OK;
-  });
-}
-
-shmbus_status shmbus_let_go_reader(const char* name, uint32_t slot) {
-  return let_go("shmbus_let_go_reader", nullptr, name, slot);
-}
-
-shmbus_status shmbus_let_go_reader_in(const char* dir, const char* name, uint32_t slot) {
-  return let_go("shmbus_let_go_reader_in", dir, name, slot);
-}
-
-void shmbus_snapshot_free(shmbus_snapshot* snapshot) {
-  if (!snapshot) return;
-  delete[] snapshot->readers;
-  delete[] snapshot->bookmarks;
-  delete[] snapshot->dir;
-  delete[] snapshot->pages;
-  delete[] snapshot->reader_evicted;
-  delete snapshot;
-}
 
 }  // extern "C"

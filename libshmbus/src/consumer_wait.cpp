@@ -117,33 +117,27 @@ detail::Step Consumer::Impl::read_one(Message& out, Dest copy_to, std::chrono::n
       eos = true;
     }
     if (w.expired()) return eos ? Step::eos : Step::timeout;
-    switch (eos ? detail::Waiter::Phase::sleep : w.phase()) {
-      case detail::Waiter::Phase::spin:
-        // One load of a line we read next anyway: checked after every pause.
-        for (int k = 0; k < detail::kSpinStep; ++k) {
-          detail::cpu_relax();
-          s = try_read(out, copy_to);
-          if (s != Step::empty) return s;
-        }
-        continue;
-      case detail::Waiter::Phase::yield: w.yield(); break;
-      case detail::Waiter::Phase::sleep: {
-        // Dekker with the producer (consumer_watch.hpp, arm_data_sleep()).
-        // A WaitSet's thread may own the sleeping flag already: then it
-        // is not ours to clear.
-        const bool mine = detail::arm_data_sleep(h, slot);
-        const std::uint32_t seen = h->data_futex.load(std::memory_order_acquire);
-        const bool barrier_ok = detail::heavy_barrier();
-        s = try_read(out, copy_to);
-        if (s == Step::empty && (eos || h->closed.load(std::memory_order_acquire) == 0))
-          detail::futex_wait(&h->data_futex, seen, w.sleep_slice(barrier_ok, detail::kLivenessPeriodNs));
-        detail::disarm_data_sleep(h, slot, mine);
-        slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
-        if (s != Step::empty) return s;
-        if (eos && !end_of_stream(false)) eos = false;  // a new producer took over: wait for its data as usual
-        break;
-      }
+    // Spin or yield (not once the stream has ended: then sleep). A spin
+    // looks at our record after every pause: one load of a line we read
+    // next anyway.
+    if (!eos && w.pause([&]() noexcept { return (s = try_read(out, copy_to)) != Step::empty; })) {
+      if (s == Step::empty) s = try_read(out, copy_to);  // after a yield (or a spin step that found nothing)
+      if (s != Step::empty) return s;
+      continue;
     }
+    // Dekker with the producer (consumer_watch.hpp, arm_data_sleep()).
+    // A WaitSet's thread may own the sleeping flag already: then it is not
+    // ours to clear.
+    const bool mine = detail::arm_data_sleep(h, slot);
+    const std::uint32_t seen = h->data_futex.load(std::memory_order_acquire);
+    const bool barrier_ok = detail::heavy_barrier();
+    s = try_read(out, copy_to);
+    if (s == Step::empty && (eos || h->closed.load(std::memory_order_acquire) == 0))
+      detail::futex_wait(&h->data_futex, seen, w.sleep_slice(barrier_ok, detail::kLivenessPeriodNs));
+    detail::disarm_data_sleep(h, slot, mine);
+    slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+    if (s != Step::empty) return s;
+    if (eos && !end_of_stream(false)) eos = false;  // a new producer took over: wait for its data as usual
     s = try_read(out, copy_to);
     if (s != Step::empty) return s;
   }

@@ -12,8 +12,8 @@
 //   for (Waiter w(...);; w.tick()) {
 //     if (w.liveness_due()) ...look at the other side (a system call)...
 //     if (w.expired()) return timeout;
-//     if (w.pause()) continue;  // spin a step, or yield (or the consumer's
-//                               // own spin, checking after every pause)
+//     if (w.pause()) continue;  // spin a step, or yield (a consumer checks
+//                               // its record after every pause: pause(ready))
 //     arm, heavy_barrier(), check, futex_wait(w.sleep_slice(...)), disarm;
 //   }
 //
@@ -89,18 +89,29 @@ class Waiter {
     ++yields_;
     ::sched_yield();
   }
-  // One step of the spin or yield phase, as phase() says (kSpinStep pauses,
-  // or a yield); false once it is time to sleep, the caller's own futex
-  // handshake. For a caller whose check is made once per step.
-  bool pause() noexcept {
+  // One step of the spin or yield phase, as phase() says: kSpinStep
+  // pauses, or a yield. In the spin phase `ready()` is asked after every
+  // pause, and the step ends as soon as it says yes: for a caller whose
+  // check is one load of a line it reads next anyway (a consumer's commit
+  // tag). False once it is time to sleep: the caller's own futex handshake.
+  template <class Ready>
+  bool pause(Ready&& ready) noexcept {
     switch (phase()) {
       case Phase::spin:
-        for (int k = 0; k < kSpinStep; ++k) cpu_relax();
+        for (int k = 0; k < kSpinStep; ++k) {
+          cpu_relax();
+          if (ready()) break;
+        }
         return true;
       case Phase::yield: yield(); return true;
       case Phase::sleep: break;
     }
     return false;
+  }
+  // The same, for a caller whose check costs more than a load: made once
+  // per step, after it.
+  bool pause() noexcept {
+    return pause([]() noexcept { return false; });
   }
 
   // How long one futex sleep may last: at most until the deadline, the next

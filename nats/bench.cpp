@@ -34,17 +34,8 @@ struct Args {
 };
 
 void add_stream(const Connection& c, const std::string& name, const std::string& subject) {
-  jsStreamConfig cfg;
-  jsStreamConfig_Init(&cfg);
-  cfg.Name = name.c_str();
-  const char* subjects[] = {subject.c_str()};
-  cfg.Subjects = subjects;
-  cfg.SubjectsLen = 1;
-  cfg.Storage = js_FileStorage;
-  jsStreamInfo* si = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
-  const natsStatus s = js_AddStream(&si, c.js(), &cfg, nullptr, &code);
-  if (si != nullptr) jsStreamInfo_Destroy(si);
+  const natsStatus s = add_file_stream(c, name, subject, code);
   if (s != NATS_OK) throw GatewayError(js_error_text("creating stream " + name, s, code, ""));
 }
 

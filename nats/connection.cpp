@@ -48,6 +48,21 @@ std::string js_error_text(const std::string& what, natsStatus s, jsErrCode code,
   return fmt::format("{}: {}", what, status_text(s));
 }
 
+natsStatus add_file_stream(const Connection& c, const std::string& stream, const std::string& subject,
+                           jsErrCode& code) {
+  jsStreamConfig cfg;
+  jsStreamConfig_Init(&cfg);
+  cfg.Name = stream.c_str();
+  const char* subjects[] = {subject.c_str()};
+  cfg.Subjects = subjects;
+  cfg.SubjectsLen = 1;
+  cfg.Storage = js_FileStorage;
+  jsStreamInfo* si = nullptr;
+  const natsStatus s = js_AddStream(&si, c.js(), &cfg, nullptr, &code);
+  if (si != nullptr) jsStreamInfo_Destroy(si);
+  return s;
+}
+
 Connection::Connection(const ConnectArgs& a, std::int64_t max_pending, jsPubAckHandler ack_handler,
                        void* ack_closure)
     : max_backoff_ms_(std::max<std::int64_t>(a.max_backoff_ms, 50)) {

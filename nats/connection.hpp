@@ -103,6 +103,25 @@ void pause_unless(Stop&& stop, std::chrono::milliseconds d) {
   }
 }
 
+// Says when something periodic is due: at most once per `period` (never
+// for a period of 0), the first time at once or after one period.
+class Every {
+ public:
+  Every(std::chrono::steady_clock::duration period, bool at_once)
+      : period_(period), last_(at_once ? std::chrono::steady_clock::time_point{} : std::chrono::steady_clock::now()) {}
+  bool due() {
+    if (period_.count() <= 0) return false;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < period_) return false;
+    last_ = now;
+    return true;
+  }
+
+ private:
+  std::chrono::steady_clock::duration period_;
+  std::chrono::steady_clock::time_point last_;
+};
+
 // Calls f() until it returns without a GatewayError, backing off from 50 ms
 // to 2 s between attempts while the errors are transient (a server
 // restarting answers with timeouts and no responders until JetStream has
@@ -122,6 +141,12 @@ auto retry_transient(F&& f, Stop&& stop, std::chrono::milliseconds give_up = std
     backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
   }
 }
+
+// Adds stream `stream` on `subject` alone, file storage, the server's
+// defaults otherwise (no limits, a 2-minute duplicate window). Returns the
+// client's status, `code` the JetStream error code.
+natsStatus add_file_stream(const Connection& c, const std::string& stream, const std::string& subject,
+                           jsErrCode& code);
 
 // A JetStream API failure as one line: "stream 'X' not found", "permission
 // denied ...", "no JetStream at ..." from the status and JetStream error code.

@@ -181,6 +181,290 @@ struct DetachOnExit {
   ~DetachOnExit() { p.detach(); }
 };
 
+// One run of `in` on an open bus and a subscribed durable: the fetch loop
+// with its rewinds, each batch committed to the bus and then acknowledged,
+// and the last acks flushed. Holds the counters, the rewind point and the
+// backoff the steps share.
+class InRun {
+ public:
+  InRun(const InOptions& o, const std::function<bool()>& stop, const std::function<void(const InStats&)>& progress,
+        const Bus& bus, Producer& producer, const Connection& conn, PullConsumer& pull)
+      : o_(o), stop_(stop), progress_(progress), bus_(bus), producer_(producer), conn_(conn), pull_(pull),
+        max_message_(bus.info().max_message), record_size_(bus.info().record_size), capacity_(bus.info().capacity),
+        seen_reconnects_(conn.reconnects()) {
+    st_.max_message = max_message_;
+  }
+
+  InStats run() {
+    fetch_until_done();
+    if (st_.end.empty()) st_.end = "signal";
+    // The last acks, while the server is there to take them: one that never
+    // arrives only brings its messages again, which the next `in` skips as
+    // already on the bus.
+    if (conn_.connected()) natsConnection_FlushTimeout(conn_.nc(), 200);
+    return snapshot();
+  }
+
+ private:
+  const InStats& snapshot();
+  void back_off();
+  bool rewind();
+  void fetch_failed(natsStatus error);
+  void fetch_until_done();
+  bool commit_batch();
+  std::optional<AckInfo> delivery(natsMsg* m);
+  bool commit(natsMsg* m);
+  std::uint64_t placement(natsMsg* m, std::uint64_t seq, int len, std::uint64_t next);
+  bool skip_to(std::uint64_t seq, std::uint64_t next);
+  bool publish(natsMsg* m, std::uint64_t seq, int len);
+
+  const InOptions& o_;
+  const std::function<bool()>& stop_;
+  const std::function<void(const InStats&)>& progress_;
+  const Bus& bus_;
+  Producer& producer_;
+  const Connection& conn_;
+  PullConsumer& pull_;
+  const std::uint32_t max_message_;
+  const std::uint32_t record_size_;
+  const std::uint64_t capacity_;
+  InStats st_;
+  const Clock::time_point started_ = Clock::now();
+  std::uint64_t seen_reconnects_;
+  std::uint64_t last_committed_sseq_ = 0;  // stream sequence of the last message dealt with
+  bool warned_invalid_ = false;
+  std::chrono::milliseconds backoff_{50};
+  bool need_rewind_ = false;
+  FetchedBatch fetched_;
+};
+
+const InStats& InRun::snapshot() {
+  st_.next_seq = producer_.next_seq();
+  st_.reconnects = conn_.reconnects();
+  st_.connected = conn_.connected();
+  st_.seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+  return st_;
+}
+
+// Waits the current backoff (less if stopped), then doubles it up to 2 s.
+void InRun::back_off() {
+  pause_unless(stop_, backoff_);
+  backoff_ = std::min(backoff_ * 2, std::chrono::milliseconds(2000));
+}
+
+// Recreates the durable after the last message committed (at its
+// acknowledged floor if none yet). False while the server is not back.
+bool InRun::rewind() {
+  if (!conn_.connected()) {  // a JetStream request now would wait out its whole timeout
+    pause_unless(stop_, std::chrono::milliseconds(50));
+    return false;
+  }
+  try {
+    const std::uint64_t from = last_committed_sseq_ != 0 ? last_committed_sseq_ + 1 : pull_.floor_next();
+    seen_reconnects_ = conn_.reconnects();
+    pull_.subscribe_from(from);
+    need_rewind_ = false;
+    ++st_.rewinds;
+    backoff_ = std::chrono::milliseconds(50);
+    return true;
+  } catch (const GatewayError& e) {
+    if (fatal_text(e.what())) throw;
+    back_off();  // the server is still coming back
+    return false;
+  }
+}
+
+// A pull request that could not be sent or read: fatal, or a rewind after a backoff.
+void InRun::fetch_failed(natsStatus error) {
+  const std::string what = fmt::format("fetch from consumer '{}': {}", o_.durable, status_text(error));
+  if (fatal_text(what) && conn_.connected()) throw GatewayError(what);
+  need_rewind_ = true;  // whatever was in flight comes again
+  back_off();
+}
+
+// Fetches and commits until the count, the idle timeout or a stop.
+void InRun::fetch_until_done() {
+  Every sampling(kSampleEvery, true);
+  Every reporting(o_.stats_interval, false);
+  auto last_data = Clock::now();
+  while (!stop_()) {
+    if (o_.sample && sampling.due()) o_.sample(snapshot());
+    if (o_.count != 0 && st_.published >= o_.count) {
+      st_.end = "count";
+      break;
+    }
+    if (conn_.reconnects() != seen_reconnects_) need_rewind_ = true;
+    if (need_rewind_ && !rewind()) continue;
+    fetched_.clear();
+    natsStatus error = NATS_OK;
+    const PullConsumer::Fetch f = pull_.fetch(fetched_.msgs, o_.batch, error, stop_);
+    if (f == PullConsumer::Fetch::rewind) need_rewind_ = true;
+    if (f == PullConsumer::Fetch::failed) {
+      fetch_failed(error);
+      continue;
+    }
+    if (fetched_.msgs.empty()) {
+      if (o_.idle_timeout.count() > 0 && Clock::now() - last_data > o_.idle_timeout) {
+        st_.end = "idle";
+        break;
+      }
+    } else {
+      last_data = Clock::now();
+      const bool stopped = !commit_batch();
+      fetched_.clear();
+      backoff_ = std::chrono::milliseconds(50);
+      if (stopped) break;
+    }
+    if (reporting.due()) progress_(snapshot());
+  }
+}
+
+// Commits the fetched deliveries to the bus in order, then acknowledges
+// them with one ack. False if stopped while the bus was full.
+bool InRun::commit_batch() {
+  natsMsg* last_msg = nullptr;  // the last message committed or skipped
+  std::uint64_t handled = 0;
+  bool stopped = false;
+  for (natsMsg* m : fetched_.msgs) {
+    ++st_.received;
+    const std::optional<AckInfo> ai = delivery(m);
+    if (!ai) continue;
+    if (!commit(m)) {
+      stopped = true;
+      break;
+    }
+    last_msg = m;
+    ++handled;
+    last_committed_sseq_ = ai->stream_seq;
+  }
+  // Everything up to the last message is committed (or skipped): one
+  // ack covers it all (AckAll), sent to the delivery's reply subject.
+  if (last_msg != nullptr) {
+    const char* reply = natsMsg_GetReply(last_msg);
+    // Only deliveries of our consumer are ever handled (checked above).
+    if (reply != nullptr &&
+        natsConnection_PublishString(conn_.nc(), reply, "+ACK") == NATS_OK) {
+      st_.acknowledged += handled;
+    }
+  }
+  return !stopped;
+}
+
+// What the reply subject of `m` says, if it is a delivery of our consumer.
+// Anything else (anyone may publish to an inbox) is counted invalid and
+// neither published nor acknowledged.
+std::optional<AckInfo> InRun::delivery(natsMsg* m) {
+  const char* reply = natsMsg_GetReply(m);
+  const std::optional<AckInfo> ai = parse_ack_subject(reply != nullptr ? reply : "");
+  if (!ai || ai->stream != o_.stream || ai->consumer != o_.durable) {
+    ++st_.invalid;
+    return std::nullopt;
+  }
+  if (ai->delivered > 1) ++st_.redelivered;
+  st_.pending = ai->pending;
+  return ai;
+}
+
+// Publishes one delivery under its Shmbus-Seq, or skips it (no valid
+// header, or already on the bus). False if stopped while the bus was full.
+bool InRun::commit(natsMsg* m) {
+  const char* seq_value = nullptr;
+  natsMsgHeader_Get(m, kSeqHeader, &seq_value);
+  const std::optional<std::uint64_t> seq = parse_seq(seq_value);
+  if (!seq) {
+    ++st_.invalid;
+    if (!warned_invalid_) {
+      warned_invalid_ = true;
+      tools::print_notice("shmbus-nats",
+                          fmt::format("stream '{}': a message on '{}' has no valid {} header; skipped "
+                                      "(counted as invalid)",
+                                      o_.stream, natsMsg_GetSubject(m), kSeqHeader));
+    }
+    return true;
+  }
+  const std::uint64_t next = producer_.next_seq();
+  if (*seq < next) {
+    ++st_.skipped_duplicates;
+    return true;
+  }
+  const int len = natsMsg_GetDataLength(m);
+  const std::uint64_t at = placement(m, *seq, len, next);
+  if (*seq > at && !skip_to(*seq, next)) return false;
+  return publish(m, *seq, len);
+}
+
+// Where the producer puts message `seq` of `len` bytes, after checking that
+// the bus takes it there under that sequence (GatewayError otherwise).
+std::uint64_t InRun::placement(natsMsg* m, std::uint64_t seq, int len, std::uint64_t next) {
+  if (len > 0) st_.largest = std::max<std::uint64_t>(st_.largest, static_cast<std::uint64_t>(len));
+  if (len < 0 || static_cast<std::uint32_t>(len) > max_message_) {
+    throw GatewayError(fmt::format("bus '{}': message {} has {} bytes, more than the {} the bus accepts "
+                                   "(capacity {}, records of {} bytes): recreate it with a larger capacity",
+                                   o_.bus, seq, len, max_message_, capacity_, record_size_));
+  }
+  // Sequence numbers count records: the message takes `k` here and
+  // took Shmbus-Records (1 if absent) on the source. It goes where
+  // the producer puts it: at its next sequence, or at the start of
+  // the next lap if it would cross the ring's end.
+  const char* records_value = nullptr;
+  natsMsgHeader_Get(m, kRecordsHeader, &records_value);
+  const std::optional<std::uint64_t> source_records = records_value != nullptr ? parse_seq(records_value)
+                                                                               : std::optional<std::uint64_t>(1);
+  if (!source_records || *source_records == 0 || *source_records > (std::uint64_t{1} << 31)) {
+    throw GatewayError(fmt::format("stream '{}': message {} has an impossible {} header", o_.stream, seq,
+                                   kRecordsHeader));
+  }
+  const std::uint64_t k = records_for(static_cast<std::uint64_t>(len), record_size_);
+  if (k > *source_records) {
+    // The message after it would land inside it here.
+    throw GatewayError(fmt::format(
+        "bus '{}': message {} ({} bytes) takes {} records of {} bytes here, {} on the source bus: "
+        "sequence numbers count records, so the bus needs records at least as large as the source's",
+        o_.bus, seq, len, k, record_size_, *source_records));
+  }
+  const std::uint64_t at = shmbus::place(next, k, capacity_);
+  if (seq < at || (seq > at && shmbus::place(seq, k, capacity_) != seq)) {
+    throw GatewayError(fmt::format(
+        "bus '{}': message {} ({} bytes, {} records) cannot keep its sequence here: the ring (capacity {}) "
+        "would put it at {}, its laps ending elsewhere than the source's; recreate the bus with the source "
+        "bus's capacity",
+        o_.bus, seq, len, k, capacity_, seq < at ? at : shmbus::place(seq, k, capacity_)));
+  }
+  return at;
+}
+
+// Moves the bus on to `seq`, the source's sequence: the skipped ones are a
+// gap local readers count as lost (Producer::skip_to): messages not in the
+// stream, or padding the source put before a message that spans records
+// where this ring's lap does not end. False if stopped while the bus was full.
+bool InRun::skip_to(std::uint64_t seq, std::uint64_t next) {
+  PublishStatus ps = PublishStatus::timeout;
+  while (ps == PublishStatus::timeout && !stop_()) ps = producer_.skip_to(seq, std::chrono::milliseconds(100)).status;
+  if (ps == PublishStatus::timeout) return false;  // SIGTERM while the bus was full
+  if (ps != PublishStatus::ok) {
+    throw GatewayError(fmt::format("bus '{}': cannot move to sequence {}: {}", o_.bus, seq, to_string(ps)));
+  }
+  if (bus_.head() != 0 || next != 0) st_.gap += seq - next;
+  return true;
+}
+
+// Publishes the payload of `m`, which lands at `seq`. False if stopped while the bus was full.
+bool InRun::publish(natsMsg* m, std::uint64_t seq, int len) {
+  const auto payload = std::as_bytes(std::span<const char>(natsMsg_GetData(m), static_cast<std::size_t>(len)));
+  PublishResult r{PublishStatus::timeout, 0};
+  while (r.status == PublishStatus::timeout && !stop_()) r = producer_.publish(payload, std::chrono::milliseconds(100));
+  if (r.status == PublishStatus::timeout) return false;
+  if (!r) {
+    throw GatewayError(fmt::format("bus '{}': publish: {}", o_.bus, to_string(r.status)));
+  }
+  if (r.seq != seq) {  // the checks above rule it out; never a message under another sequence unsaid
+    throw GatewayError(fmt::format("bus '{}': message {} was published at sequence {}", o_.bus, seq, r.seq));
+  }
+  ++st_.published;
+  st_.bytes += payload.size();
+  return true;
+}
+
 }  // namespace
 
 InStats run_in(const InOptions& o, const std::function<bool()>& stop,
@@ -190,9 +474,6 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
   Bus bus = Bus::open_or_create(o.bus, bo);
   Producer producer(bus);  // exclusive; takes over after a crash
   DetachOnExit detach_on_exit{producer};
-  const std::uint32_t max_message = bus.info().max_message;
-  const std::uint32_t record_size = bus.info().record_size;
-  const std::uint64_t capacity = bus.info().capacity;
 
   Connection conn(o.connect);
   retry_transient(
@@ -200,211 +481,8 @@ InStats run_in(const InOptions& o, const std::function<bool()>& stop,
   PullConsumer pull(conn, o);
   retry_transient([&] { pull.subscribe_from(pull.floor_next()); }, stop);
 
-  InStats st;
-  const auto started = Clock::now();
-  auto snapshot = [&] {
-    st.next_seq = producer.next_seq();
-    st.reconnects = conn.reconnects();
-    st.connected = conn.connected();
-    st.seconds = std::chrono::duration<double>(Clock::now() - started).count();
-    return st;
-  };
-
-  std::uint64_t seen_reconnects = conn.reconnects();
-  std::uint64_t last_committed_sseq = 0;  // stream sequence of the last message dealt with
-  bool warned_invalid = false;
-  auto last_progress = Clock::now();
-  auto last_data = Clock::now();
-  std::chrono::milliseconds backoff{50};
-  bool need_rewind = false;
-  bool stopped = false;
-  FetchedBatch fetched;
-
-  st.max_message = max_message;
-  auto last_sample = Clock::time_point{};
-  while (!stop()) {
-    if (o.sample && Clock::now() - last_sample >= kSampleEvery) {
-      last_sample = Clock::now();
-      o.sample(snapshot());
-    }
-    if (o.count != 0 && st.published >= o.count) {
-      st.end = "count";
-      break;
-    }
-    if (conn.reconnects() != seen_reconnects) need_rewind = true;
-    if (need_rewind) {
-      if (!conn.connected()) {  // a JetStream request now would wait out its whole timeout
-        pause_unless(stop, std::chrono::milliseconds(50));
-        continue;
-      }
-      try {
-        const std::uint64_t from = last_committed_sseq != 0 ? last_committed_sseq + 1 : pull.floor_next();
-        seen_reconnects = conn.reconnects();
-        pull.subscribe_from(from);
-        need_rewind = false;
-        ++st.rewinds;
-        backoff = std::chrono::milliseconds(50);
-      } catch (const GatewayError& e) {
-        if (fatal_text(e.what())) throw;
-        pause_unless(stop, backoff);  // the server is still coming back
-        backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
-        continue;
-      }
-    }
-    fetched.clear();
-    natsStatus error = NATS_OK;
-    const PullConsumer::Fetch f = pull.fetch(fetched.msgs, o.batch, error, stop);
-    if (f == PullConsumer::Fetch::rewind) need_rewind = true;
-    if (f == PullConsumer::Fetch::failed) {
-      const std::string what = fmt::format("fetch from consumer '{}': {}", o.durable, status_text(error));
-      if (fatal_text(what) && conn.connected()) throw GatewayError(what);
-      need_rewind = true;  // whatever was in flight comes again
-      pause_unless(stop, backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
-      continue;
-    }
-    if (fetched.msgs.empty()) {
-      if (o.idle_timeout.count() > 0 && Clock::now() - last_data > o.idle_timeout) {
-        st.end = "idle";
-        break;
-      }
-    } else {
-      last_data = Clock::now();
-      natsMsg* last_msg = nullptr;  // the last message committed or skipped
-      std::uint64_t handled = 0;
-      for (natsMsg* m : fetched.msgs) {
-        ++st.received;
-        const char* reply = natsMsg_GetReply(m);
-        const std::optional<AckInfo> ai = parse_ack_subject(reply != nullptr ? reply : "");
-        if (!ai || ai->stream != o.stream || ai->consumer != o.durable) {
-          // Not a delivery of our consumer (anyone may publish to an inbox):
-          // neither published nor acknowledged.
-          ++st.invalid;
-          continue;
-        }
-        if (ai->delivered > 1) ++st.redelivered;
-        st.pending = ai->pending;
-        const char* seq_value = nullptr;
-        natsMsgHeader_Get(m, kSeqHeader, &seq_value);
-        const std::optional<std::uint64_t> seq = parse_seq(seq_value);
-        if (!seq) {
-          last_msg = m;
-          ++handled;
-          last_committed_sseq = ai->stream_seq;
-          ++st.invalid;
-          if (!warned_invalid) {
-            warned_invalid = true;
-            tools::print_notice("shmbus-nats",
-                                fmt::format("stream '{}': a message on '{}' has no valid {} header; skipped "
-                                            "(counted as invalid)",
-                                            o.stream, natsMsg_GetSubject(m), kSeqHeader));
-          }
-          continue;
-        }
-        const std::uint64_t next = producer.next_seq();
-        if (*seq < next) {
-          ++st.skipped_duplicates;
-          last_msg = m;
-          ++handled;
-          last_committed_sseq = ai->stream_seq;
-          continue;
-        }
-        const int len = natsMsg_GetDataLength(m);
-        if (len > 0) st.largest = std::max<std::uint64_t>(st.largest, static_cast<std::uint64_t>(len));
-        if (len < 0 || static_cast<std::uint32_t>(len) > max_message) {
-          throw GatewayError(fmt::format("bus '{}': message {} has {} bytes, more than the {} the bus accepts "
-                                         "(capacity {}, records of {} bytes): recreate it with a larger capacity",
-                                         o.bus, *seq, len, max_message, capacity, record_size));
-        }
-        // Sequence numbers count records: the message takes `k` here and
-        // took Shmbus-Records (1 if absent) on the source. It goes where
-        // the producer puts it: at its next sequence, or at the start of
-        // the next lap if it would cross the ring's end.
-        const char* records_value = nullptr;
-        natsMsgHeader_Get(m, kRecordsHeader, &records_value);
-        const std::optional<std::uint64_t> source_records = records_value != nullptr ? parse_seq(records_value)
-                                                                                     : std::optional<std::uint64_t>(1);
-        if (!source_records || *source_records == 0 || *source_records > (std::uint64_t{1} << 31)) {
-          throw GatewayError(fmt::format("stream '{}': message {} has an impossible {} header", o.stream, *seq,
-                                         kRecordsHeader));
-        }
-        const std::uint64_t k = records_for(static_cast<std::uint64_t>(len), record_size);
-        if (k > *source_records) {
-          // The message after it would land inside it here.
-          throw GatewayError(fmt::format(
-              "bus '{}': message {} ({} bytes) takes {} records of {} bytes here, {} on the source bus: "
-              "sequence numbers count records, so the bus needs records at least as large as the source's",
-              o.bus, *seq, len, k, record_size, *source_records));
-        }
-        const std::uint64_t at = shmbus::place(next, k, capacity);
-        if (*seq < at || (*seq > at && shmbus::place(*seq, k, capacity) != *seq)) {
-          throw GatewayError(fmt::format(
-              "bus '{}': message {} ({} bytes, {} records) cannot keep its sequence here: the ring (capacity {}) "
-              "would put it at {}, its laps ending elsewhere than the source's; recreate the bus with the source "
-              "bus's capacity",
-              o.bus, *seq, len, k, capacity, *seq < at ? at : shmbus::place(*seq, k, capacity)));
-        }
-        if (*seq > at) {
-          // Publishes under the source's sequence: the skipped ones are a
-          // gap local readers count as lost (Producer::skip_to): messages
-          // not in the stream, or padding the source put before a message
-          // that spans records where this ring's lap does not end.
-          PublishStatus ps = PublishStatus::timeout;
-          while (ps == PublishStatus::timeout && !stop())
-            ps = producer.skip_to(*seq, std::chrono::milliseconds(100)).status;
-          if (ps == PublishStatus::timeout) {
-            stopped = true;  // SIGTERM while the bus was full
-            break;
-          }
-          if (ps != PublishStatus::ok) {
-            throw GatewayError(fmt::format("bus '{}': cannot move to sequence {}: {}", o.bus, *seq, to_string(ps)));
-          }
-          if (bus.head() != 0 || next != 0) st.gap += *seq - next;
-        }
-        const auto payload = std::as_bytes(std::span<const char>(natsMsg_GetData(m), static_cast<std::size_t>(len)));
-        PublishResult r{PublishStatus::timeout, 0};
-        while (r.status == PublishStatus::timeout && !stop()) r = producer.publish(payload, std::chrono::milliseconds(100));
-        if (r.status == PublishStatus::timeout) {
-          stopped = true;
-          break;
-        }
-        if (!r) {
-          throw GatewayError(fmt::format("bus '{}': publish: {}", o.bus, to_string(r.status)));
-        }
-        if (r.seq != *seq) {  // the checks above rule it out; never a message under another sequence unsaid
-          throw GatewayError(fmt::format("bus '{}': message {} was published at sequence {}", o.bus, *seq, r.seq));
-        }
-        ++st.published;
-        st.bytes += payload.size();
-        last_msg = m;
-        ++handled;
-        last_committed_sseq = ai->stream_seq;
-      }
-      // Everything up to the last message is committed (or skipped): one
-      // ack covers it all (AckAll), sent to the delivery's reply subject.
-      if (last_msg != nullptr) {
-        const char* reply = natsMsg_GetReply(last_msg);
-        // Only deliveries of our consumer are ever handled (checked above).
-        if (reply != nullptr &&
-            natsConnection_PublishString(conn.nc(), reply, "+ACK") == NATS_OK) {
-          st.acknowledged += handled;
-        }
-      }
-      fetched.clear();
-      backoff = std::chrono::milliseconds(50);
-      if (stopped) break;
-    }
-    if (o.stats_interval.count() > 0 && Clock::now() - last_progress >= o.stats_interval) {
-      last_progress = Clock::now();
-      progress(snapshot());
-    }
-  }
-  if (st.end.empty()) st.end = "signal";
-  // The last acks, while the server is there to take them: one that never
-  // arrives only brings its messages again, which the next `in` skips as
-  // already on the bus.
-  if (conn.connected()) natsConnection_FlushTimeout(conn.nc(), 200);
-  return snapshot();
+  InRun run(o, stop, progress, bus, producer, conn, pull);
+  return run.run();
 }
 
 }  // namespace shmbus::nats

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -120,6 +121,26 @@ std::unique_ptr<MetricsServer> start_metrics(const Common& c, MetricsServer::Ren
   return server;
 }
 
+// Runs one direction: the metrics exporter on its latest stats, a progress
+// line every --stats-interval and the summary at the end. Returns the last stats.
+template <class Stats, class Options>
+Stats run_direction(const Common& c, Options& o,
+                    Stats (*run)(const Options&, const std::function<bool()>&,
+                                 const std::function<void(const Stats&)>&),
+                    std::string (*metrics)(const Stats&, const Options&),
+                    nlohmann::json (*to_json)(const Stats&, const char*), std::string (*to_text)(const Stats&)) {
+  Latest<Stats> latest;
+  o.sample = [&latest](const Stats& p) { latest.set(p); };
+  const auto server = start_metrics(c, [&] { return metrics(latest.get(), o); });
+  const bool json = c.json;
+  const Stats s = run(o, [] { return stop_requested(); }, [json, to_json, to_text](const Stats& p) {
+    line(json ? to_json(p, "progress").dump() : to_text(p), json);
+  });
+  line(json ? to_json(s, "summary").dump() : to_text(s), json);
+  nats_Close();
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -182,7 +203,6 @@ int main(int argc, char** argv) {
   add_dir_option(*in, dir);
   refuse_negative_numbers(app);
 
-  const auto stop = [] { return stop_requested(); };
   return run_main(app, ErrorSink{kProgram, wants_json(argc, argv), stderr}, [&] {
     app.parse(argc, argv);
     set_json_lines((out->parsed() && oc.json) || (in->parsed() && ic.json));
@@ -195,14 +215,7 @@ int main(int argc, char** argv) {
       oo.trust = resolve_trust(otrust);
       oo.stats_interval = parse_duration_ms(oc.stats_interval);
       oo.idle_timeout = parse_duration(oc.idle_timeout);
-      Latest<OutStats> latest;
-      oo.sample = [&latest](const OutStats& p) { latest.set(p); };
-      const auto metrics = start_metrics(oc, [&] { return out_metrics(latest.get(), oo); });
-      const bool json = oc.json;
-      const OutStats s = run_out(
-          oo, stop, [json](const OutStats& p) { line(json ? out_json(p, "progress").dump() : out_text(p), json); });
-      line(json ? out_json(s, "summary").dump() : out_text(s), json);
-      nats_Close();
+      const OutStats s = run_direction(oc, oo, &run_out, &out_metrics, &out_json, &out_text);
       return s.end == "producer_died" || s.end == "removed" ? exit_failure : exit_ok;
     }
     if (in->parsed()) {
@@ -218,14 +231,7 @@ int main(int argc, char** argv) {
       // removes the bus again.
       const OpenedBus opened = open_or_create_bus(io.bus, io.create);
       const CreatedBusGuard created(opened, io.create.trust);
-      Latest<InStats> latest;
-      io.sample = [&latest](const InStats& p) { latest.set(p); };
-      const auto metrics = start_metrics(ic, [&] { return in_metrics(latest.get(), io); });
-      const bool json = ic.json;
-      const InStats s = run_in(
-          io, stop, [json](const InStats& p) { line(json ? in_json(p, "progress").dump() : in_text(p), json); });
-      line(json ? in_json(s, "summary").dump() : in_text(s), json);
-      nats_Close();
+      run_direction(ic, io, &run_in, &in_metrics, &in_json, &in_text);
       return exit_ok;
     }
     return exit_usage;

@@ -174,18 +174,376 @@ void create_stream_if_missing(const Connection& c, const std::string& stream, co
   if (code != JSStreamNotFoundErr) {
     throw GatewayError(js_error_text(fmt::format("stream '{}'", stream), s, code, c.last_async_error()));
   }
-  jsStreamConfig cfg;
-  jsStreamConfig_Init(&cfg);
-  cfg.Name = stream.c_str();
-  const char* subjects[] = {subject.c_str()};
-  cfg.Subjects = subjects;
-  cfg.SubjectsLen = 1;
-  cfg.Storage = js_FileStorage;
-  si = nullptr;
-  s = js_AddStream(&si, c.js(), &cfg, nullptr, &code);
-  if (si != nullptr) jsStreamInfo_Destroy(si);
+  s = add_file_stream(c, stream, subject, code);
   if (s != NATS_OK) {
     throw GatewayError(js_error_text(fmt::format("creating stream '{}'", stream), s, code, c.last_async_error()));
+  }
+}
+
+// One run of `out` on an open bus and a checked stream: where to start, the
+// publish loop with its resyncs, and the final report. Holds the reader, the
+// counters and the Nats-Msg-Id chain the steps share.
+class OutRun {
+ public:
+  OutRun(const OutOptions& o, const std::function<bool()>& stop, const std::function<void(const OutStats&)>& progress,
+         const std::string& subject, const Bus& bus, AckState& acks, Connection& conn)
+      : o_(o), stop_(stop), progress_(progress), subject_(subject), bus_(bus),
+        identity_(bus_identity(bus.name(), bus.info().creation_time_ns)), acks_(acks), conn_(conn) {
+    jsPubOptions_Init(&po_);
+    po_.MaxWait = o.ack_timeout_ms;
+    msg_id_ = identity_ + "#";
+    id_prefix_ = msg_id_.size();
+    msg_id_.reserve(id_prefix_ + 24);
+  }
+
+  OutStats run() {
+    start();
+    finish(publish_until_done());
+    return st_;
+  }
+
+ private:
+  const OutStats& snapshot();
+  Resume locate();
+  Consumer attach(std::uint64_t seq, bool found);
+  void reattach();
+  void start();
+  bool drain(bool for_stop);
+  void take_failure();
+  void relocate();
+  void resync();
+  bool settled();
+  bool publish_until_done();
+  void publish(std::span<const Message> got);
+  bool fits(const Message& m, std::uint64_t max_payload);
+  natsMsg* build(const Message& m);
+  bool send(const Message& m);
+  void finish(bool ended);
+
+  const OutOptions& o_;
+  const std::function<bool()>& stop_;
+  const std::function<void(const OutStats&)>& progress_;
+  const std::string& subject_;
+  const Bus& bus_;
+  const std::string identity_;
+  AckState& acks_;
+  Connection& conn_;
+  OutStats st_;
+  const Clock::time_point started_ = Clock::now();
+  Resume where_;                      // the stream's end, as last looked up
+  std::optional<Consumer> consumer_;  // attached by start()
+  std::uint64_t attached_at_ = 0;     // where the reader was last attached
+  jsPubOptions po_;
+  std::string msg_id_;                // identity '#' sequence of the message being published
+  std::size_t id_prefix_ = 0;
+  // Each publish expects the previous one to be the stream's last message
+  // (Nats-Expected-Last-Msg-Id): if a publish is lost (a connection dropped
+  // with it in flight) every later one is refused, never stored after a
+  // hole; the resync then starts again from the stream's real end.
+  std::string prev_id_;
+  std::array<char, 24> seq_text_{};
+  std::array<char, 24> time_text_{};
+  std::array<char, 24> records_text_{};
+  std::array<Message, 256> batch_{};
+};
+
+const OutStats& OutRun::snapshot() {
+  st_.acknowledged = acks_.acked.load(std::memory_order_relaxed);
+  st_.duplicates = acks_.duplicates.load(std::memory_order_relaxed);
+  st_.failed = acks_.failed.load(std::memory_order_relaxed);
+  const std::uint64_t answered = st_.acknowledged + st_.failed;
+  st_.in_flight = st_.published > answered ? st_.published - answered : 0;
+  st_.reconnects = conn_.reconnects();
+  st_.connected = conn_.connected();
+  st_.seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+  return st_;
+}
+
+// The stream's end, with a notice when its last message came from another bus.
+Resume OutRun::locate() {
+  const Resume r = find_resume(conn_, o_.stream, subject_, identity_);
+  if (!r.other_bus.empty()) {
+    tools::print_notice("shmbus-nats", fmt::format("the last message on '{}' came from bus {}, not {}; starting at "
+                                                   "the earliest record",
+                                                   subject_, r.other_bus, identity_));
+  }
+  return r;
+}
+
+// A consumer positioned at `seq`, or at the oldest record if `seq` is gone.
+Consumer OutRun::attach(std::uint64_t seq, bool found) {
+  ConsumerOptions co;
+  co.name = "nats-out";
+  if (!found) {
+    co.start = Start::earliest;
+    return Consumer(bus_, co);
+  }
+  co.start = Start::sequence;
+  co.start_seq = seq;
+  try {
+    return Consumer(bus_, co);
+  } catch (const Error& e) {
+    if (e.errc() != Errc::not_retained) throw;
+    if (seq > bus_.head()) {
+      throw GatewayError(fmt::format(
+          "bus '{}': the stream already holds sequence {} but the bus has only reached {}", o_.bus, seq - 1,
+          bus_.head()));
+    }
+  }
+  // The oldest record may lie inside a message whose start is gone: the
+  // reader lands on the next whole message, and everything before it is
+  // lost (what a reader of the stream will see as the jump in Shmbus-Seq).
+  co.start = Start::earliest;
+  Consumer c(bus_, co);
+  const std::uint64_t at = c.cursor();
+  const std::uint64_t gone = at > seq ? at - seq : 0;
+  st_.lost += gone;
+  tools::print_notice("shmbus-nats",
+                      fmt::format("bus '{}': sequences {}..{} are no longer retained; {} lost, resuming at {}",
+                                  o_.bus, seq, at - 1, gone, at));
+  return c;
+}
+
+// The reader at the stream's end (where_), the next publish chained to the
+// stream's last message. What the stream has not acknowledged stays in the
+// ring (a `block` producer waits for it, as for any lossless reader): a
+// publish refused or lost with a server restart is republished from the bus.
+void OutRun::reattach() {
+  consumer_ = attach(where_.seq, where_.found);
+  st_.next_seq = consumer_->cursor();
+  attached_at_ = consumer_->cursor();
+  consumer_->retain_from(attached_at_);
+  prev_id_.assign(where_.last_id);
+}
+
+void OutRun::start() {
+  where_ = retry_transient([this] { return locate(); }, stop_);
+  reattach();
+  st_.first_seq = st_.next_seq;
+  prev_id_.reserve(std::max<std::size_t>(prev_id_.size(), id_prefix_ + 24));
+}
+
+// Waits until every publish in flight is answered (or the user insists).
+// Stopped by a signal, briefly: whatever is left unanswered is still in
+// the bus, and the next `out` republishes it (the stream drops what it
+// already holds by Nats-Msg-Id).
+bool OutRun::drain(bool for_stop) {
+  jsPubOptions wait;
+  jsPubOptions_Init(&wait);
+  wait.MaxWait = for_stop && stop_() ? 50 : 200;
+  const auto limit = Clock::now() + (for_stop && stop_() ? std::chrono::milliseconds(100)
+                                                         : std::chrono::milliseconds(o_.ack_timeout_ms * 2 + 1000));
+  while (true) {
+    const natsStatus s = js_PublishAsyncComplete(conn_.js(), &wait);
+    if (s == NATS_OK) return true;
+    if (s != NATS_TIMEOUT) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // not connected
+    if (for_stop && Clock::now() > limit) return false;
+    if (!for_stop && stop_()) return false;
+  }
+}
+
+// The failure that called for a resync: fatal if the stream is gone,
+// otherwise told and forgotten.
+void OutRun::take_failure() {
+  std::lock_guard lock(acks_.mutex);
+  if (acks_.fatal) throw GatewayError(fmt::format("stream '{}': publish refused: {}", o_.stream, acks_.first_error));
+  tools::print_notice("shmbus-nats", fmt::format("publish failed ({}); resuming after the stream's last message",
+                                                 acks_.first_error));
+  acks_.first_error.clear();
+}
+
+// Looks the stream's end up again into where_; returns once found, or stopped.
+void OutRun::relocate() {
+  // The server may still be loading the stream: retry the lookup with backoff.
+  std::chrono::milliseconds backoff{50};
+  while (!stop_()) {
+    if (!conn_.connected()) {  // a JetStream request now would wait out its whole timeout
+      pause_unless(stop_, std::chrono::milliseconds(50));
+      continue;
+    }
+    try {
+      where_ = locate();
+      return;
+    } catch (const GatewayError& e) {
+      const std::string what = e.what();
+      if (what.find("not found") != std::string::npos || what.find("permission") != std::string::npos) throw;
+      pause_unless(stop_, backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+    }
+  }
+}
+
+// After a failed publish: wait for the rest, find where the stream ends, go on from there.
+void OutRun::resync() {
+  drain(false);
+  take_failure();
+  acks_.resync.store(false, std::memory_order_relaxed);
+  relocate();
+  if (stop_()) return;
+  reattach();
+  ++st_.resyncs;
+}
+
+// Done only when the stream has answered every publish with success: a
+// publish that failed at the end (a server restarting under the last
+// batch) is republished after a resync, never left for a restart. False
+// while a resync is due; true if told to stop.
+bool OutRun::settled() {
+  if (acks_.resync.load(std::memory_order_relaxed)) return false;
+  if (!drain(false)) return true;
+  return !acks_.resync.load(std::memory_order_relaxed);
+}
+
+// Reads the bus and publishes until the count, the bus's end (unless
+// follow), the idle timeout or a stop. True when it ended with every
+// publish answered (count, the bus's end).
+bool OutRun::publish_until_done() {
+  Every sampling(kSampleEvery, true);
+  Every reporting(o_.stats_interval, false);
+  auto last_data = Clock::now();
+  while (!stop_()) {
+    if (o_.sample && sampling.due()) o_.sample(snapshot());
+    if (acks_.resync.load(std::memory_order_relaxed)) {
+      resync();
+      continue;
+    }
+    // Messages the stream holds from this run on (a resync moves next_seq
+    // back to the stream's real end, so a failed publish is not counted).
+    const std::uint64_t done = st_.next_seq > st_.first_seq ? st_.next_seq - st_.first_seq : 0;
+    if (o_.count != 0 && done >= o_.count) {
+      if (!settled()) continue;  // resync, then republish what failed
+      if (stop_()) break;
+      st_.end = "count";
+      return true;
+    }
+    consumer_->retain_from(std::max(attached_at_, acks_.acked_to.load(std::memory_order_relaxed)));
+    PollResult pr;
+    std::size_t want = batch_.size();
+    if (o_.count != 0) want = static_cast<std::size_t>(std::min<std::uint64_t>(want, o_.count - done));
+    const auto got = consumer_->read_batch(std::span<Message>(batch_.data(), want), pr, std::chrono::milliseconds(100));
+    st_.lost += pr.lost;
+    publish(got);
+    if (!got.empty()) last_data = Clock::now();
+    if (pr.end_of_stream && !o_.follow) {
+      if (!settled()) continue;
+      if (stop_()) break;
+      st_.end = to_string(pr.end_reason);
+      return true;
+    }
+    if (o_.idle_timeout.count() > 0 && got.empty() && Clock::now() - last_data > o_.idle_timeout) {
+      st_.end = "idle";
+      break;
+    }
+    if (reporting.due()) progress_(snapshot());
+  }
+  return false;
+}
+
+// Publishes what was read, in order, up to the first message that cannot
+// go now (a resync is due first, or a stop).
+void OutRun::publish(std::span<const Message> got) {
+  // The largest message (payload and headers) the server takes: its
+  // max_payload, as it announced it when (re)connecting.
+  const std::uint64_t max_payload =
+      static_cast<std::uint64_t>(std::max<std::int64_t>(natsConnection_GetMaxPayload(conn_.nc()), 0));
+  st_.max_payload = max_payload;
+  for (const Message& m : got) {
+    if (!fits(m, max_payload)) break;
+    if (!send(m)) break;  // the rest of the batch is republished after the resync
+    ++st_.published;
+    st_.bytes += m.payload.size();
+    st_.next_seq = m.seq + m.records;
+    prev_id_.assign(msg_id_);
+  }
+}
+
+// The server refuses a message (payload and headers) above its
+// max_payload. Nothing is lost silently: `out` stops before it with
+// everything earlier acknowledged, and a restart resumes at it. False while
+// that cannot be said yet (a resync is due first, or a stop).
+bool OutRun::fits(const Message& m, std::uint64_t max_payload) {
+  const std::uint64_t header_bytes = headers_size(identity_.size(), msg_id_.size() + 20, prev_id_.size());
+  st_.largest = std::max<std::uint64_t>(st_.largest, m.payload.size() + header_bytes);
+  if (max_payload == 0 || m.payload.size() + header_bytes <= max_payload) return true;  // 0: not connected now
+  if (!settled()) return false;  // a failed publish before it: resync first, then meet it again
+  if (stop_()) return false;
+  throw GatewayError(fmt::format(
+      "bus '{}': message {} has {} bytes, which with the gateway's {} bytes of headers is more than the "
+      "NATS server's max_payload of {}: raise max_payload in the nats-server configuration, or publish "
+      "smaller messages; everything before it is in stream '{}', and `out` resumes at it",
+      o_.bus, m.seq, m.payload.size(), header_bytes, max_payload, o_.stream));
+}
+
+// The message with its headers (headers.hpp); msg_id_ becomes its Nats-Msg-Id.
+natsMsg* OutRun::build(const Message& m) {
+  natsMsg* msg = nullptr;
+  natsStatus s = natsMsg_Create(&msg, subject_.c_str(), nullptr, reinterpret_cast<const char*>(m.payload.data()),
+                                static_cast<int>(m.payload.size()));
+  format_u64(seq_text_.data(), m.seq);
+  format_u64(time_text_.data(), m.timestamp_ns);
+  if (s == NATS_OK) s = natsMsgHeader_Set(msg, kSeqHeader, seq_text_.data());
+  if (s == NATS_OK) s = natsMsgHeader_Set(msg, kTimeHeader, time_text_.data());
+  if (s == NATS_OK) s = natsMsgHeader_Set(msg, kBusHeader, identity_.c_str());
+  if (s == NATS_OK && m.records > 1) {
+    format_u64(records_text_.data(), m.records);
+    s = natsMsgHeader_Set(msg, kRecordsHeader, records_text_.data());
+  }
+  if (s != NATS_OK) {
+    natsMsg_Destroy(msg);
+    throw GatewayError(fmt::format("cannot build a message: {}", status_text(s)));
+  }
+  msg_id_.resize(id_prefix_);
+  msg_id_.append(seq_text_.data());
+  return msg;
+}
+
+// Hands one message to the client, chained to the previous one. False if
+// the client did not take it: a resync is then due.
+bool OutRun::send(const Message& m) {
+  natsMsg* msg = build(m);
+  po_.MsgId = msg_id_.c_str();
+  po_.ExpectLastMsgId = prev_id_.empty() ? nullptr : prev_id_.c_str();
+  // With max_in_flight publishes unanswered the client stalls up to its
+  // StallWait and reports a timeout: wait on, unless told to stop.
+  natsStatus s = NATS_OK;
+  while (true) {
+    s = js_PublishMsgAsync(conn_.js(), &msg, &po_);
+    if (s == NATS_OK) {
+      conn_.published_async();
+      break;
+    }
+    if (s == NATS_TIMEOUT && !stop_() && !acks_.resync.load(std::memory_order_relaxed)) continue;
+    break;
+  }
+  if (s == NATS_OK) return true;
+  // The connection dropped (I/O error, reconnecting) or the client is
+  // stalled: whatever happens to the publishes in flight, the resync
+  // starts again from the stream's real end.
+  natsMsg_Destroy(msg);
+  {
+    std::lock_guard lock(acks_.mutex);
+    if (acks_.first_error.empty()) acks_.first_error = status_text(s);
+  }
+  acks_.resync.store(true, std::memory_order_relaxed);
+  return false;
+}
+
+// Why it stopped, the last answers (waited for briefly after a stop), and
+// a notice of what is left unanswered.
+void OutRun::finish(bool ended) {
+  if (st_.end.empty()) st_.end = "signal";
+  if (!ended) drain(true);
+  // Answers that arrived after the last drain are counted too.
+  snapshot();
+  if (st_.in_flight > 0 || acks_.resync.load(std::memory_order_relaxed)) {
+    std::lock_guard lock(acks_.mutex);
+    if (st_.in_flight > 0 || !acks_.first_error.empty()) {
+      tools::print_notice(
+          "shmbus-nats",
+          fmt::format("{} publishes unanswered and {} failed at the end{}; the next `out` republishes them from the "
+                      "bus (the stream keeps one of each)",
+                      st_.in_flight, st_.failed, acks_.first_error.empty() ? "" : " (" + acks_.first_error + ")"));
+    }
   }
 }
 
@@ -197,294 +555,14 @@ OutStats run_out(const OutOptions& o, const std::function<bool()>& stop,
   OpenOptions oo;
   oo.trust = o.trust;
   Bus bus = Bus::open(o.bus, oo);
-  const std::string identity = bus_identity(bus.name(), bus.info().creation_time_ns);
 
   AckState acks;
   Connection conn(o.connect, o.max_in_flight, &on_ack, &acks);
   if (o.create_stream) retry_transient([&] { create_stream_if_missing(conn, o.stream, subject); }, stop);
   retry_transient([&] { conn.check_stream(o.stream, "give --create-stream to create it"); }, stop);
 
-  OutStats st;
-  const auto started = Clock::now();
-  auto snapshot = [&] {
-    st.acknowledged = acks.acked.load(std::memory_order_relaxed);
-    st.duplicates = acks.duplicates.load(std::memory_order_relaxed);
-    st.failed = acks.failed.load(std::memory_order_relaxed);
-    const std::uint64_t answered = st.acknowledged + st.failed;
-    st.in_flight = st.published > answered ? st.published - answered : 0;
-    st.reconnects = conn.reconnects();
-    st.connected = conn.connected();
-    st.seconds = std::chrono::duration<double>(Clock::now() - started).count();
-    return st;
-  };
-
-  // A consumer positioned at `seq`, or at the oldest record if `seq` is gone.
-  auto attach = [&](std::uint64_t seq, bool found) {
-    ConsumerOptions co;
-    co.name = "nats-out";
-    if (!found) {
-      co.start = Start::earliest;
-      return Consumer(bus, co);
-    }
-    co.start = Start::sequence;
-    co.start_seq = seq;
-    try {
-      return Consumer(bus, co);
-    } catch (const Error& e) {
-      if (e.errc() != Errc::not_retained) throw;
-      if (seq > bus.head()) {
-        throw GatewayError(fmt::format(
-            "bus '{}': the stream already holds sequence {} but the bus has only reached {}", o.bus, seq - 1,
-            bus.head()));
-      }
-    }
-    // The oldest record may lie inside a message whose start is gone: the
-    // reader lands on the next whole message, and everything before it is
-    // lost (what a reader of the stream will see as the jump in Shmbus-Seq).
-    co.start = Start::earliest;
-    Consumer c(bus, co);
-    const std::uint64_t at = c.cursor();
-    const std::uint64_t gone = at > seq ? at - seq : 0;
-    st.lost += gone;
-    tools::print_notice("shmbus-nats",
-                        fmt::format("bus '{}': sequences {}..{} are no longer retained; {} lost, resuming at {}",
-                                    o.bus, seq, at - 1, gone, at));
-    return c;
-  };
-
-  auto locate = [&] {
-    const Resume r = find_resume(conn, o.stream, subject, identity);
-    if (!r.other_bus.empty()) {
-      tools::print_notice("shmbus-nats", fmt::format("the last message on '{}' came from bus {}, not {}; starting at "
-                                                     "the earliest record",
-                                                     subject, r.other_bus, identity));
-    }
-    return r;
-  };
-
-  Resume where = retry_transient(locate, stop);
-  Consumer consumer = attach(where.seq, where.found);
-  st.first_seq = consumer.cursor();
-  st.next_seq = st.first_seq;
-  // What the stream has not acknowledged stays in the ring (a `block`
-  // producer waits for it, as for any lossless reader): a publish refused
-  // or lost with a server restart is republished from the bus.
-  std::uint64_t attached_at = consumer.cursor();
-  consumer.retain_from(attached_at);
-
-  jsPubOptions po;
-  jsPubOptions_Init(&po);
-  po.MaxWait = o.ack_timeout_ms;
-  std::string msg_id = identity + "#";
-  const std::size_t id_prefix = msg_id.size();
-  msg_id.reserve(id_prefix + 24);
-  // Each publish expects the previous one to be the stream's last message
-  // (Nats-Expected-Last-Msg-Id): if a publish is lost (a connection dropped
-  // with it in flight) every later one is refused, never stored after a
-  // hole; the resync then starts again from the stream's real end.
-  std::string prev_id = where.last_id;
-  prev_id.reserve(std::max<std::size_t>(prev_id.size(), id_prefix + 24));
-  std::array<char, 24> seq_text{};
-  std::array<char, 24> time_text{};
-  std::array<char, 24> records_text{};
-  std::array<Message, 256> batch{};
-
-  auto last_progress = Clock::now();
-  auto last_data = Clock::now();
-  bool ended = false;
-
-  // Waits until every publish in flight is answered (or the user insists).
-  // Stopped by a signal, briefly: whatever is left unanswered is still in
-  // the bus, and the next `out` republishes it (the stream drops what it
-  // already holds by Nats-Msg-Id).
-  auto drain = [&](bool for_stop) {
-    jsPubOptions wait;
-    jsPubOptions_Init(&wait);
-    wait.MaxWait = for_stop && stop() ? 50 : 200;
-    const auto limit = Clock::now() + (for_stop && stop() ? std::chrono::milliseconds(100)
-                                                          : std::chrono::milliseconds(o.ack_timeout_ms * 2 + 1000));
-    while (true) {
-      const natsStatus s = js_PublishAsyncComplete(conn.js(), &wait);
-      if (s == NATS_OK) return true;
-      if (s != NATS_TIMEOUT) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // not connected
-      if (for_stop && Clock::now() > limit) return false;
-      if (!for_stop && stop()) return false;
-    }
-  };
-
-  // After a failed publish: wait for the rest, find where the stream ends, go on from there.
-  auto resync = [&] {
-    drain(false);
-    {
-      std::lock_guard lock(acks.mutex);
-      if (acks.fatal) throw GatewayError(fmt::format("stream '{}': publish refused: {}", o.stream, acks.first_error));
-      tools::print_notice("shmbus-nats", fmt::format("publish failed ({}); resuming after the stream's last message",
-                                                     acks.first_error));
-      acks.first_error.clear();
-    }
-    acks.resync.store(false, std::memory_order_relaxed);
-    // The server may still be loading the stream: retry the lookup with backoff.
-    std::chrono::milliseconds backoff{50};
-    while (!stop()) {
-      if (!conn.connected()) {  // a JetStream request now would wait out its whole timeout
-        pause_unless(stop, std::chrono::milliseconds(50));
-        continue;
-      }
-      try {
-        where = locate();
-        break;
-      } catch (const GatewayError& e) {
-        const std::string what = e.what();
-        if (what.find("not found") != std::string::npos || what.find("permission") != std::string::npos) throw;
-        pause_unless(stop, backoff);
-        backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
-      }
-    }
-    if (stop()) return;
-    consumer = attach(where.seq, where.found);
-    st.next_seq = consumer.cursor();
-    attached_at = consumer.cursor();
-    consumer.retain_from(attached_at);
-    prev_id.assign(where.last_id);
-    ++st.resyncs;
-  };
-
-  // Done only when the stream has answered every publish with success: a
-  // publish that failed at the end (a server restarting under the last
-  // batch) is republished after a resync, never left for a restart. False
-  // while a resync is due; true if told to stop.
-  auto settled = [&] {
-    if (acks.resync.load(std::memory_order_relaxed)) return false;
-    if (!drain(false)) return true;
-    return !acks.resync.load(std::memory_order_relaxed);
-  };
-
-  auto last_sample = Clock::time_point{};
-  while (!stop()) {
-    if (o.sample && Clock::now() - last_sample >= kSampleEvery) {
-      last_sample = Clock::now();
-      o.sample(snapshot());
-    }
-    if (acks.resync.load(std::memory_order_relaxed)) {
-      resync();
-      continue;
-    }
-    // Messages the stream holds from this run on (a resync moves next_seq
-    // back to the stream's real end, so a failed publish is not counted).
-    const std::uint64_t done = st.next_seq > st.first_seq ? st.next_seq - st.first_seq : 0;
-    if (o.count != 0 && done >= o.count) {
-      if (!settled()) continue;  // resync, then republish what failed
-      if (stop()) break;
-      st.end = "count";
-      ended = true;
-      break;
-    }
-    consumer.retain_from(std::max(attached_at, acks.acked_to.load(std::memory_order_relaxed)));
-    PollResult pr;
-    std::size_t want = batch.size();
-    if (o.count != 0) want = static_cast<std::size_t>(std::min<std::uint64_t>(want, o.count - done));
-    const auto got = consumer.read_batch(std::span<Message>(batch.data(), want), pr, std::chrono::milliseconds(100));
-    st.lost += pr.lost;
-    // The largest message (payload and headers) the server takes: its
-    // max_payload, as it announced it when (re)connecting.
-    const std::uint64_t max_payload =
-        static_cast<std::uint64_t>(std::max<std::int64_t>(natsConnection_GetMaxPayload(conn.nc()), 0));
-    st.max_payload = max_payload;
-    for (const Message& m : got) {
-      // The server refuses a message (payload and headers) above its
-      // max_payload. Nothing is lost silently: `out` stops before it with
-      // everything earlier acknowledged, and a restart resumes at it.
-      const std::uint64_t header_bytes = headers_size(identity.size(), msg_id.size() + 20, prev_id.size());
-      st.largest = std::max<std::uint64_t>(st.largest, m.payload.size() + header_bytes);
-      if (max_payload != 0 && m.payload.size() + header_bytes > max_payload) {  // 0: not connected now
-        if (!settled()) break;  // a failed publish before it: resync first, then meet it again
-        if (stop()) break;
-        throw GatewayError(fmt::format(
-            "bus '{}': message {} has {} bytes, which with the gateway's {} bytes of headers is more than the "
-            "NATS server's max_payload of {}: raise max_payload in the nats-server configuration, or publish "
-            "smaller messages; everything before it is in stream '{}', and `out` resumes at it",
-            o.bus, m.seq, m.payload.size(), header_bytes, max_payload, o.stream));
-      }
-      natsMsg* msg = nullptr;
-      natsStatus s = natsMsg_Create(&msg, subject.c_str(), nullptr, reinterpret_cast<const char*>(m.payload.data()),
-                                    static_cast<int>(m.payload.size()));
-      format_u64(seq_text.data(), m.seq);
-      format_u64(time_text.data(), m.timestamp_ns);
-      if (s == NATS_OK) s = natsMsgHeader_Set(msg, kSeqHeader, seq_text.data());
-      if (s == NATS_OK) s = natsMsgHeader_Set(msg, kTimeHeader, time_text.data());
-      if (s == NATS_OK) s = natsMsgHeader_Set(msg, kBusHeader, identity.c_str());
-      if (s == NATS_OK && m.records > 1) {
-        format_u64(records_text.data(), m.records);
-        s = natsMsgHeader_Set(msg, kRecordsHeader, records_text.data());
-      }
-      if (s != NATS_OK) {
-        natsMsg_Destroy(msg);
-        throw GatewayError(fmt::format("cannot build a message: {}", status_text(s)));
-      }
-      msg_id.resize(id_prefix);
-      msg_id.append(seq_text.data());
-      po.MsgId = msg_id.c_str();
-      po.ExpectLastMsgId = prev_id.empty() ? nullptr : prev_id.c_str();
-      // With max_in_flight publishes unanswered the client stalls up to its
-      // StallWait and reports a timeout: wait on, unless told to stop.
-      while (true) {
-        s = js_PublishMsgAsync(conn.js(), &msg, &po);
-        if (s == NATS_OK) {
-          conn.published_async();
-          break;
-        }
-        if (s == NATS_TIMEOUT && !stop() && !acks.resync.load(std::memory_order_relaxed)) continue;
-        break;
-      }
-      if (s != NATS_OK) {
-        // The connection dropped (I/O error, reconnecting) or the client is
-        // stalled: whatever happens to the publishes in flight, the resync
-        // starts again from the stream's real end.
-        natsMsg_Destroy(msg);
-        {
-          std::lock_guard lock(acks.mutex);
-          if (acks.first_error.empty()) acks.first_error = status_text(s);
-        }
-        acks.resync.store(true, std::memory_order_relaxed);
-        break;  // the rest of the batch is republished after the resync
-      }
-      ++st.published;
-      st.bytes += m.payload.size();
-      st.next_seq = m.seq + m.records;
-      prev_id.assign(msg_id);
-    }
-    if (!got.empty()) last_data = Clock::now();
-    if (pr.end_of_stream && !o.follow) {
-      if (!settled()) continue;
-      if (stop()) break;
-      st.end = to_string(pr.end_reason);
-      ended = true;
-      break;
-    }
-    if (o.idle_timeout.count() > 0 && got.empty() && Clock::now() - last_data > o.idle_timeout) {
-      st.end = "idle";
-      break;
-    }
-    if (o.stats_interval.count() > 0 && Clock::now() - last_progress >= o.stats_interval) {
-      last_progress = Clock::now();
-      progress(snapshot());
-    }
-  }
-  if (st.end.empty()) st.end = "signal";
-  if (!ended) drain(true);
-  // Answers that arrived after the last drain are counted too.
-  snapshot();
-  if (st.in_flight > 0 || acks.resync.load(std::memory_order_relaxed)) {
-    std::lock_guard lock(acks.mutex);
-    if (st.in_flight > 0 || !acks.first_error.empty()) {
-      tools::print_notice(
-          "shmbus-nats",
-          fmt::format("{} publishes unanswered and {} failed at the end{}; the next `out` republishes them from the "
-                      "bus (the stream keeps one of each)",
-                      st.in_flight, st.failed, acks.first_error.empty() ? "" : " (" + acks.first_error + ")"));
-    }
-  }
-  return st;
+  OutRun run(o, stop, progress, subject, bus, acks, conn);
+  return run.run();
 }
 
 }  // namespace shmbus::nats

@@ -214,16 +214,10 @@ void start_orchestrator() {
 
 bool interrupted() noexcept { return g_interrupted != 0; }
 
-Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal, int serial) {
-  Metrics m;
-  const int ctl_fd = memfd_create("shmbus-bench-ctl", 0);
-  if (ctl_fd < 0) throw std::runtime_error("memfd_create failed");
-  if (ftruncate(ctl_fd, sizeof(Control)) != 0) throw std::runtime_error("ftruncate failed");
-  void* mem = mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_SHARED, ctl_fd, 0);
-  if (mem == MAP_FAILED) throw std::runtime_error("mmap failed");
-  auto* c = new (mem) Control{};
-  c->clock = cal;
-  RunConfig& cfg = c->cfg;
+namespace {
+
+// The settings of one run of `cf`, in the control block the children read.
+void configure(RunConfig& cfg, const Options& o, const Config& cf, int serial) {
   cfg.transport = cf.transport;
   cfg.mode = cf.mode;
   cfg.consumers = cf.mode == Mode::pingpong ? 1 : cf.consumers;
@@ -253,11 +247,34 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
   for (std::size_t i = 0; i < o.cpus.size(); ++i) cfg.cpus[i] = o.cpus[i];
   std::snprintf(cfg.name, sizeof cfg.name, "shmbus-bench-%d-%d", static_cast<int>(getpid()),
                 serial);
+}
 
-  // Transport set-up in the orchestrator.
+// The channels of the uds and pipe transports, two descriptors each: the
+// producer's end (a pipe's write end), then the consumer's (the read end).
+std::vector<int> stream_channels(const RunConfig& cfg) {
+  const bool uds = cfg.transport == Transport::uds;
+  const int channels = cfg.mode == Mode::pingpong ? (uds ? 1 : 2) : static_cast<int>(cfg.consumers);
   std::vector<int> fds;
-  BridgeServer server;
-  switch (cf.transport) {
+  for (int i = 0; i < channels; ++i) {
+    int p[2];
+    const int r = uds ? socketpair(AF_UNIX, SOCK_STREAM, 0, p) : pipe(p);
+    if (r != 0) throw std::runtime_error(std::string("socketpair/pipe: ") + std::strerror(errno));
+    if (uds) {
+      fds.push_back(p[0]);  // producer's end
+      fds.push_back(p[1]);  // consumer's end
+    } else {
+      fds.push_back(p[1]);  // write end
+      fds.push_back(p[0]);  // read end
+    }
+  }
+  return fds;
+}
+
+// Transport set-up in the orchestrator: the named objects (and the bridge's
+// server), and in cfg.fds the descriptors the children inherit.
+void set_up_transport(RunConfig& cfg, const Options& o, BridgeServer& server) {
+  std::vector<int> fds;
+  switch (cfg.transport) {
     case Transport::shmbus: shmbus_create(cfg); break;
     case Transport::bipc: bipc_create(cfg); break;
     case Transport::zmq: zmq_cleanup(cfg); break;
@@ -273,67 +290,70 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
       cfg.port = server.port;
       break;
     case Transport::tcp:
-      if (cf.mode == Mode::pingpong || cf.mode == Mode::idle)
+      if (cfg.mode == Mode::pingpong || cfg.mode == Mode::idle)
         throw std::runtime_error("tcp: full and rate modes only");
       fds = tcp_pairs(cfg.consumers);
       break;
     case Transport::uds:
-    case Transport::pipe: {
-      const bool uds = cf.transport == Transport::uds;
-      const int channels = cf.mode == Mode::pingpong ? (uds ? 1 : 2) : static_cast<int>(cfg.consumers);
-      for (int i = 0; i < channels; ++i) {
-        int p[2];
-        const int r = uds ? socketpair(AF_UNIX, SOCK_STREAM, 0, p) : pipe(p);
-        if (r != 0) throw std::runtime_error(std::string("socketpair/pipe: ") + std::strerror(errno));
-        if (uds) {
-          fds.push_back(p[0]);  // producer's end
-          fds.push_back(p[1]);  // consumer's end
-        } else {
-          fds.push_back(p[1]);  // write end
-          fds.push_back(p[0]);  // read end
-        }
-      }
-      break;
-    }
+    case Transport::pipe: fds = stream_channels(cfg); break;
   }
   if (fds.size() > static_cast<std::size_t>(kMaxFds)) throw std::runtime_error("too many consumers");
   for (std::size_t i = 0; i < fds.size(); ++i) cfg.fds[i] = fds[i];
   cfg.nfds = static_cast<std::uint32_t>(fds.size());
+}
 
-  // Consumers first, then the producer.
-  std::vector<std::pair<pid_t, std::string>> kids;
+// A child process, and what errors call it.
+using Child = std::pair<pid_t, std::string>;
+
+// Consumers first, then the producer (the last of the list).
+std::vector<Child> spawn_roles(int ctl_fd, const RunConfig& cfg) {
+  std::vector<Child> kids;
   for (std::uint32_t i = 0; i < cfg.consumers; ++i)
     kids.emplace_back(spawn(ctl_fd, "consumer", static_cast<int>(i)), "consumer " + std::to_string(i));
   kids.emplace_back(spawn(ctl_fd, "producer", 0), "producer");
-  for (int fd : fds) close(fd);
+  return kids;
+}
 
-  // Wait for all, up to the timeout (plus the idle time and a grace period).
-  const std::uint64_t deadline = mono_ns() + cfg.timeout_ns + cfg.idle_ns + 5'000'000'000ull;
-  std::vector<int> status(kids.size(), -1);
-  std::size_t left = kids.size();
+// How the children ended: their wait statuses, in the order of the list,
+// and whether they were killed.
+struct Exits {
+  std::vector<int> status;
   bool killed = false;
+};
+
+// Waits for all, up to the timeout (plus the idle time and a grace period)
+// or SIGINT/SIGTERM; then sets the abort flag and, a second later, kills
+// those still running.
+Exits wait_for(const std::vector<Child>& kids, Control& c) {
+  const std::uint64_t deadline = mono_ns() + c.cfg.timeout_ns + c.cfg.idle_ns + 5'000'000'000ull;
+  Exits e{std::vector<int>(kids.size(), -1), false};
+  std::size_t left = kids.size();
   while (left) {
     for (std::size_t i = 0; i < kids.size(); ++i) {
-      if (status[i] != -1) continue;
+      if (e.status[i] != -1) continue;
       int st = 0;
       const pid_t r = waitpid(kids[i].first, &st, WNOHANG);
       if (r == kids[i].first) {
-        status[i] = st;
+        e.status[i] = st;
         --left;
       }
     }
     if (!left) break;
-    if ((mono_ns() > deadline || g_interrupted) && !killed) {
-      c->abort.store(1);
+    if ((mono_ns() > deadline || g_interrupted) && !e.killed) {
+      c.abort.store(1);
       sleep_ms(1000);
       for (std::size_t i = 0; i < kids.size(); ++i)
-        if (status[i] == -1) kill(kids[i].first, SIGKILL);
-      killed = true;
+        if (e.status[i] == -1) kill(kids[i].first, SIGKILL);
+      e.killed = true;
     }
     sleep_ms(5);
   }
+  return e;
+}
 
-  // Results.
+// m.ok when every role finished and succeeded; m.error says which died or
+// failed, and how.
+void check_roles(const Control& c, const std::vector<Child>& kids, const Exits& exits, Metrics& m) {
   std::string err;
   auto check = [&](const RoleResult& r, const std::string& who, int st) {
     if (!r.done.load(std::memory_order_acquire)) {
@@ -341,7 +361,7 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
       s << who << " died";
       if (WIFSIGNALED(st)) s << " (signal " << WTERMSIG(st) << ")";
       if (WIFEXITED(st)) s << " (exit " << WEXITSTATUS(st) << ")";
-      if (killed) s << " (killed after the timeout)";
+      if (exits.killed) s << " (killed after the timeout)";
       err += (err.empty() ? "" : "; ") + s.str();
       return false;
     }
@@ -349,61 +369,76 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
     return r.ok != 0;
   };
   bool ok = true;
-  for (std::uint32_t i = 0; i < cfg.consumers; ++i)
-    ok &= check(c->consumer[i], kids[i].second, status[i]);
-  ok &= check(c->producer, "producer", status.back());
+  for (std::uint32_t i = 0; i < c.cfg.consumers; ++i)
+    ok &= check(c.consumer[i], kids[i].second, exits.status[i]);
+  ok &= check(c.producer, "producer", exits.status.back());
   m.ok = ok;
   m.error = err;
+}
 
-  const RoleResult& prod = c->producer;
-  if (cf.mode == Mode::idle) {
-    double cpu = 0;
-    for (std::uint32_t i = 0; i < cfg.consumers; ++i)
-      cpu += pct(c->consumer[i].cpu_user_ns + c->consumer[i].cpu_sys_ns, c->consumer[i].wall_ns);
-    m.consumer_cpu = cpu / cfg.consumers;
-    m.seconds = static_cast<double>(c->consumer[0].wall_ns) / 1e9;
-  } else if (cf.mode == Mode::pingpong) {
-    const Histogram& h = prod.hist;
-    m.per_consumer_mps = m.max_consumer_mps = m.total_mps =
-        prod.wall_ns ? static_cast<double>(prod.received) * 1e9 / static_cast<double>(prod.wall_ns) : 0;
-    m.p50 = static_cast<double>(h.quantile(0.5));
-    m.p90 = static_cast<double>(h.quantile(0.9));
-    m.p99 = static_cast<double>(h.quantile(0.99));
-    m.p999 = static_cast<double>(h.quantile(0.999));
-    m.max = static_cast<double>(h.max());
-    m.producer_cpu = pct(prod.cpu_user_ns + prod.cpu_sys_ns, prod.wall_ns);
-    m.consumer_cpu = pct(c->consumer[0].cpu_user_ns + c->consumer[0].cpu_sys_ns, c->consumer[0].wall_ns);
-    m.seconds = static_cast<double>(prod.wall_ns) / 1e9;
-  } else {
-    Histogram all;
-    double min_mps = 1e300, max_mps = 0, cpu = 0;
-    std::uint64_t delivered = 0, last = 0;
-    for (std::uint32_t i = 0; i < cfg.consumers; ++i) {
-      const RoleResult& r = c->consumer[i];
-      all.merge(r.hist);
-      const double secs = r.last_ns > prod.start_ns ? static_cast<double>(r.last_ns - prod.start_ns) / 1e9 : 0;
-      const double mps = secs > 0 ? static_cast<double>(r.received) / secs : 0;
-      min_mps = std::min(min_mps, mps);
-      max_mps = std::max(max_mps, mps);
-      cpu += pct(r.cpu_user_ns + r.cpu_sys_ns, r.wall_ns);
-      delivered += r.received;
-      last = std::max(last, r.last_ns);
-    }
-    m.per_consumer_mps = min_mps;
-    m.max_consumer_mps = max_mps;
-    m.total_mps = last > prod.start_ns ? static_cast<double>(delivered) * 1e9 / static_cast<double>(last - prod.start_ns) : 0;
-    m.p50 = static_cast<double>(all.quantile(0.5));
-    m.p90 = static_cast<double>(all.quantile(0.9));
-    m.p99 = static_cast<double>(all.quantile(0.99));
-    m.p999 = static_cast<double>(all.quantile(0.999));
-    m.max = static_cast<double>(all.max());
-    m.consumer_cpu = cpu / cfg.consumers;
-    m.producer_cpu = pct(prod.cpu_user_ns + prod.cpu_sys_ns, prod.wall_ns);
-    m.seconds = last > prod.start_ns ? static_cast<double>(last - prod.start_ns) / 1e9 : 0;
+// A role's CPU time, in % of a core over its measured interval.
+double cpu_pct(const RoleResult& r) { return pct(r.cpu_user_ns + r.cpu_sys_ns, r.wall_ns); }
+
+// The latency quantiles and the maximum of `h`.
+void set_latencies(Metrics& m, const Histogram& h) {
+  m.p50 = static_cast<double>(h.quantile(0.5));
+  m.p90 = static_cast<double>(h.quantile(0.9));
+  m.p99 = static_cast<double>(h.quantile(0.99));
+  m.p999 = static_cast<double>(h.quantile(0.999));
+  m.max = static_cast<double>(h.max());
+}
+
+// Idle: what the waiting consumers cost.
+void measure_idle(const Control& c, Metrics& m) {
+  double cpu = 0;
+  for (std::uint32_t i = 0; i < c.cfg.consumers; ++i) cpu += cpu_pct(c.consumer[i]);
+  m.consumer_cpu = cpu / c.cfg.consumers;
+  m.seconds = static_cast<double>(c.consumer[0].wall_ns) / 1e9;
+}
+
+// Ping-pong: round trips, timed by the pinger (the producer).
+void measure_pingpong(const Control& c, Metrics& m) {
+  const RoleResult& prod = c.producer;
+  m.per_consumer_mps = m.max_consumer_mps = m.total_mps =
+      prod.wall_ns ? static_cast<double>(prod.received) * 1e9 / static_cast<double>(prod.wall_ns) : 0;
+  set_latencies(m, prod.hist);
+  m.producer_cpu = cpu_pct(prod);
+  m.consumer_cpu = cpu_pct(c.consumer[0]);
+  m.seconds = static_cast<double>(prod.wall_ns) / 1e9;
+}
+
+// Full speed, fixed rate and catch-up: every consumer from the producer's
+// first send to its own last message.
+void measure_stream(const Control& c, Metrics& m) {
+  const RoleResult& prod = c.producer;
+  Histogram all;
+  double min_mps = 1e300, max_mps = 0, cpu = 0;
+  std::uint64_t delivered = 0, last = 0;
+  for (std::uint32_t i = 0; i < c.cfg.consumers; ++i) {
+    const RoleResult& r = c.consumer[i];
+    all.merge(r.hist);
+    const double secs = r.last_ns > prod.start_ns ? static_cast<double>(r.last_ns - prod.start_ns) / 1e9 : 0;
+    const double mps = secs > 0 ? static_cast<double>(r.received) / secs : 0;
+    min_mps = std::min(min_mps, mps);
+    max_mps = std::max(max_mps, mps);
+    cpu += cpu_pct(r);
+    delivered += r.received;
+    last = std::max(last, r.last_ns);
   }
+  m.per_consumer_mps = min_mps;
+  m.max_consumer_mps = max_mps;
+  m.total_mps =
+      last > prod.start_ns ? static_cast<double>(delivered) * 1e9 / static_cast<double>(last - prod.start_ns) : 0;
+  set_latencies(m, all);
+  m.consumer_cpu = cpu / c.cfg.consumers;
+  m.producer_cpu = cpu_pct(prod);
+  m.seconds = last > prod.start_ns ? static_cast<double>(last - prod.start_ns) / 1e9 : 0;
+}
 
-  // Tear-down.
-  switch (cf.transport) {
+// Tear-down in the orchestrator: the named objects go (shmbus's counters are
+// read first), and a bridge server that had to be killed fails the run.
+void tear_down_transport(const RunConfig& cfg, BridgeServer& server, Metrics& m) {
+  switch (cfg.transport) {
     case Transport::shmbus:
       m.bus = shmbus_counters(cfg);
       shmbus_remove(cfg);
@@ -421,6 +456,35 @@ Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal
     }
     default: break;
   }
+}
+
+}  // namespace
+
+Metrics run_once(const Options& o, const Config& cf, const ClockCalibration& cal, int serial) {
+  Metrics m;
+  const int ctl_fd = memfd_create("shmbus-bench-ctl", 0);
+  if (ctl_fd < 0) throw std::runtime_error("memfd_create failed");
+  if (ftruncate(ctl_fd, sizeof(Control)) != 0) throw std::runtime_error("ftruncate failed");
+  void* mem = mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_SHARED, ctl_fd, 0);
+  if (mem == MAP_FAILED) throw std::runtime_error("mmap failed");
+  auto* c = new (mem) Control{};
+  c->clock = cal;
+  configure(c->cfg, o, cf, serial);
+  BridgeServer server;
+  set_up_transport(c->cfg, o, server);
+
+  const std::vector<Child> kids = spawn_roles(ctl_fd, c->cfg);
+  for (std::uint32_t i = 0; i < c->cfg.nfds; ++i) close(c->cfg.fds[i]);
+  const Exits exits = wait_for(kids, *c);
+
+  check_roles(*c, kids, exits, m);
+  switch (cf.mode) {
+    case Mode::idle: measure_idle(*c, m); break;
+    case Mode::pingpong: measure_pingpong(*c, m); break;
+    default: measure_stream(*c, m); break;
+  }
+
+  tear_down_transport(c->cfg, server, m);
   munmap(mem, sizeof(Control));
   close(ctl_fd);
   return m;

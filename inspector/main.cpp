@@ -70,6 +70,185 @@ CLI::Validator interval_validator() {
   return tools::duration_validator(1s, 0s, 24h);
 }
 
+constexpr const char* kJsonHelp = "machine-readable JSON output (schema in docs/inspector.md)";
+
+// The command line: what every subcommand's options are read into, and the
+// subcommands, to tell which one was given.
+struct CommandLine {
+  tools::TrustArgs trust_args;
+  std::string dir;
+  bool json = false;
+  std::string bus;
+  std::string interval = "200ms";
+  std::string watch_interval = "1s";
+  std::uint64_t watch_count = 0;
+  bool force = false;
+  DumpArgs dump;
+  DumpFormat dump_format = DumpFormat::text;
+  std::vector<std::string> forget;
+  std::string reset_reader;
+  std::string reset_to;
+  std::string let_go_reader;
+  SizeArgs size_args;
+  MetricsArgs metrics_args;
+
+  CLI::App* list = nullptr;
+  CLI::App* show = nullptr;
+  CLI::App* dump_cmd = nullptr;
+  CLI::App* watch = nullptr;
+  CLI::App* check = nullptr;
+  CLI::App* gc = nullptr;
+  CLI::App* reset = nullptr;
+  CLI::App* let_go = nullptr;
+  CLI::App* rm = nullptr;
+  CLI::App* size = nullptr;
+  CLI::App* metrics = nullptr;
+};
+
+// A subcommand about one bus, named by its first argument.
+CLI::App* add_bus_subcommand(CLI::App& app, const std::string& name, const std::string& help, std::string& bus) {
+  CLI::App* sub = app.add_subcommand(name, help);
+  sub->add_option("bus", bus, "bus name")->required();
+  return sub;
+}
+
+// The subcommands that only look: list, show, dump, watch, check.
+void add_view_commands(CLI::App& app, CommandLine& c) {
+  c.list = app.add_subcommand(
+      "list", "every shmbus bus on this machine, one line each, then the files of creations under way "
+              "or killed mid-way (.shmbus.NAME.XXXXXX)");
+  c.list->add_flag("--json", c.json, kJsonHelp);
+
+  c.show = add_bus_subcommand(app, "show", "a bus's header, fill level, publish rate and reader table, with warnings",
+                              c.bus);
+  c.show->add_option("--interval", c.interval,
+                     "how long to sample for rates: 500ms, 2s, 1m... (a bare number is seconds; 0: no rates)")
+      ->capture_default_str()
+      ->check(interval_validator());
+  c.show->add_flag("--json", c.json, kJsonHelp);
+
+  c.dump_cmd = add_bus_subcommand(app, "dump", "records with sequence, timestamp, length, payload", c.dump.bus);
+  auto* from_opt = c.dump_cmd->add_option("--from", c.dump.from, "first sequence (default: oldest retained)");
+  c.dump_cmd->add_option("--last", c.dump.last, "the newest N records instead of --from")
+      ->excludes(from_opt);
+  c.dump_cmd->add_option("--count", c.dump.count,
+                         "sequence numbers to cover (a message that spans records takes several), 0 for all up to head")
+      ->capture_default_str();
+  tools::add_choice(*c.dump_cmd, "--format", c.dump_format, dump_format_names, "payload format");
+  c.dump_cmd->add_flag("--json", c.json, "same as --format json");
+
+  c.watch = add_bus_subcommand(app, "watch",
+                               "a refreshing view of rates and lags until Ctrl-C (one line per interval "
+                               "when stdout is not a terminal)",
+                               c.bus);
+  c.watch->add_option("--interval", c.watch_interval,
+                      "time between refreshes: 500ms, 2s, 1m... (a bare number is seconds)")
+      ->capture_default_str()
+      ->check(interval_validator());
+  c.watch->add_option("--count", c.watch_count, "stop after N refreshes (default: until Ctrl-C)");
+  c.watch->add_flag("--json", c.json, "one JSON object (as show --json) per line");
+
+  c.check = add_bus_subcommand(app, "check",
+                               "validate header, reader table and every record; exit 0 only when clean (what a "
+                               "live producer kept rewriting meanwhile is listed as not judged)",
+                               c.bus);
+  c.check->add_flag("--json", c.json, kJsonHelp);
+}
+
+// The subcommands that change a bus: gc, reset, let-go, rm.
+void add_change_commands(CLI::App& app, CommandLine& c) {
+  c.gc = add_bus_subcommand(app, "gc",
+                            "reclaim the reader slots of dead consumers and remove what creations of the bus killed "
+                            "mid-way left; --forget NAME drops a remembered reader name",
+                            c.bus);
+  c.gc->add_option("--forget", c.forget,
+                   "also drop the remembered position of this durable reader name (repeatable); "
+                   "refused while a live reader holds it");
+  c.gc->add_flag("--json", c.json, kJsonHelp);
+
+  c.reset = add_bus_subcommand(app, "reset",
+                               "move a remembered reader name: the next consumer resuming under it starts at --to; "
+                               "refused while a live reader holds the name",
+                               c.bus);
+  c.reset->add_option("--reader", c.reset_reader, "the durable reader name to move (shmbus-consumer --name)")
+      ->required()
+      ->check(tools::reader_name_validator());
+  c.reset->add_option("--to", c.reset_to,
+                      "earliest, latest, a sequence number (not inside a message that spans records), or a time: "
+                      "the first message stamped at or after it (UTC 2026-11-22T03:53:43Z, as dump prints it, "
+                      "or now-5m; needs records the producer stamped)")
+      ->required();
+  c.reset->add_flag("--json", c.json, kJsonHelp);
+
+  c.let_go = add_bus_subcommand(app, "let-go",
+                                "let a reader that holds the producer of a block bus go at once, as --max-hold does: "
+                                "it reads on without holding the producer and is told what it loses",
+                                c.bus);
+  c.let_go->add_option("--reader", c.let_go_reader, "the reader: its slot number (as show prints it) or its name")
+      ->required()
+      ->type_name("SLOT|NAME");
+  c.let_go->add_flag("--json", c.json, kJsonHelp);
+
+  c.rm = add_bus_subcommand(app, "rm",
+                            "remove a bus, and what creations of it killed mid-way left; refused while a live "
+                            "producer or reader is attached",
+                            c.bus);
+  c.rm->add_flag("--force", c.force,
+                 "remove even while in use: its consumers' streams end (reason removed) and its "
+                 "producer's next publish fails");
+  c.rm->add_flag("--json", c.json, kJsonHelp);
+}
+
+// The subcommands about buses in general: size, metrics.
+void add_tool_commands(CLI::App& app, CommandLine& c) {
+  c.size = app.add_subcommand(
+      "size", "print the --record-size and --capacity of a bus that takes the longest message and keeps what "
+              "slow or late readers should find (touches no bus)");
+  c.size->add_option("--max-message", c.size_args.max_message,
+                     "the longest message the bus must take: 1MiB, 64KiB, 900 (B, KiB, MiB, GiB)")
+      ->type_name("SIZE");
+  c.size->add_option("--message", c.size_args.message,
+                     "the usual message: records are the fewest 64-byte lines that hold it (default: 256-byte "
+                     "records)")
+      ->type_name("SIZE");
+  c.size->add_option("--retain", c.size_args.retain,
+                     "usual messages the ring should still hold for a slow or late reader: N, or DURATION@RATE "
+                     "(2s@50000/s: two seconds of 50,000 messages a second)")
+      ->type_name("N|DURATION@RATE");
+  c.size->add_option("--record-size", c.size_args.record_size,
+                     "use this record size instead (a multiple of 8, 64 to 1 MiB)");
+  c.size->add_flag("--json", c.size_args.json, kJsonHelp);
+
+  c.metrics = app.add_subcommand(
+      "metrics", "counters of every bus (or of BUS...) in the Prometheus text format; "
+                 "--listen HOST:PORT serves them at /metrics until Ctrl-C");
+  c.metrics->add_option("bus", c.metrics_args.buses, "bus names (default: every bus)");
+  c.metrics->add_option("--listen", c.metrics_args.listen,
+                        "serve over HTTP, e.g. 127.0.0.1:9464 (port 0: any free port, printed on stderr)");
+}
+
+// Runs the subcommand given; its exit status.
+int run_command(CommandLine& c) {
+  if (c.list->parsed()) return run_list(c.json);
+  if (c.show->parsed()) return run_show(c.bus, tools::parse_duration(c.interval), c.json);
+  if (c.dump_cmd->parsed()) {
+    c.dump.format = c.json ? DumpFormat::json : c.dump_format;
+    return run_dump(c.dump);
+  }
+  if (c.watch->parsed()) {
+    return run_watch(c.bus, tools::parse_duration(c.watch_interval),
+                     c.watch_count ? std::optional<std::uint64_t>(c.watch_count) : std::nullopt, c.json);
+  }
+  if (c.check->parsed()) return run_check(c.bus, c.json);
+  if (c.gc->parsed()) return run_gc(c.bus, c.forget, c.json);
+  if (c.reset->parsed()) return run_reset(c.bus, c.reset_reader, c.reset_to, c.json);
+  if (c.rm->parsed()) return run_rm(c.bus, c.force, c.json);
+  if (c.let_go->parsed()) return run_let_go(c.bus, c.let_go_reader, c.json);
+  if (c.size->parsed()) return run_size(c.size_args);
+  if (c.metrics->parsed()) return run_metrics(c.metrics_args, tools::resolve_trust(c.trust_args));
+  return tools::exit_usage;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,131 +265,12 @@ int main(int argc, char** argv) {
   }));
   app.require_subcommand(1);
   app.fallthrough();  // --trust-owner/--trust-group/--dir may follow the subcommand
-  tools::TrustArgs trust_args;
-  tools::add_trust_options(app, trust_args);
-  std::string dir;
-  tools::add_dir_option(app, dir);
-
-  bool json = false;
-  const char* json_help = "machine-readable JSON output (schema in docs/inspector.md)";
-  std::string bus;
-  std::string interval = "200ms";
-  std::string watch_interval = "1s";
-  std::uint64_t watch_count = 0;
-  bool force = false;
-  DumpArgs dump;
-  DumpFormat dump_format = DumpFormat::text;
-
-  auto* list = app.add_subcommand(
-      "list", "every shmbus bus on this machine, one line each, then the files of creations under way "
-              "or killed mid-way (.shmbus.NAME.XXXXXX)");
-  list->add_flag("--json", json, json_help);
-
-  auto* show = app.add_subcommand(
-      "show", "a bus's header, fill level, publish rate and reader table, with warnings");
-  show->add_option("bus", bus, "bus name")->required();
-  show->add_option("--interval", interval,
-                   "how long to sample for rates: 500ms, 2s, 1m... (a bare number is seconds; 0: no rates)")
-      ->capture_default_str()
-      ->check(interval_validator());
-  show->add_flag("--json", json, json_help);
-
-  auto* dump_cmd = app.add_subcommand("dump", "records with sequence, timestamp, length, payload");
-  dump_cmd->add_option("bus", dump.bus, "bus name")->required();
-  auto* from_opt = dump_cmd->add_option("--from", dump.from, "first sequence (default: oldest retained)");
-  dump_cmd->add_option("--last", dump.last, "the newest N records instead of --from")
-      ->excludes(from_opt);
-  dump_cmd->add_option("--count", dump.count, "sequence numbers to cover (a message that spans records takes several), 0 for all up to head")->capture_default_str();
-  tools::add_choice(*dump_cmd, "--format", dump_format, dump_format_names, "payload format");
-  dump_cmd->add_flag("--json", json, "same as --format json");
-
-  auto* watch = app.add_subcommand(
-      "watch", "a refreshing view of rates and lags until Ctrl-C (one line per interval "
-               "when stdout is not a terminal)");
-  watch->add_option("bus", bus, "bus name")->required();
-  watch->add_option("--interval", watch_interval,
-                    "time between refreshes: 500ms, 2s, 1m... (a bare number is seconds)")
-      ->capture_default_str()
-      ->check(interval_validator());
-  watch->add_option("--count", watch_count, "stop after N refreshes (default: until Ctrl-C)");
-  watch->add_flag("--json", json, "one JSON object (as show --json) per line");
-
-  auto* check = app.add_subcommand(
-      "check", "validate header, reader table and every record; exit 0 only when clean (what a live "
-               "producer kept rewriting meanwhile is listed as not judged)");
-  check->add_option("bus", bus, "bus name")->required();
-  check->add_flag("--json", json, json_help);
-
-  auto* gc = app.add_subcommand(
-      "gc", "reclaim the reader slots of dead consumers and remove what creations of the bus killed "
-            "mid-way left; --forget NAME drops a remembered reader name");
-  gc->add_option("bus", bus, "bus name")->required();
-  std::vector<std::string> forget;
-  gc->add_option("--forget", forget,
-                 "also drop the remembered position of this durable reader name (repeatable); "
-                 "refused while a live reader holds it");
-  gc->add_flag("--json", json, json_help);
-
-  auto* reset = app.add_subcommand(
-      "reset", "move a remembered reader name: the next consumer resuming under it starts at --to; "
-               "refused while a live reader holds the name");
-  reset->add_option("bus", bus, "bus name")->required();
-  std::string reset_reader;
-  std::string reset_to;
-  reset->add_option("--reader", reset_reader, "the durable reader name to move (shmbus-consumer --name)")
-      ->required()
-      ->check(tools::reader_name_validator());
-  reset->add_option("--to", reset_to,
-                    "earliest, latest, a sequence number (not inside a message that spans records), or a time: "
-                    "the first message stamped at or after it (UTC 2026-11-22T03:53:43Z, as dump prints it, "
-                    "or now-5m; needs records the producer stamped)")
-      ->required();
-  reset->add_flag("--json", json, json_help);
-
-  auto* let_go = app.add_subcommand(
-      "let-go", "let a reader that holds the producer of a block bus go at once, as --max-hold does: it reads "
-                "on without holding the producer and is told what it loses");
-  let_go->add_option("bus", bus, "bus name")->required();
-  std::string let_go_reader;
-  let_go->add_option("--reader", let_go_reader, "the reader: its slot number (as show prints it) or its name")
-      ->required()
-      ->type_name("SLOT|NAME");
-  let_go->add_flag("--json", json, json_help);
-
-  auto* rm = app.add_subcommand(
-      "rm", "remove a bus, and what creations of it killed mid-way left; refused while a live producer "
-            "or reader is attached");
-  rm->add_option("bus", bus, "bus name")->required();
-  rm->add_flag("--force", force,
-               "remove even while in use: its consumers' streams end (reason removed) and its "
-               "producer's next publish fails");
-  rm->add_flag("--json", json, json_help);
-
-  SizeArgs size_args;
-  auto* size = app.add_subcommand(
-      "size", "print the --record-size and --capacity of a bus that takes the longest message and keeps what "
-              "slow or late readers should find (touches no bus)");
-  size->add_option("--max-message", size_args.max_message,
-                   "the longest message the bus must take: 1MiB, 64KiB, 900 (B, KiB, MiB, GiB)")
-      ->type_name("SIZE");
-  size->add_option("--message", size_args.message,
-                   "the usual message: records are the fewest 64-byte lines that hold it (default: 256-byte records)")
-      ->type_name("SIZE");
-  size->add_option("--retain", size_args.retain,
-                   "usual messages the ring should still hold for a slow or late reader: N, or DURATION@RATE "
-                   "(2s@50000/s: two seconds of 50,000 messages a second)")
-      ->type_name("N|DURATION@RATE");
-  size->add_option("--record-size", size_args.record_size, "use this record size instead (a multiple of 8, 64 to 1 MiB)");
-  size->add_flag("--json", size_args.json, json_help);
-
-  MetricsArgs metrics_args;
-  auto* metrics = app.add_subcommand(
-      "metrics", "counters of every bus (or of BUS...) in the Prometheus text format; "
-                 "--listen HOST:PORT serves them at /metrics until Ctrl-C");
-  metrics->add_option("bus", metrics_args.buses, "bus names (default: every bus)");
-  metrics->add_option("--listen", metrics_args.listen,
-                      "serve over HTTP, e.g. 127.0.0.1:9464 (port 0: any free port, printed on stderr)");
-
+  CommandLine c;
+  tools::add_trust_options(app, c.trust_args);
+  tools::add_dir_option(app, c.dir);
+  add_view_commands(app, c);
+  add_change_commands(app, c);
+  add_tool_commands(app, c);
   tools::refuse_negative_numbers(app);
 
   // With --json, errors are a JSON object on stdout, where the reports go.
@@ -226,30 +286,13 @@ int main(int argc, char** argv) {
           throw tools::Failure(tools::exit_usage, problem, "usage");
         }
         app.parse(argc, argv);
-        set_trust(tools::resolve_trust(trust_args));
-        tools::apply_dir(dir);
-        if (list->parsed()) return run_list(json);
-        if (show->parsed()) return run_show(bus, tools::parse_duration(interval), json);
-        if (dump_cmd->parsed()) {
-          dump.format = json ? DumpFormat::json : dump_format;
-          return run_dump(dump);
-        }
-        if (watch->parsed()) {
-          return run_watch(bus, tools::parse_duration(watch_interval),
-                           watch_count ? std::optional<std::uint64_t>(watch_count) : std::nullopt, json);
-        }
-        if (check->parsed()) return run_check(bus, json);
-        if (gc->parsed()) return run_gc(bus, forget, json);
-        if (reset->parsed()) return run_reset(bus, reset_reader, reset_to, json);
-        if (rm->parsed()) return run_rm(bus, force, json);
-        if (let_go->parsed()) return run_let_go(bus, let_go_reader, json);
-        if (size->parsed()) return run_size(size_args);
-        if (metrics->parsed()) return run_metrics(metrics_args, tools::resolve_trust(trust_args));
-        return tools::exit_usage;
+        set_trust(tools::resolve_trust(c.trust_args));
+        tools::apply_dir(c.dir);
+        return run_command(c);
       },
       [&] {
         // The library's messages already name the bus; others get it in front.
-        const std::string& target = dump_cmd->parsed() ? dump.bus : bus;
+        const std::string& target = c.dump_cmd->parsed() ? c.dump.bus : c.bus;
         return target.empty() ? std::string() : fmt::format("bus '{}'", target);
       });
 }

@@ -28,32 +28,38 @@ const Choices<Oversize> oversize_names = {
 const Choices<Timestamps> timestamp_names = {
     {"off", Timestamps::off}, {"coarse", Timestamps::coarse}, {"precise", Timestamps::precise}};
 
-}  // namespace
+// --mode: permission bits in octal.
+CLI::Validator octal_mode() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s.empty() || s.size() > 4 || s.find_first_not_of("01234567") != std::string::npos) {
+          return "must be octal permission bits like 0600 or 660";
+        }
+        return {};
+      },
+      "OCTAL");
+}
 
-int main(int argc, char** argv) {
-  CLI::App app{
-      "Publishes messages to a shmbus bus: lines from stdin (the default) or --file, "
-      "length-prefixed frames (--binary), or synthetic messages (--count/--size/--rate) that "
-      "shmbus-consumer --verify --stats can check. Marks end-of-stream when the input ends. "
-      "The summary goes to stderr.",
-      kProgram};
-  app.footer(
-      "Message sizes: a message longer than one record's payload (record size - 24) spans "
-      "consecutive records, up to the bus's max message: capacity x record size / 2 - 24 bytes (at most "
-      "1 GiB), printed by shmbus-inspect show. --max-message SIZE with --create sizes the ring for you "
-      "(and checks an existing bus); for a mix of sizes pick --record-size near the common small message "
-      "(less wasted space per record). shmbus-inspect size --max-message 4MiB --message 100 --retain 2s@50000/s "
-      "prints the options for a bus that takes the largest message and keeps what slow or late readers "
-      "should find.\n\n" +
-      exit_status_help({
-          {"0", "success: the input or --count was published, or the run was stopped by SIGINT/SIGTERM"},
-          {"1", "a bus error (missing, another layout version, a second producer, permission), an I/O error, "
-                "a message longer than the bus's max message, a full ring past --wait-timeout, SIGINT/SIGTERM "
-                "while waiting for --wait-for-readers (nothing published; a bus this run created is removed)"},
-          {"2", "a bad command line, or bus options the library refuses (--capacity not a power of two)"},
-          exit_status_second_signal,
-      }));
-  Options o;
+// --size N or MIN..MAX: no minus sign, refused as refuse_negative_numbers()
+// refuses one in the numeric options.
+CLI::Validator not_negative_text() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const std::size_t first = s.find_first_not_of(" \t\n\v\f\r");
+        return first != std::string::npos && s[first] == '-' ? "must be 0 or more, not '" + s + "'" : "";
+      },
+      "");
+}
+
+// An option that takes a duration (250us, 2s, forever...), its default
+// shown in --help.
+CLI::Option* add_duration_option(CLI::App& app, const std::string& name, std::string& value,
+                                 const std::string& help) {
+  return app.add_option(name, value, help)->check(duration_validator())->capture_default_str();
+}
+
+// The bus, and the options of the one --create makes.
+void add_bus_options(CLI::App& app, Options& o) {
   app.add_option("bus", o.bus, "Bus name ([A-Za-z0-9._-], the segment is DIR/shmbus.NAME, DIR /dev/shm unless --dir)")
       ->required();
   auto* create = app.add_flag("--create", o.create,
@@ -76,14 +82,7 @@ int main(int argc, char** argv) {
   add_choice(app, "--policy", o.policy, policy_names, "When the ring is full: block or overwrite (with --create)")
       ->needs(create);
   app.add_option("--mode", o.mode, "Permission bits of the segment, octal (with --create)")
-      ->check(CLI::Validator(
-          [](std::string& s) -> std::string {
-            if (s.empty() || s.size() > 4 || s.find_first_not_of("01234567") != std::string::npos) {
-              return "must be octal permission bits like 0600 or 660";
-            }
-            return {};
-          },
-          "OCTAL"))
+      ->check(octal_mode())
       ->needs(create)
       ->capture_default_str();
   app.add_option("--max-message", o.max_message,
@@ -95,6 +94,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-readers", o.max_readers, "Reader slots (with --create)")
       ->needs(create)
       ->capture_default_str();
+}
+
+// What is published: the input, or synthetic messages. Returns --count,
+// whose presence makes the messages synthetic.
+CLI::Option* add_message_options(CLI::App& app, Options& o) {
   auto* file = app.add_option("--file", o.file, "Read messages from this file instead of stdin");
   auto* binary = app.add_flag("--binary", o.binary,
                               "Input is frames of a u32 little-endian length and that many bytes, "
@@ -106,13 +110,7 @@ int main(int argc, char** argv) {
                  "Bytes per synthetic message (>= 24, up to the bus's max message), or MIN..MAX: "
                  "a mix of sizes drawn uniformly from that range, the same sizes every run")
       ->type_name("N|MIN..MAX")
-      ->check(CLI::Validator(
-          [](std::string& s) -> std::string {
-            // As refuse_negative_numbers() says it for the numeric options.
-            const std::size_t first = s.find_first_not_of(" \t\n\v\f\r");
-            return first != std::string::npos && s[first] == '-' ? "must be 0 or more, not '" + s + "'" : "";
-          },
-          ""))
+      ->check(not_negative_text())
       ->needs(count)
       ->capture_default_str();
   app.add_option("--rate", o.rate,
@@ -123,22 +121,23 @@ int main(int argc, char** argv) {
                  "An input line or frame longer than the bus's max message: error (stop there, "
                  "exit 1, leave the bus open), skip it, or truncate it; counted in the summary");
   count->excludes(file)->excludes(binary);
+  return count;
+}
+
+// How it is published: the end of the stream, waits, stamps, the summary.
+void add_publish_options(CLI::App& app, Options& o) {
   app.add_flag("--keep-open", o.keep_open,
                "Do not mark end-of-stream at the end (another producer may continue the bus)");
-  app.add_option("--wait-timeout", o.wait_timeout,
-                 "Give up with an error when the ring stays full this long, or when "
-                 "--wait-for-readers are not attached in time: 250us, 500ms, 2s, 1.5m, 1h or forever "
-                 "(a bare number is seconds)")
-      ->check(duration_validator())
-      ->capture_default_str();
+  add_duration_option(app, "--wait-timeout", o.wait_timeout,
+                      "Give up with an error when the ring stays full this long, or when "
+                      "--wait-for-readers are not attached in time: 250us, 500ms, 2s, 1.5m, 1h or forever "
+                      "(a bare number is seconds)");
   app.add_option("--wait-for-readers", o.wait_for_readers,
                  "Wait until N consumers are attached before the first message");
-  app.add_option("--max-hold", o.max_hold,
-                 "Block bus: a reader that holds the producer back without moving for this long of its "
-                 "waiting is let go: it reads on without holding the producer and is told what it "
-                 "loses (shmbus-inspect show names it). Same grammar as --wait-timeout")
-      ->check(duration_validator())
-      ->capture_default_str();
+  add_duration_option(app, "--max-hold", o.max_hold,
+                      "Block bus: a reader that holds the producer back without moving for this long of its "
+                      "waiting is let go: it reads on without holding the producer and is told what it "
+                      "loses (shmbus-inspect show names it). Same grammar as --wait-timeout");
   add_choice(app, "--wait", o.wait, wait_strategies(), "How to wait for space: adaptive, spin-yield or busy-spin",
              wait_strategy_choice());
   app.add_option("--stamp-every", o.stamp_every,
@@ -151,6 +150,41 @@ int main(int argc, char** argv) {
                  "1-4 ms) or precise (ns; costs 10-60 ns per message depending on the CPU). "
                  "Synthetic messages carry their own send time either way");
   app.add_flag("--json", o.json, "Write the summary to stderr as one JSON object");
+}
+
+// The end of --help: message sizes, then the exit statuses.
+std::string help_footer() {
+  return "Message sizes: a message longer than one record's payload (record size - 24) spans "
+         "consecutive records, up to the bus's max message: capacity x record size / 2 - 24 bytes (at most "
+         "1 GiB), printed by shmbus-inspect show. --max-message SIZE with --create sizes the ring for you "
+         "(and checks an existing bus); for a mix of sizes pick --record-size near the common small message "
+         "(less wasted space per record). shmbus-inspect size --max-message 4MiB --message 100 --retain 2s@50000/s "
+         "prints the options for a bus that takes the largest message and keeps what slow or late readers "
+         "should find.\n\n" +
+         exit_status_help({
+             {"0", "success: the input or --count was published, or the run was stopped by SIGINT/SIGTERM"},
+             {"1", "a bus error (missing, another layout version, a second producer, permission), an I/O error, "
+                   "a message longer than the bus's max message, a full ring past --wait-timeout, SIGINT/SIGTERM "
+                   "while waiting for --wait-for-readers (nothing published; a bus this run created is removed)"},
+             {"2", "a bad command line, or bus options the library refuses (--capacity not a power of two)"},
+             exit_status_second_signal,
+         });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Publishes messages to a shmbus bus: lines from stdin (the default) or --file, "
+      "length-prefixed frames (--binary), or synthetic messages (--count/--size/--rate) that "
+      "shmbus-consumer --verify --stats can check. Marks end-of-stream when the input ends. "
+      "The summary goes to stderr.",
+      kProgram};
+  app.footer(help_footer());
+  Options o;
+  add_bus_options(app, o);
+  const CLI::Option* count = add_message_options(app, o);
+  add_publish_options(app, o);
   add_trust_options(app, o.trust);
   std::string dir;
   add_dir_option(app, dir);

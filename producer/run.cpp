@@ -132,38 +132,45 @@ Bus open_existing(const Options& o) {
   }
 }
 
-}  // namespace
+// What the command line decides by itself: checked before a bus is created,
+// so that a refused run leaves none behind.
+struct Plan {
+  std::chrono::nanoseconds timeout{};  // --wait-timeout
+  SizeRange sizes;                     // --size, with --count
+  std::uint64_t max_message = 0;       // --max-message; 0: not asked
+  std::optional<BusOptions> create;    // the bus --create makes
+};
 
-int run(const Options& o, const CLI::App& app) {
-  set_json_lines(o.json);
-  // Everything the command line decides by itself is checked before a bus
-  // is created: a refused run leaves none behind.
+Plan plan_run(const Options& o, const CLI::App& app) {
   validate_name(o.bus);
-  const std::chrono::nanoseconds timeout = parse_duration(o.wait_timeout);
-  SizeRange sizes;
+  Plan p;
+  p.timeout = parse_duration(o.wait_timeout);
   if (o.synthetic) {
     try {
-      sizes = parse_size_range(o.size);
+      p.sizes = parse_size_range(o.size);
     } catch (const std::invalid_argument& e) {
       throw bus_failure(o.bus, e.what(), "usage", exit_usage);
     }
   }
-  std::uint64_t max_message = 0;
   if (!o.max_message.empty()) {
     try {
-      max_message = parse_bytes(o.max_message, "--max-message");
+      p.max_message = parse_bytes(o.max_message, "--max-message");
     } catch (const std::invalid_argument& e) {
       throw bus_failure(o.bus, e.what(), "usage", exit_usage);
     }
   }
-  const std::optional<BusOptions> create =
-      o.create ? std::optional(create_options(o, sizes, max_message, app)) : std::nullopt;
+  if (o.create) p.create = create_options(o, p.sizes, p.max_message, app);
   if (o.synthetic) {
     // Against the bus --create makes, or else the largest any bus can have.
-    const std::string problem = create ? synthetic_size_problem(sizes, create->capacity, create->record_size)
-                                       : synthetic_size_problem(sizes, max_capacity, max_record_size);
+    const std::string problem = p.create ? synthetic_size_problem(p.sizes, p.create->capacity, p.create->record_size)
+                                         : synthetic_size_problem(p.sizes, max_capacity, max_record_size);
     if (!problem.empty()) throw bus_failure(o.bus, problem, "usage", exit_usage);
   }
+  return p;
+}
+
+// The input: --file, or stdin (also for synthetic messages, which read none).
+int open_input(const Options& o) {
   int fd = STDIN_FILENO;
   if (!o.synthetic && !o.file.empty()) {
     fd = ::open(o.file.c_str(), O_RDONLY | O_CLOEXEC);
@@ -171,33 +178,30 @@ int run(const Options& o, const CLI::App& app) {
       throw bus_failure(o.bus, fmt::format("cannot open '{}': {}", o.file, std::strerror(errno)), "io_error");
     }
   }
+  return fd;
+}
 
-  const OpenedBus opened =
-      create ? open_or_create_bus(o.bus, *create) : OpenedBus{open_existing(o), false};
-  if (create && !opened.created) refuse_if_different(o, opened.bus.info(), app);
-  // An error thrown from here while nothing is published and nobody is
-  // attached (the Producer's --wait-for-readers timing out, say) removes a
-  // bus this run created.
-  const CreatedBusGuard created(opened, create ? create->trust : Trust{});
-  const Bus& bus = opened.bus;
-  const BusInfo& info = bus.info();
-
-  // An existing bus keeps its own capacity and record size.
-  if (max_message > info.max_message) {
-    const std::uint64_t c = capacity_for(max_message, info.record_size);
+// The bus takes --max-message and the largest synthetic message: an
+// existing bus keeps its own capacity and record size.
+void check_bus_takes(const Options& o, const BusInfo& info, const Plan& p) {
+  if (p.max_message > info.max_message) {
+    const std::uint64_t c = capacity_for(p.max_message, info.record_size);
     throw bus_failure(o.bus,
                       fmt::format("takes messages of at most {} bytes (capacity {}, record size {}), not --max-message "
                                   "{}{}",
-                                  info.max_message, info.capacity, info.record_size, max_message,
+                                  info.max_message, info.capacity, info.record_size, p.max_message,
                                   c != 0 ? fmt::format("; a bus that does needs --capacity {} with --record-size {}", c,
                                                        info.record_size)
                                          : ""),
                       "too_large");
   }
-  if (o.synthetic && sizes.max > info.max_message) {
-    throw bus_failure(o.bus, synthetic_size_problem(sizes, info.capacity, info.record_size), "too_large");
+  if (o.synthetic && p.sizes.max > info.max_message) {
+    throw bus_failure(o.bus, synthetic_size_problem(p.sizes, info.capacity, info.record_size), "too_large");
   }
+}
 
+// The producer of `bus`, once --wait-for-readers are attached.
+Producer attach(const Bus& bus, const Options& o, std::chrono::nanoseconds timeout) {
   ProducerOptions po;
   po.wait = wait_options(o.wait);
   po.timestamps = o.timestamps;
@@ -210,90 +214,140 @@ int run(const Options& o, const CLI::App& app) {
   // message in hand is the last, and the summary follows.
   po.wait.interrupt = &stop_interrupt();
   install_stop_handlers();
-  Producer producer = [&] {
-    try {
-      return Producer(bus, po);
-    } catch (const Error& e) {
-      if (e.errc() != Errc::timeout || !stop_requested()) throw;
-      throw Failure(exit_failure, e.what(), "interrupted");
-    }
-  }();
+  try {
+    return Producer(bus, po);
+  } catch (const Error& e) {
+    if (e.errc() != Errc::timeout || !stop_requested()) throw;
+    throw Failure(exit_failure, e.what(), "interrupted");
+  }
+}
 
-  const WaitCounters before = read_wait_counters(o.bus);
-  const auto t0 = Clock::now();
+// What publishing did, for the summary.
+struct Outcome {
   Totals totals;
   std::optional<PublishFailure> failure;
+  double seconds = 0;
+  bool mark_end = false;  // end-of-stream was marked
+  WaitCounters before;    // the bus's counters of waits for space, around the run
+  WaitCounters after;
+
+  double msgs_per_sec() const { return seconds > 0 ? static_cast<double>(totals.messages) / seconds : 0; }
+  double mb_per_sec() const { return seconds > 0 ? static_cast<double>(totals.bytes) / seconds / 1e6 : 0; }
+  std::uint64_t waits() const { return after.waits - before.waits; }
+  double wait_seconds() const { return static_cast<double>(after.wait_ns - before.wait_ns) / 1e9; }
+};
+
+// Publishes the input (closed at the end) or the synthetic messages, then
+// marks end-of-stream or leaves the bus open.
+Outcome publish(Producer& producer, const Options& o, int fd, std::chrono::nanoseconds timeout) {
+  Outcome r;
+  r.before = read_wait_counters(o.bus);
+  const auto t0 = Clock::now();
   try {
     if (o.synthetic) {
-      publish_synthetic(producer, o, timeout, totals);
+      publish_synthetic(producer, o, timeout, r.totals);
     } else {
-      publish_input(producer, o, fd, timeout, totals);
+      publish_input(producer, o, fd, timeout, r.totals);
     }
   } catch (const PublishFailure& f) {
-    failure = f;
+    r.failure = f;
   }
   const auto t1 = Clock::now();
   if (fd != STDIN_FILENO) ::close(fd);
   // A failed run leaves the bus open: its consumers are not told the stream
   // ended, and a rerun (a new producer) continues the sequence.
-  const bool mark_end = !o.keep_open && !failure;
-  if (mark_end) {
+  r.mark_end = !o.keep_open && !r.failure;
+  if (r.mark_end) {
     producer.close();
   } else {
     producer.detach();  // consumers keep waiting for the next producer
   }
-  const WaitCounters after = read_wait_counters(o.bus);
+  r.after = read_wait_counters(o.bus);
+  r.seconds = std::chrono::duration<double>(t1 - t0).count();
+  return r;
+}
 
-  // With --json the summary below carries the error and its code.
-  if (failure && !o.json) print_error(kProgram, fmt::format("bus '{}': {}", o.bus, failure->message));
-
-  const double seconds = std::chrono::duration<double>(t1 - t0).count();
-  const double rate = seconds > 0 ? static_cast<double>(totals.messages) / seconds : 0;
-  const double mbps = seconds > 0 ? static_cast<double>(totals.bytes) / seconds / 1e6 : 0;
-  const std::uint64_t waits = after.waits - before.waits;
-  const double wait_s = static_cast<double>(after.wait_ns - before.wait_ns) / 1e9;
-  const char* stopped = failure ? "error" : stop_requested() ? "signal" : "input_end";
-  if (o.json) {
-    nlohmann::json j = {
-        {"program", kProgram},
-        {"report", "summary"},
-        {"bus", o.bus},
-        {"messages", totals.messages},
-        {"bytes", totals.bytes},
-        {"seconds", seconds},
-        {"msgs_per_sec", rate},
-        {"mb_per_sec", mbps},
-        {"first_seq", totals.first_seq ? nlohmann::json(*totals.first_seq) : nlohmann::json()},
-        {"last_seq", totals.first_seq ? nlohmann::json(totals.last_seq) : nlohmann::json()},
-        {"waits_for_space", after.known ? nlohmann::json(waits) : nlohmann::json()},
-        {"wait_for_space_seconds", after.known ? nlohmann::json(wait_s) : nlohmann::json()},
-        {"end_of_stream", mark_end},
-        {"stopped_by", stopped},
-        {"oversize_skipped", totals.skipped},
-        {"oversize_truncated", totals.truncated},
-    };
-    if (failure) {
-      j["error"] = fmt::format("bus '{}': {}", o.bus, failure->message);
-      j["code"] = failure->code;
-    }
-    fmt::print(stderr, "{}\n", j.dump());
-  } else {
-    std::string waited = after.known ? fmt::format("waited for space {:.3f} s ({})", wait_s,
-                                                   plural(waits, "time"))
-                                     : std::string("wait time unknown");
-    std::string oversized;
-    const char* unit = o.binary ? "frame" : "line";
-    if (totals.skipped > 0) oversized += fmt::format("; {} oversized {}{} skipped", totals.skipped, unit, totals.skipped == 1 ? "" : "s");
-    if (totals.truncated > 0) oversized += fmt::format("; {} oversized {}{} truncated", totals.truncated, unit, totals.truncated == 1 ? "" : "s");
-    fmt::print(stderr,
-               "{}: bus '{}': {}, {} in {:.3f} s: {:.0f} msgs/s, {:.1f} MB/s; {}{}; {}\n",
-               kProgram, o.bus, plural(totals.messages, "message"), plural(totals.bytes, "byte"),
-               seconds, rate, mbps, waited, oversized,
-               mark_end ? "end-of-stream marked"
-               : failure ? "left open after the error (a new producer continues the bus)"
-                         : "left open (--keep-open)");
+// The summary as one JSON object, with the error and its code.
+void print_json_summary(const Options& o, const Outcome& r) {
+  const Totals& totals = r.totals;
+  const char* stopped = r.failure ? "error" : stop_requested() ? "signal" : "input_end";
+  nlohmann::json j = {
+      {"program", kProgram},
+      {"report", "summary"},
+      {"bus", o.bus},
+      {"messages", totals.messages},
+      {"bytes", totals.bytes},
+      {"seconds", r.seconds},
+      {"msgs_per_sec", r.msgs_per_sec()},
+      {"mb_per_sec", r.mb_per_sec()},
+      {"first_seq", totals.first_seq ? nlohmann::json(*totals.first_seq) : nlohmann::json()},
+      {"last_seq", totals.first_seq ? nlohmann::json(totals.last_seq) : nlohmann::json()},
+      {"waits_for_space", r.after.known ? nlohmann::json(r.waits()) : nlohmann::json()},
+      {"wait_for_space_seconds", r.after.known ? nlohmann::json(r.wait_seconds()) : nlohmann::json()},
+      {"end_of_stream", r.mark_end},
+      {"stopped_by", stopped},
+      {"oversize_skipped", totals.skipped},
+      {"oversize_truncated", totals.truncated},
+  };
+  if (r.failure) {
+    j["error"] = fmt::format("bus '{}': {}", o.bus, r.failure->message);
+    j["code"] = r.failure->code;
   }
-  return failure ? exit_failure : exit_ok;
+  fmt::print(stderr, "{}\n", j.dump());
+}
+
+// The summary as one line (the error, if any, is the line before).
+void print_text_summary(const Options& o, const Outcome& r) {
+  const Totals& totals = r.totals;
+  std::string waited = r.after.known ? fmt::format("waited for space {:.3f} s ({})", r.wait_seconds(),
+                                                   plural(r.waits(), "time"))
+                                     : std::string("wait time unknown");
+  std::string oversized;
+  const char* unit = o.binary ? "frame" : "line";
+  if (totals.skipped > 0) {
+    oversized += fmt::format("; {} oversized {}{} skipped", totals.skipped, unit, totals.skipped == 1 ? "" : "s");
+  }
+  if (totals.truncated > 0) {
+    oversized +=
+        fmt::format("; {} oversized {}{} truncated", totals.truncated, unit, totals.truncated == 1 ? "" : "s");
+  }
+  fmt::print(stderr,
+             "{}: bus '{}': {}, {} in {:.3f} s: {:.0f} msgs/s, {:.1f} MB/s; {}{}; {}\n",
+             kProgram, o.bus, plural(totals.messages, "message"), plural(totals.bytes, "byte"),
+             r.seconds, r.msgs_per_sec(), r.mb_per_sec(), waited, oversized,
+             r.mark_end ? "end-of-stream marked"
+             : r.failure ? "left open after the error (a new producer continues the bus)"
+                         : "left open (--keep-open)");
+}
+
+}  // namespace
+
+int run(const Options& o, const CLI::App& app) {
+  set_json_lines(o.json);
+  const Plan plan = plan_run(o, app);
+  const int fd = open_input(o);
+
+  const OpenedBus opened =
+      plan.create ? open_or_create_bus(o.bus, *plan.create) : OpenedBus{open_existing(o), false};
+  if (plan.create && !opened.created) refuse_if_different(o, opened.bus.info(), app);
+  // An error thrown from here while nothing is published and nobody is
+  // attached (the Producer's --wait-for-readers timing out, say) removes a
+  // bus this run created.
+  const CreatedBusGuard created(opened, plan.create ? plan.create->trust : Trust{});
+  check_bus_takes(o, opened.bus.info(), plan);
+  Producer producer = attach(opened.bus, o, plan.timeout);
+
+  const Outcome outcome = publish(producer, o, fd, plan.timeout);
+  // With --json the summary carries the error and its code.
+  if (outcome.failure && !o.json) {
+    print_error(kProgram, fmt::format("bus '{}': {}", o.bus, outcome.failure->message));
+  }
+  if (o.json) {
+    print_json_summary(o, outcome);
+  } else {
+    print_text_summary(o, outcome);
+  }
+  return outcome.failure ? exit_failure : exit_ok;
 }
 
 }  // namespace shmbus::producer

@@ -150,7 +150,10 @@ std::span<const Message> Consumer::read_batch(std::span<Message> out, PollResult
     }
     if (s == Step::empty || s == Step::no_room) break;
     if (s == Step::message) {
-      if (n == 0 && !c.checked) c.keep_from = out[0].seq;
+      // The first message in hand: a release during the call (crossing
+      // padding or a gap after it) stops there, so that neither a view in
+      // place nor a durable name's cursor goes past what the caller holds.
+      if (n == 0) c.keep_from = out[0].seq;
       ++n;
       may_wait = false;
       // A copied message that spans records used the room of those after it.

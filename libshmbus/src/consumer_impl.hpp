@@ -5,9 +5,10 @@
 // consumer_wait.cpp (waiting for data, and what a WaitSet asks).
 //
 // A consumer owns one ReaderSlot: it writes the slot's cursor line and reads
-// everything else. It never reads header.head on the hot path: record
-// `cursor` is ready when its commit tag equals cursor + 1 (acquire), which
-// keeps consumers off the producer's cache lines and off each other's.
+// everything else. Record `cursor` is ready when its commit tag equals
+// cursor + 1 (acquire) and head is past it; head is loaded only when the
+// reader reaches the last head it saw (announced()), so a reader behind the
+// producer reads record after record without touching the producer's lines.
 //
 // The cursor in the slot is published lazily, so the line the producer reads
 // when it rescans moves rarely: at the start of a call (so a `block` view
@@ -16,7 +17,7 @@
 // exactly those records) and on detach. The producer therefore sees every
 // reader at most `release_every - 1` records behind where it really is.
 // A store during a call (crossing a gap) never goes past the first message
-// that call hands out in place (`keep_from`).
+// that call hands out (`keep_from`).
 #pragma once
 
 #include <sys/types.h>
@@ -77,9 +78,11 @@ struct Consumer::Impl : detail::Attachment {
   // Head as last loaded: a record before it is committed for good (see
   // announced()). Loaded again only when the reader reaches it.
   std::uint64_t head_seen = 0;
-  // read_batch, in place: the first message of the batch in hand. A
-  // release() during the call (crossing padding or a gap after it) stops
-  // there, or the producer could write over the views it hands out.
+  // read_batch: the first message of the batch in hand. A release() during
+  // the call (crossing padding or a gap after it) stops there: in place,
+  // or the producer could write over the views it hands out; for every
+  // reader, or a durable name could be stored past messages the caller has
+  // not handled yet (a crash then would skip them).
   std::uint64_t keep_from = kMaxSequence;
   std::uint64_t retain = kMaxSequence;  // retain_from(): the caller's own floor
   std::uint64_t delivered = 0;

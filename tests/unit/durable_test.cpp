@@ -124,6 +124,36 @@ TEST(Durable, ACrashedHolderIsTakenOverAndNothingIsSkipped) {
   EXPECT_GE(c.cursor(), 100u - 32);
 }
 
+// A reader that copies its messages (here: of an `overwrite` bus) and
+// crosses padding after messages are in hand stores its name's cursor no
+// further than the first of them: killed while it handles the batch, it
+// gets them again.
+TEST(Durable, ACopyingReaderNeverStoresItsNamePastTheBatchInHand) {
+  for (const shmbus::Policy policy : {shmbus::Policy::overwrite, shmbus::Policy::block}) {
+    SCOPED_TRACE(policy == shmbus::Policy::overwrite ? "overwrite" : "block, best-effort");
+    ScopedName name("durable-batch");
+    const shmbus::Bus bus = shmbus::Bus::create(name, small(8, policy));
+    shmbus::Producer p(bus);
+    shmbus::ConsumerOptions o = named("copier", shmbus::Start::earliest);
+    o.hold_producer = false;
+    shmbus::Consumer c(bus, o);
+    publish_n(p, 6);  // seq 0..5
+    // Three records do not fit the two left in the lap: padding at 6..7,
+    // the message at 8..10 (over 0..2).
+    ASSERT_EQ(p.publish(std::vector<std::byte>(120), 1s).seq, 8u);
+    std::vector<shmbus::Message> out(16);
+    shmbus::PollResult r;
+    const auto got = c.read_batch(out, r, 1s);
+    ASSERT_FALSE(got.empty());
+    // The oldest messages were lapped by the one at 8: the batch is what
+    // is left before the padding.
+    EXPECT_LT(got.back().seq, 6u);
+    const auto snap = shmbus::Inspector::open(name).snapshot();
+    ASSERT_EQ(snap.bookmarks.size(), 1u);
+    EXPECT_LE(snap.bookmarks[0].cursor, got.front().seq) << "stored past messages still in hand";
+  }
+}
+
 TEST(Durable, ForgettingANameDropsItsBookmarkButNotWhileHeld) {
   ScopedName name("durable-forget");
   const shmbus::Bus bus = shmbus::Bus::create(name, small());

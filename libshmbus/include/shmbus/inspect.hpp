@@ -82,7 +82,7 @@ struct BookmarkView {
   std::uint32_t index = 0;
   std::string name;
   std::uint64_t cursor = 0;       // where Start::resume continues
-  std::uint64_t updated_ns = 0;   // CLOCK_REALTIME of its holder's last attach or detach
+  std::uint64_t updated_ns = 0;   // CLOCK_REALTIME the name was created, its holder detached, or reset moved it
   bool held = false;              // a live reader holds the name now
   pid_t holder_pid = 0;           // with held
   std::uint32_t holder_pid_namespace = 0;  // with held: inode of its PID namespace, 0 if unknown

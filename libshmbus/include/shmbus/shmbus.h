@@ -480,7 +480,7 @@ typedef struct shmbus_bookmark_view {
   int32_t holder_pid;         /* with held, else 0 */
   char name[32];              /* NUL-terminated */
   uint64_t cursor;            /* next sequence a resume under this name reads */
-  uint64_t updated_ns;        /* CLOCK_REALTIME of its holder's last attach or detach */
+  uint64_t updated_ns;        /* CLOCK_REALTIME the name was created, its holder detached, or reset moved it */
 } shmbus_bookmark_view;
 
 typedef struct shmbus_snapshot {

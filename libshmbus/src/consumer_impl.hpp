@@ -5,10 +5,18 @@
 // consumer_wait.cpp (waiting for data, and what a WaitSet asks).
 //
 // A consumer owns one ReaderSlot: it writes the slot's cursor line and reads
-// everything else. Record `cursor` is ready when its commit tag equals
-// cursor + 1 (acquire) and head is past it; head is loaded only when the
-// reader reaches the last head it saw (announced()), so a reader behind the
-// producer reads record after record without touching the producer's lines.
+// everything else. Record `cursor` is ready when head is past it and its
+// commit tag equals cursor + 1. Head is loaded (acquire) only when the
+// reader reaches the last head it saw (announced()): a reader behind the
+// producer reads record after record without touching the producer's
+// lines, and one that has caught up waits on head's line (it has one of
+// its own, written by the producer alone), as the Disruptor's readers wait
+// on a sequence barrier and Aeron's on a tail counter. It never spins on
+// the record the producer is about to write: with many readers, each of
+// the producer's stores to that line (the BUSY tag, the first payload
+// bytes, the commit) would first take it back from every one of them.
+// The tag is checked after head (a lap, a gap marker, a record rewritten
+// under a copying reader).
 //
 // The cursor in the slot is published lazily, so the line the producer reads
 // when it rescans moves rarely: at the start of a call (so a `block` view
@@ -204,10 +212,13 @@ struct Consumer::Impl : detail::Attachment {
   // message in place, a checked copy) here, the rest out of line.
   [[gnu::always_inline]] Step try_read_once(Message& out, Dest dst) noexcept {
     const std::uint64_t c = cursor;
+    // At the producer's frontier, head says when the record is there: a
+    // reader waits on head's line, never on the record the producer is
+    // writing (see the top of this file).
+    if (c >= head_seen && !announced(c)) [[unlikely]] return Step::empty;
     layout::RecordHeader* r = ring.record(c);
     const std::uint64_t t = detail::RecordRing::load_tag(r);
     if (t != detail::committed_tag(c)) [[unlikely]] return not_committed(c, t, out);
-    if (c >= head_seen && !announced(c)) [[unlikely]] return Step::empty;
     if (checked) return read_checked(c, t, out, dst);
     // In place: no writer is on a record we have not read.
     const std::uint32_t len = detail::RecordRing::load_length(r);
@@ -223,19 +234,19 @@ struct Consumer::Impl : detail::Attachment {
     return Step::message;
   }
 
-  // Whether record `c`, whose tag says committed, was announced by head.
+  // Whether record `c` was announced by head: it may be read.
   // A tag word in a slot that held the inside of a span on an earlier lap
   // is that span's payload until the producer writes the slot again, and a
   // payload that ends inside the word leaves the old tag's other bytes:
   // either can read as `c + 1` before record c exists (a 1-byte tail of a
   // span over the tag of the record two laps before it, on a 64-record
-  // ring). Head moves past c only after c is written, so a reader trusts a
-  // commit tag only below head: it loads head when it reaches the last one
+  // ring). Head moves past c only after c is written, so a reader looks at
+  // a record only below head: it loads head when it reaches the last one
   // it saw, as it catches up with the producer, not per message. The
   // acquire load pairs with publish_head()'s release store, after the
   // record's commit: what the reader loads of the record from here is the
   // producer's. A producer that died between its commit and head leaves a
-  // record only the tag announces: trusted where the slot never held a
+  // record only the tag announces: looked at where the slot never held a
   // span's inside (its word is a tag's), so that the stream drains.
   [[gnu::noinline]] bool announced(std::uint64_t c) noexcept;
 

@@ -229,9 +229,9 @@ struct Producer::Impl : detail::Attachment {
   }
 
   void wake_data_sleepers() noexcept {
-    // Dekker with a consumer going to sleep: we stored the tag, then load
-    // data_armed; it stores data_armed = 1, then issues heavy_barrier() and
-    // re-checks the tag. No system call unless somebody went to sleep since
+    // Dekker with a consumer going to sleep: we stored the tag and head,
+    // then load data_armed; it stores data_armed = 1, then issues
+    // heavy_barrier() and looks at head and the tag again. No system call unless somebody went to sleep since
     // the last wake: one wake per sleep episode, not one per publish until
     // the sleeper gets a CPU (and a sleeper that died costs one wake at most).
     detail::light_barrier();

@@ -96,6 +96,27 @@ std::vector<int> allowed_cpus() {
   return out;
 }
 
+std::vector<int> one_cpu_per_core() {
+  const std::vector<int> allowed = allowed_cpus();
+  std::vector<int> out;
+  for (int c : allowed) {
+    const std::string sib =
+        first_line("/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/thread_siblings_list");
+    std::vector<int> s;
+    try {
+      if (!sib.empty()) s = parse_cpu_list(sib);
+    } catch (const std::exception&) {
+      s.clear();
+    }
+    // A sibling before it that this process may use stands for the core.
+    const bool first = std::none_of(s.begin(), s.end(), [&](int b) {
+      return b < c && std::find(allowed.begin(), allowed.end(), b) != allowed.end();
+    });
+    if (first) out.push_back(c);
+  }
+  return out;
+}
+
 int cpu_for(const RunConfig& cfg, Role role, int id) {
   if (role == Role::producer || cfg.ncpus == 1) return cfg.cpus[0];
   return cfg.cpus[1 + static_cast<std::uint32_t>(id) % (cfg.ncpus - 1)];

@@ -24,6 +24,9 @@ std::string join(const std::vector<int>& v);
 
 // The CPUs this process may run on.
 std::vector<int> allowed_cpus();
+// Of those, the first of each physical core (sysfs thread_siblings_list;
+// every CPU its own core where sysfs does not say).
+std::vector<int> one_cpu_per_core();
 
 // Where a role runs under --cpus: the producer (pinger) on the first CPU, the
 // consumers round-robin over the rest, everyone on the first if it is alone.

@@ -336,4 +336,53 @@ json results_json(const std::vector<Row>& rows) {
   return jrows;
 }
 
+nlohmann::json print_scale_table(const std::vector<Row>& rows) {
+  std::vector<std::uint32_t> fans, sizes;
+  for (const Row& r : rows) {
+    if (r.cf.transport != Transport::shmbus || r.cf.mode != Mode::full) continue;
+    if (std::find(fans.begin(), fans.end(), r.cf.consumers) == fans.end()) fans.push_back(r.cf.consumers);
+    if (std::find(sizes.begin(), sizes.end(), r.cf.size) == sizes.end()) sizes.push_back(r.cf.size);
+  }
+  std::sort(fans.begin(), fans.end());
+  std::sort(sizes.begin(), sizes.end());
+  auto size_label = [](std::uint32_t s) {
+    return s % 1024 == 0 ? std::to_string(s / 1024) + " KiB" : std::to_string(s) + " B";
+  };
+  nlohmann::json out = {{"full", nlohmann::json::array()}, {"pingpong", nlohmann::json::array()}};
+  std::printf("\nshmbus ÷ ring, msgs/s per consumer at full speed (medians of per-round ratios):\n\n");
+  std::printf("| fan-out \\ size |");
+  for (auto s : sizes) std::printf(" %s |", size_label(s).c_str());
+  std::printf("\n|---|");
+  for (std::size_t k = 0; k < sizes.size(); ++k) std::printf("--:|");
+  std::printf("\n");
+  for (auto n : fans) {
+    std::printf("| 1 → %u |", n);
+    for (auto s : sizes) {
+      const auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& r) {
+        return r.cf.transport == Transport::shmbus && r.cf.mode == Mode::full && r.cf.consumers == n &&
+               r.cf.size == s;
+      });
+      const bool have = it != rows.end() && it->vs_ring && it->failed == 0;
+      std::printf(" %s |", have ? fmt_ratio(*it->vs_ring).c_str() : "–");
+      out["full"].push_back({{"consumers", n},
+                             {"size", s},
+                             {"vs_ring", have ? nlohmann::json(*it->vs_ring) : nlohmann::json()}});
+    }
+    std::printf("\n");
+  }
+  for (const Row& r : rows) {
+    if (r.cf.transport != Transport::shmbus || r.cf.mode != Mode::pingpong || !r.vs_ring) continue;
+    std::printf("\nping-pong %s: p50 %s, p99 %s; ÷ ring (the ring's latency ÷ shmbus's) p50 %s, p99 %s\n",
+                size_label(r.cf.size).c_str(), fmt_ns(r.med.p50).c_str(), fmt_ns(r.med.p99).c_str(),
+                r.vs_ring_p50 ? fmt_ratio(*r.vs_ring_p50).c_str() : "–", fmt_ratio(*r.vs_ring).c_str());
+    out["pingpong"].push_back({{"size", r.cf.size},
+                               {"p50_ns", r.med.p50},
+                               {"p99_ns", r.med.p99},
+                               {"vs_ring_p50", r.vs_ring_p50 ? nlohmann::json(*r.vs_ring_p50) : nlohmann::json()},
+                               {"vs_ring_p99", *r.vs_ring}});
+  }
+  std::fflush(stdout);
+  return out;
+}
+
 }  // namespace bench

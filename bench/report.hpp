@@ -62,6 +62,11 @@ void print_run_end(const Config& cf, const Metrics& m);
 void print_table(const Options& o, const std::vector<Row>& rows);
 void print_vs_tcp(const Options& o, const std::vector<Row>& rows);
 
+// --scale: shmbus ÷ the ring per consumer at full speed as a fan-out ×
+// size table, and ping-pong's p50 / p99 ÷ the ring's, on stdout; the same
+// as the --json document's "scale".
+nlohmann::json print_scale_table(const std::vector<Row>& rows);
+
 // The rows, every run and the medians, as the --json document's "results".
 nlohmann::json results_json(const std::vector<Row>& rows);
 

@@ -83,6 +83,23 @@ std::optional<Transport> parse_transport(const std::string& s) {
 
 }  // namespace
 
+void apply_scale(Options& o) {
+  const std::vector<int> cores = one_cpu_per_core();
+  if (cores.size() < 2) throw Usage("--scale: needs at least two physical cores (found " +
+                                    std::to_string(cores.size()) + ")");
+  const auto most = static_cast<std::uint32_t>(std::min<std::size_t>(cores.size() - 1, kMaxConsumers));
+  std::vector<std::uint32_t> fan{1, 4, static_cast<std::uint32_t>(cores.size() / 2), most};
+  std::sort(fan.begin(), fan.end());
+  fan.erase(std::unique(fan.begin(), fan.end()), fan.end());
+  fan.erase(std::remove_if(fan.begin(), fan.end(), [&](std::uint32_t n) { return n < 1 || n > most; }), fan.end());
+  o.transports = {"ring", "shmbus"};
+  o.modes = {"full", "pingpong"};
+  o.consumers = fan;
+  o.sizes = {32, 128, 512, 1024, 4096, 65536};
+  o.pp_sizes = {128};
+  o.cpus_text = join(std::vector<int>(cores.begin(), cores.begin() + most + 1));
+}
+
 std::vector<std::vector<Config>> plan(Options& o) {
   if (o.quick) {
     o.count = std::min<std::uint64_t>(o.count, 20'000);
@@ -225,6 +242,7 @@ void configure(RunConfig& cfg, const Options& o, const Config& cf, int serial) {
   cfg.count = cf.mode == Mode::rate       ? o.rate_count
               : cf.mode == Mode::pingpong ? o.pp_count
               : cf.mode == Mode::catchup  ? o.catchup_count
+              : o.scale ? std::min<std::uint64_t>(o.count, std::max<std::uint64_t>(10'000, kScaleBytes / cf.size))
                                           : o.count;
   cfg.warmup = cf.mode == Mode::pingpong ? o.pp_warmup : 0;
   cfg.rate = o.rate;

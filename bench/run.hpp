@@ -68,6 +68,8 @@ struct Options {
   std::string json_path;
   std::string bridge_path = SHMBUS_BRIDGE_PATH;
   bool quick = false;
+  // --scale: the many-core table (apply_scale()).
+  bool scale = false;
 };
 
 // One configuration of the matrix.
@@ -77,6 +79,16 @@ struct Config {
   std::uint32_t consumers;
   std::uint32_t size;
 };
+
+// --scale: the reference ring and shmbus, the producer and one consumer
+// per physical core (the first CPU of each core this process may use),
+// fan-out 1, 4, half and all but one of those cores, full speed at
+// 32 B .. 64 KiB (kScaleBytes per run at most, and never more than
+// --count messages), and ping-pong at 128 B. Replaces --transports,
+// --modes, --consumers, --sizes, --pp-sizes and --cpus; throws Usage on
+// a machine with one core.
+inline constexpr std::uint64_t kScaleBytes = std::uint64_t{4} << 30;
+void apply_scale(Options& o);
 
 // Applies --quick, checks the options (throws Usage) and parses --cpus into
 // o.cpus; then expands them into groups of one (mode, consumers, size)

@@ -79,6 +79,11 @@ void add_workload_options(CLI::App& app, Options& o) {
   app.add_option("--idle-seconds", o.idle_seconds, "how long the idle consumer waits")->capture_default_str();
   app.add_option("--idle-transports", o.idle_transports, "transports for the idle check")->delimiter(',')->capture_default_str();
   app.add_option("--runs", o.runs, "repeat each configuration; medians are reported")->capture_default_str();
+  app.add_flag("--scale", o.scale,
+               "the many-core table: ring and shmbus, the producer and one consumer per physical core, fan-out "
+               "1, 4, half and all but one of the cores, full speed at 32 B .. 64 KiB (at most 4 GiB per run) "
+               "and ping-pong at 128 B; after the full table, shmbus ÷ ring per consumer as a fan-out × size "
+               "table. Sets --transports, --modes, --consumers, --sizes, --pp-sizes and --cpus");
 }
 
 // The options of how it is run: the transports' settings, placement, clock,
@@ -187,6 +192,7 @@ int report_results(const Options& o, const std::vector<Row>& rows, const nlohman
   if (!rows.empty()) {
     print_table(o, rows);
     print_vs_tcp(o, rows);
+    if (o.scale) doc["scale"] = print_scale_table(rows);
   }
   doc["results"] = results_json(rows);
   if (!o.json_path.empty()) {
@@ -210,6 +216,7 @@ int report_results(const Options& o, const std::vector<Row>& rows, const nlohman
 // cannot be run.
 int orchestrate(Options& o, const std::string& dir, int argc, char** argv) {
   use_bus_dir(dir);
+  if (o.scale) apply_scale(o);
   const auto groups = plan(o);
   start_orchestrator();
   const bool tsc = o.clock == "tsc" && invariant_tsc();

@@ -35,7 +35,7 @@ struct Args {
 
 void add_stream(const Connection& c, const std::string& name, const std::string& subject) {
   jsErrCode code = static_cast<jsErrCode>(0);
-  const natsStatus s = add_file_stream(c, name, subject, code);
+  const natsStatus s = add_file_stream(c.js(), name, subject, code);
   if (s != NATS_OK) throw GatewayError(js_error_text("creating stream " + name, s, code, ""));
 }
 

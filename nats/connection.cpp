@@ -48,8 +48,7 @@ std::string js_error_text(const std::string& what, natsStatus s, jsErrCode code,
   return fmt::format("{}: {}", what, status_text(s));
 }
 
-natsStatus add_file_stream(const Connection& c, const std::string& stream, const std::string& subject,
-                           jsErrCode& code) {
+natsStatus add_file_stream(jsCtx* js, const std::string& stream, const std::string& subject, jsErrCode& code) {
   jsStreamConfig cfg;
   jsStreamConfig_Init(&cfg);
   cfg.Name = stream.c_str();
@@ -58,7 +57,7 @@ natsStatus add_file_stream(const Connection& c, const std::string& stream, const
   cfg.SubjectsLen = 1;
   cfg.Storage = js_FileStorage;
   jsStreamInfo* si = nullptr;
-  const natsStatus s = js_AddStream(&si, c.js(), &cfg, nullptr, &code);
+  const natsStatus s = js_AddStream(&si, js, &cfg, nullptr, &code);
   if (si != nullptr) jsStreamInfo_Destroy(si);
   return s;
 }

@@ -145,8 +145,7 @@ auto retry_transient(F&& f, Stop&& stop, std::chrono::milliseconds give_up = std
 // Adds stream `stream` on `subject` alone, file storage, the server's
 // defaults otherwise (no limits, a 2-minute duplicate window). Returns the
 // client's status, `code` the JetStream error code.
-natsStatus add_file_stream(const Connection& c, const std::string& stream, const std::string& subject,
-                           jsErrCode& code);
+natsStatus add_file_stream(jsCtx* js, const std::string& stream, const std::string& subject, jsErrCode& code);
 
 // A JetStream API failure as one line: "stream 'X' not found", "permission
 // denied ...", "no JetStream at ..." from the status and JetStream error code.

@@ -174,7 +174,7 @@ void create_stream_if_missing(const Connection& c, const std::string& stream, co
   if (code != JSStreamNotFoundErr) {
     throw GatewayError(js_error_text(fmt::format("stream '{}'", stream), s, code, c.last_async_error()));
   }
-  s = add_file_stream(c, stream, subject, code);
+  s = add_file_stream(c.js(), stream, subject, code);
   if (s != NATS_OK) {
     throw GatewayError(js_error_text(fmt::format("creating stream '{}'", stream), s, code, c.last_async_error()));
   }

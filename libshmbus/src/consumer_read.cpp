@@ -16,7 +16,9 @@ bool Consumer::Impl::announced(std::uint64_t c) noexcept {
   const std::uint64_t hd = h->head.load(std::memory_order_acquire);
   if (hd < kMaxSequence && hd > head_seen) head_seen = hd;
   if (c < head_seen) return true;
-  return end == EndReason::producer_died && ring.span_mark(c) == detail::RecordRing::Mark::start;
+  // The dead producer's bus still: a successor stores head itself.
+  return end == EndReason::producer_died && h->takeovers.load(std::memory_order_acquire) == dead_takeovers &&
+         ring.span_mark(c) == detail::RecordRing::Mark::start;
 }
 
 detail::Step Consumer::Impl::read_in_place_unusual(std::uint64_t c, layout::RecordHeader* r, std::uint32_t len,

@@ -49,16 +49,16 @@ bool Consumer::Impl::has_news(bool probe) noexcept {
     return true;
   }
   const std::uint64_t c = cursor;
-  const std::uint64_t t = detail::RecordRing::load_tag(ring.record(c));
-  // A ready tag is news once head says so (announced()): a stale word
-  // that reads as it is not, or a WaitSet would return at once, for as
-  // long as the producer does not write the record.
-  if (t == detail::committed_tag(c)) {
-    if (c < head_seen || announced(c)) return true;
-  } else if (detail::tag_state(t, c) == detail::TagState::not_yet) {
-    if (checked && !detail::RecordRing::is_header(ring.span_mark(c))) return true;  // landed inside a span
-  } else if (!stale_span_word(c)) {
-    return true;  // lapped, a gap's marker, or a tag no lap explains (not_committed() says which)
+  // What try_read() asks, in its order: nothing is there before head is
+  // past the cursor (announced()); then the tag says what is.
+  if (c < head_seen || announced(c)) {
+    const std::uint64_t t = detail::RecordRing::load_tag(ring.record(c));
+    if (t == detail::committed_tag(c)) return true;
+    if (detail::tag_state(t, c) == detail::TagState::not_yet) {
+      if (checked && !detail::RecordRing::is_header(ring.span_mark(c))) return true;  // landed inside a span
+    } else if (!stale_span_word(c)) {
+      return true;  // lapped, a gap's marker, or a tag no lap explains (not_committed() says which)
+    }
   }
   if (!eos_reported && end_of_stream(probe)) return true;
   // Nothing to read: the caller is about to wait (keep_from is unset
@@ -73,10 +73,6 @@ detail::ConsumerWatch Consumer::Impl::watch() noexcept {
   w.h = h;
   w.slot = slot;
   w.seg = &seg;
-  w.tag = &ring.record(cursor)->tag;
-  // Acquire: as try_read()'s load; a tag that moves on from here is news.
-  w.tag_seen = w.tag->load(std::memory_order_acquire);
-  w.tag_ready = detail::committed_tag(cursor);
   w.seq = cursor;
   w.state_seen = active_state;
   w.end_pending = !eos_reported;
@@ -118,8 +114,8 @@ detail::Step Consumer::Impl::read_one(Message& out, Dest copy_to, std::chrono::n
     }
     if (w.expired()) return eos ? Step::eos : Step::timeout;
     // Spin or yield (not once the stream has ended: then sleep). A spin
-    // looks at our record after every pause: one load of a line we read
-    // next anyway.
+    // reads again after every pause: at the producer's frontier one load of
+    // head's line (try_read_once()).
     if (!eos && w.pause([&]() noexcept { return (s = try_read(out, copy_to)) != Step::empty; })) {
       if (s == Step::empty) s = try_read(out, copy_to);  // after a yield (or a spin step that found nothing)
       if (s != Step::empty) return s;
@@ -151,16 +147,11 @@ bool ConsumerAccess::has_news(Consumer& c, bool probe) noexcept { return c.impl_
 ConsumerWatch ConsumerAccess::watch(Consumer& c) noexcept { return c.impl_->watch(); }
 
 bool watch_fired(const ConsumerWatch& w, bool probe) noexcept {
-  // Acquire: pairs with the producer's release of the commit tag.
-  const std::uint64_t t = w.tag->load(std::memory_order_acquire);
-  // A ready tag counts once head is past the record (see announced()); the
-  // producer wakes sleepers after it stores head.
-  if (t == w.tag_ready) {
-    const std::uint64_t hd = w.h->head.load(std::memory_order_acquire);
-    if (hd > w.seq && hd < layout::kMaxSequence) return true;
-  } else if (t != w.tag_seen) {
-    return true;
-  }
+  // Head past the cursor: a record, a gap or a lap to read, as try_read()
+  // judges (announced()). Acquire: pairs with the producer's release store
+  // of head, after the commits below it; it wakes sleepers after that store.
+  const std::uint64_t hd = w.h->head.load(std::memory_order_acquire);
+  if (hd > w.seq && hd < layout::kMaxSequence) return true;
   if (w.slot->state.load(std::memory_order_relaxed) != w.state_seen) return true;
   if (!w.end_pending) return false;
   // Pairs with the producer's release store of `closed` after its last commit.

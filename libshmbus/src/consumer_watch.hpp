@@ -23,10 +23,7 @@ struct ConsumerWatch {
   layout::SegmentHeader* h = nullptr;
   layout::ReaderSlot* slot = nullptr;
   const Segment* seg = nullptr;
-  const std::atomic<std::uint64_t>* tag = nullptr;  // of the record at the cursor
-  std::uint64_t tag_seen = 0;   // its value when the watch was taken
-  std::uint64_t tag_ready = 0;  // the committed tag of the cursor's sequence
-  std::uint64_t seq = 0;        // the cursor: a ready tag is news once head is past it
+  std::uint64_t seq = 0;         // the cursor: news once head is past it
   std::uint32_t state_seen = 0;  // the slot's state while it is the consumer's
   bool end_pending = false;      // its end of stream not reported yet: closed, or a dead producer, is news
   bool sleeping_mine = false;    // this watcher set slot->sleeping (and counted itself in data_sleepers)
@@ -48,9 +45,9 @@ bool watch_fired(const ConsumerWatch& w, bool probe) noexcept;
 // the flag, which a reclaimer gives back if the holder dies asleep) and
 // sets data_armed, which makes the producer's next commit wake data_futex.
 // Returns whether this caller set the flag. Then the caller loads
-// data_futex, issues heavy_barrier() and looks at the record once more
-// before it sleeps: Dekker with the producer, which stores the tag, then
-// loads data_armed. disarm_data_sleep() undoes what arm took (`mine`).
+// data_futex, issues heavy_barrier() and looks at head (and the record
+// below it) once more before it sleeps: Dekker with the producer, which
+// stores the tag and head, then loads data_armed. disarm_data_sleep() undoes what arm took (`mine`).
 inline bool arm_data_sleep(layout::SegmentHeader* h, layout::ReaderSlot* slot) noexcept {
   bool mine = false;
   if (slot->sleeping.load(std::memory_order_relaxed) == 0) {

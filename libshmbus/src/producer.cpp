@@ -222,8 +222,10 @@ struct Producer::Impl : detail::Attachment {
 
   void publish_head(std::uint64_t new_next) noexcept {
     next = new_next;
-    // For late joiners, the inspector and a producer taking over; consumers
-    // poll the commit tags, not head. Pairs with their acquire loads of head.
+    // After every commit below it: a consumer reads a record only once head
+    // is past it, and one that has caught up waits on this line. Pairs with
+    // their acquire loads of head (and a late joiner's, the inspector's, a
+    // producer's taking over).
     h->head.store(new_next, std::memory_order_release);
     wake_data_sleepers();
   }

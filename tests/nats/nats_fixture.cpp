@@ -19,6 +19,8 @@
 #include <sstream>
 #include <thread>
 
+#include "nats/connection.hpp"
+
 extern char** environ;
 
 namespace shmbus::nats::test {
@@ -206,18 +208,8 @@ struct Js {
 bool NatsServer::create_stream(const std::string& stream, const std::string& subject) {
   Js c(url());
   if (c.js == nullptr) return false;
-  jsStreamConfig cfg;
-  jsStreamConfig_Init(&cfg);
-  cfg.Name = stream.c_str();
-  const char* subjects[] = {subject.c_str()};
-  cfg.Subjects = subjects;
-  cfg.SubjectsLen = 1;
-  cfg.Storage = js_FileStorage;
-  jsStreamInfo* si = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
-  const natsStatus s = js_AddStream(&si, c.js, &cfg, nullptr, &code);
-  if (si != nullptr) jsStreamInfo_Destroy(si);
-  return s == NATS_OK;
+  return shmbus::nats::add_file_stream(c.js, stream, subject, code) == NATS_OK;
 }
 
 std::int64_t NatsServer::stream_messages(const std::string& stream) {

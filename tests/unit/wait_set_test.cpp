@@ -77,6 +77,33 @@ TEST(WaitSet, ReturnsTheMembersWithNewsAndOnlyThose) {
   EXPECT_TRUE(set.wait(0ns).empty());
 }
 
+// A member is news when next() has something to say, and only then: a tag
+// in the record past head (a stray store, or a record being written) is
+// not, as next() does not read it before head is past it. Otherwise a
+// set would return the member at once, again and again, while next()
+// times out.
+TEST(WaitSet, ATagPastHeadIsNotNewsAsNextDoesNotReadIt) {
+  Buses b(1);
+  WaitSet set;
+  set.add(*b.consumers[0]);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(b.producers[0]->publish(bytes("m")));
+  EXPECT_EQ(drain(*b.consumers[0]), 3);
+  {
+    RawSegment raw(b.names[0]->path());
+    // The tag a record two laps on would have, in the slot of seq 3.
+    raw.record_header(3).tag.store(3 + 2 * 64 + 1);
+  }
+  EXPECT_TRUE(set.wait(0ns).empty());
+  EXPECT_TRUE(set.wait(30ms).empty()) << "a tag past head woke the set";
+  EXPECT_EQ(b.consumers[0]->next(0ns).status, ReadStatus::timeout);
+  // The record written over it is news, and read.
+  ASSERT_TRUE(b.producers[0]->publish(bytes("next")));
+  ASSERT_EQ(set.wait(1s).size(), 1u);
+  const ReadResult r = b.consumers[0]->next(0ns);
+  ASSERT_EQ(r.status, ReadStatus::message);
+  EXPECT_EQ(r.message.seq, 3u);
+}
+
 TEST(WaitSet, ASleepingWaitIsEndedByAPublishAndShowsAsleepMeanwhile) {
   Buses b(3);
   WaitSet set;

@@ -354,7 +354,8 @@ shmbus_status shmbus_producer_publish(shmbus_producer* producer, const void* dat
   constexpr const char* fn = "shmbus_producer_publish";
   if (!producer) return invalid(fn, "producer is NULL");
   if (!data && size) return invalid(fn, "data is NULL with a non-zero size");
-  if (producer->producer.open_claim()) return fail(SHMBUS_CLAIM_PENDING, std::string(fn) + ": commit the open claim first");
+  if (producer->producer.open_claim())
+    return fail(SHMBUS_CLAIM_PENDING, std::string(fn) + ": commit the open claim first");
   const auto r = producer->producer.publish(
       std::span<const std::byte>(static_cast<const std::byte*>(data), size), to_timeout(timeout_ns));
   if (r.status != shmbus::PublishStatus::ok) return publish_failure(producer, r.status, size);
@@ -367,7 +368,8 @@ shmbus_status shmbus_producer_claim(shmbus_producer* producer, size_t size, int6
   constexpr const char* fn = "shmbus_producer_claim";
   if (!producer || !data) return invalid(fn, "producer or data is NULL");
   *data = nullptr;
-  if (producer->producer.open_claim()) return fail(SHMBUS_CLAIM_PENDING, std::string(fn) + ": commit the open claim first");
+  if (producer->producer.open_claim())
+    return fail(SHMBUS_CLAIM_PENDING, std::string(fn) + ": commit the open claim first");
   const shmbus::Claim c = producer->producer.claim(size, to_timeout(timeout_ns));
   if (c.status != shmbus::PublishStatus::ok) return publish_failure(producer, c.status, size);
   *data = c.data.data();
@@ -399,7 +401,8 @@ shmbus_status shmbus_producer_publish_batch(shmbus_producer* producer, const voi
   for (size_t i = 0; i < count; ++i) {
     if (!data[i] && sizes[i]) return invalid(fn, "a data pointer is NULL with a non-zero size");
   }
-  if (producer->producer.open_claim()) return fail(SHMBUS_CLAIM_PENDING, std::string(fn) + ": commit the open claim first");
+  if (producer->producer.open_claim())
+    return fail(SHMBUS_CLAIM_PENDING, std::string(fn) + ": commit the open claim first");
   if (producer->closed) return publish_failure(producer, shmbus::PublishStatus::closed, 0);
   return guard(fn, [&] {
     std::vector<std::span<const std::byte>> spans(count);

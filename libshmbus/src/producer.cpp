@@ -17,9 +17,9 @@
 // read-for-ownership prefetch (sys.hpp prefetch_for_write), for the first
 // lines (at most kPrefetchRecordBytes) of the record about kPrefetchBytes
 // ahead, if every reader is done with it: below the back-pressure limit
-// (in `overwrite` the producer takes it anyway). Only when records are not whole lines may the
-// last line be shared with the next record, which a reader may still be on:
-// a cost in speed, never in correctness. A ring larger than a core's L2 (a
+// (in `overwrite` the producer takes it anyway). Only when records are not
+// whole lines may the last line be shared with the next record, which a
+// reader may still be on: a cost in speed, never in correctness. A ring larger than a core's L2 (a
 // 65,536-record ring of 128-byte messages is 12 MiB) has every line the
 // producer writes evicted after its readers read it a lap ago, and without
 // the prefetch each store waited for it. On an Intel Xeon, separate cores,
@@ -233,9 +233,10 @@ struct Producer::Impl : detail::Attachment {
   void wake_data_sleepers() noexcept {
     // Dekker with a consumer going to sleep: we stored the tag and head,
     // then load data_armed; it stores data_armed = 1, then issues
-    // heavy_barrier() and looks at head and the tag again. No system call unless somebody went to sleep since
-    // the last wake: one wake per sleep episode, not one per publish until
-    // the sleeper gets a CPU (and a sleeper that died costs one wake at most).
+    // heavy_barrier() and looks at head and the tag again. No system call
+    // unless somebody went to sleep since the last wake: one wake per sleep
+    // episode, not one per publish until the sleeper gets a CPU (and a
+    // sleeper that died costs one wake at most).
     detail::light_barrier();
     if (h->data_armed.load(std::memory_order_relaxed) != 0) [[unlikely]] {
       if (h->data_armed.exchange(0, std::memory_order_acq_rel) != 0) {

@@ -51,7 +51,7 @@ bool HoldLimit::account(Segment& seg, std::uint64_t needed_floor, std::uint64_t 
   if (any) {
     // Pairs with a reader's acquire load of a tag we store next (even a
     // relaxed BUSY one): a reader that reads in place and finds its record
-    // rewritten also sees that it was let go (consumer.cpp, lapped()).
+    // rewritten also sees that it was let go (consumer_read.cpp, lapped()).
     std::atomic_thread_fence(std::memory_order_release);
   }
   return any;

@@ -8,8 +8,8 @@
 // reader copies it and knows the copy is whole, and what a gap marker says.
 // Who may write, and whether a reader must copy, is the caller's business:
 // one producer writes (producer.cpp); in `block` no writer is ever on a
-// record a reader is reading, so a reader reads in place (consumer.cpp); in
-// `overwrite`, and for the inspector in either policy, a writer may be, so
+// record a reader is reading, so a reader reads in place (consumer_impl.hpp);
+// in `overwrite`, and for the inspector in either policy, a writer may be, so
 // a reader copies and checks (shared_copy.hpp explains why word by word):
 //
 //   writer                                    reader

@@ -7,13 +7,14 @@
 // A Waiter owns that clock arithmetic: the deadline, where the spin and
 // yield phases end, the liveness tick, and how long one futex sleep may
 // last. The caller owns what it waits for and its side of the futex
-// handshake (producer.cpp, consumer.cpp), in a loop of this shape:
+// handshake (back_pressure.cpp; consumer_wait.cpp and wait_set.cpp, with
+// consumer_watch.hpp's arm_data_sleep()), in a loop of this shape:
 //
 //   for (Waiter w(...);; w.tick()) {
 //     if (w.liveness_due()) ...look at the other side (a system call)...
 //     if (w.expired()) return timeout;
-//     if (w.pause()) continue;  // spin a step, or yield (a consumer checks
-//                               // its record after every pause: pause(ready))
+//     if (w.pause()) continue;  // spin a step, or yield (a consumer looks
+//                               // again after every pause: pause(ready))
 //     arm, heavy_barrier(), check, futex_wait(w.sleep_slice(...)), disarm;
 //   }
 //

@@ -55,7 +55,7 @@ struct ReaderView {
   // Next sequence it will read, as the reader last stored it (what the
   // producer sees): exact while it waits, after a call that found nothing,
   // and at detach; otherwise up to capacity/16 - 1 (at most 31) behind the
-  // reader's own Consumer::cursor(), never ahead (consumer.cpp: stored at
+  // reader's own Consumer::cursor(), never ahead (consumer_impl.hpp: stored at
   // the start of a call every capacity/16 reads, and before every wait).
   std::uint64_t cursor = 0;
   std::uint64_t delivered = 0;    // stored with the cursor

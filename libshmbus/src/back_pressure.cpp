@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 
 #include "reader_table.hpp"
 #include "sys.hpp"
@@ -112,75 +113,83 @@ BackPressure::Wait BackPressure::wait(std::uint64_t last_seq, std::chrono::nanos
     return Wait::room;
   }
 
-  // A reader that stops between what we need and the chunk we asked for
-  // never crosses the mark: look again after this at the latest.
-  constexpr std::uint64_t kChunkSleepNs = 10'000'000;
   const std::uint64_t needed_floor = last_seq + 1 - cap_;  // every cursor must reach this
   Waiter w(wait_, timeout, next_liveness_);
   // With a hold limit, we look at who holds us every period and charge
   // them the time since the last look.
   const std::uint64_t hold_period = hold_.period_ns();
-  std::uint64_t last_hold_look = w.start();
-  std::uint64_t next_hold_look = hold_period == UINT64_MAX ? UINT64_MAX : w.start() + hold_period;
   // Who holds us back: the reader furthest behind, named from the wait's
   // first moment (the scan above found it) and before the wait shows, so
   // that an inspector that sees us waiting finds it; and named again
   // whenever another is furthest behind (one that was behind with the one
   // we really wait for catches up). Stored only when it changes.
-  std::uint32_t shown = holder;
+  const std::uint32_t shown = holder;
   show_holder(shown);
   if (!waiting_) {
     waiting_ = true;
     h_->producer_waits.fetch_add(1, std::memory_order_relaxed);
     h_->wait_start_ns.store(realtime_ns(), std::memory_order_relaxed);
   }
-  Wait result = Wait::timeout;
-  for (;; w.tick()) {
-    std::uint32_t furthest = UINT32_MAX;
-    recompute(last_seq, &furthest);
-    if (last_seq < limit_) {
-      result = Wait::room;
-      break;
+  // What the producer waits for (wait_until()).
+  struct ForSpace {
+    BackPressure& bp;
+    std::uint64_t last_seq;
+    std::uint64_t needed_floor;
+    std::uint64_t hold_period;
+    std::uint32_t shown;
+    std::uint64_t last_hold_look;
+    std::uint64_t next_hold_look;
+
+    std::optional<Wait> look(Waiter& w) noexcept {
+      std::uint32_t furthest = UINT32_MAX;
+      // The check rescans every active reader's cursor line: once per step.
+      bp.recompute(last_seq, &furthest);
+      if (last_seq < bp.limit_) return Wait::room;
+      if (furthest != shown) bp.show_holder(shown = furthest);
+      if (bp.h_->removed.load(std::memory_order_relaxed) != 0) return Wait::removed;  // removed by force meanwhile
+      if (w.liveness_due()) {
+        // Outside the spin phase (a short wait must stay free of system
+        // calls), once per liveness period: reclaim a holder that died.
+        bp.reclaim_dead_holders(needed_floor);
+      } else if (w.now() >= next_hold_look) {
+        bp.hold_.account(bp.seg_, needed_floor, w.now() - last_hold_look);
+        last_hold_look = w.now();
+        next_hold_look = w.now() + hold_period;
+      }
+      return std::nullopt;
     }
-    if (furthest != shown) show_holder(shown = furthest);
-    if (h_->removed.load(std::memory_order_relaxed) != 0) {  // removed by force while we waited
-      result = Wait::removed;
-      break;
+    Wait at_deadline() const noexcept { return Wait::timeout; }
+    bool may_spin() const noexcept { return true; }
+    std::optional<Wait> ready() const noexcept { return std::nullopt; }  // look() checks once per step
+
+    std::optional<Wait> sleep(Waiter& w) noexcept {
+      // A reader that stops between what we need and the chunk we asked
+      // for never crosses the mark: look again after this at the latest.
+      constexpr std::uint64_t kChunkSleepNs = 10'000'000;
+      layout::SegmentHeader* h = bp.h_;
+      // Dekker with consumers: we arm producer_sleeping, then
+      // heavy_barrier() and re-check cursors; they store their cursor, then
+      // load producer_sleeping (light barrier between), and the first whose
+      // cursor crosses space_wanted clears it and makes the one wake.
+      const std::uint32_t seen = h->space_futex.load(std::memory_order_acquire);
+      // Reachable: chunk <= cap / 2, so the mark is never past head.
+      h->space_wanted.store(needed_floor + bp.chunk_, std::memory_order_relaxed);
+      // Release: a reader that sees producer_sleeping == 1 sees space_wanted.
+      h->producer_sleeping.store(1, std::memory_order_release);
+      const bool barrier_ok = heavy_barrier();
+      bp.recompute(last_seq);
+      if (last_seq < bp.limit_) {
+        h->producer_sleeping.store(0, std::memory_order_relaxed);
+        return Wait::room;
+      }
+      futex_wait(&h->space_futex, seen,
+                 w.sleep_slice(barrier_ok, std::min(kChunkSleepNs, next_hold_look - w.now())));
+      h->producer_sleeping.store(0, std::memory_order_relaxed);
+      return std::nullopt;
     }
-    // Outside the spin phase (a short wait must stay free of system calls),
-    // once per liveness period: reclaim a holder that died.
-    if (w.liveness_due()) {
-      reclaim_dead_holders(needed_floor);
-      continue;
-    }
-    if (w.now() >= next_hold_look) {
-      hold_.account(seg_, needed_floor, w.now() - last_hold_look);
-      last_hold_look = w.now();
-      next_hold_look = w.now() + hold_period;
-      continue;
-    }
-    if (w.expired()) break;
-    // The check rescans every active reader's cursor line: once per step.
-    if (w.pause()) continue;
-    // Dekker with consumers: we arm producer_sleeping, then
-    // heavy_barrier() and re-check cursors; they store their cursor, then
-    // load producer_sleeping (light barrier between), and the first whose
-    // cursor crosses space_wanted clears it and makes the one wake.
-    const std::uint32_t seen = h_->space_futex.load(std::memory_order_acquire);
-    // Reachable: chunk <= cap / 2, so the mark is never past head.
-    h_->space_wanted.store(needed_floor + chunk_, std::memory_order_relaxed);
-    // Release: a reader that sees producer_sleeping == 1 sees space_wanted.
-    h_->producer_sleeping.store(1, std::memory_order_release);
-    const bool barrier_ok = heavy_barrier();
-    recompute(last_seq);
-    if (last_seq < limit_) {
-      h_->producer_sleeping.store(0, std::memory_order_relaxed);
-      result = Wait::room;
-      break;
-    }
-    futex_wait(&h_->space_futex, seen, w.sleep_slice(barrier_ok, std::min(kChunkSleepNs, next_hold_look - w.now())));
-    h_->producer_sleeping.store(0, std::memory_order_relaxed);
-  }
+  } side{*this, last_seq, needed_floor, hold_period, shown, w.start(),
+         hold_period == UINT64_MAX ? UINT64_MAX : w.start() + hold_period};
+  const Wait result = wait_until(w, side);
   if (result != Wait::timeout) {
     end_wait();
   } else {

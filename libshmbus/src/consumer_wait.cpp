@@ -86,57 +86,70 @@ detail::Step Consumer::Impl::read_one(Message& out, Dest copy_to, std::chrono::n
   release();
 
   slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
-  bool eos = false;
-  for (detail::Waiter w(opt.wait, timeout, next_liveness);; w.tick()) {
-    // The liveness probe is kept out of the spin phase (a short wait makes
-    // no system call), except for a caller that does not wait at all.
-    const bool probe = !eos && w.liveness_due();
-    if (probe) {
-      s = lost_commit(out);
-      if (s != Step::empty) return s;
-    }
-    if (!eos && end_of_stream(probe)) {
-      // Everything committed before the close (or the death) is visible now.
-      s = try_read(out, copy_to);
-      if (s != Step::empty) return s;
-      // A reader let go (or whose slot was taken) while it read in place
-      // may find nothing where the producer has since moved on: say that
-      // first; the next call reads on from where it now stands, and the
-      // end comes after what is left.
-      if (!checked && !slot_is_ours()) return Step::taken;
-      // Report it once; after that, wait (asleep) for a new producer until
-      // the timeout, instead of returning at once to a spinning caller.
-      if (!eos_reported || w.expired()) {
-        eos_reported = true;
-        return Step::eos;
+  // What a consumer waits for (detail::wait_until()).
+  struct ForData {
+    Impl& c;
+    Message& out;
+    Dest copy_to;
+    Step s = Step::empty;  // what look() or sleep() last found
+    bool eos = false;      // the stream ended and was reported: sleep until a new producer or the deadline
+    std::uint64_t turns = 0;
+
+    std::optional<Step> look(detail::Waiter& w) noexcept {
+      // After a yield or a sleep (a spin returns what it finds at once;
+      // read_one() has just read before the first turn).
+      if (turns++ != 0 && (s = c.try_read(out, copy_to)) != Step::empty) return s;
+      // The liveness probe is kept out of the spin phase (a short wait
+      // makes no system call), except for a caller that does not wait.
+      const bool probe = !eos && w.liveness_due();
+      if (probe && (s = c.lost_commit(out)) != Step::empty) return s;
+      if (!eos && c.end_of_stream(probe)) {
+        // Everything committed before the close (or the death) is visible now.
+        if ((s = c.try_read(out, copy_to)) != Step::empty) return s;
+        // A reader let go (or whose slot was taken) while it read in place
+        // may find nothing where the producer has since moved on: say that
+        // first; the next call reads on from where it now stands, and the
+        // end comes after what is left.
+        if (!c.checked && !c.slot_is_ours()) return Step::taken;
+        // Report it once; after that, wait (asleep) for a new producer until
+        // the timeout, instead of returning at once to a spinning caller.
+        if (!c.eos_reported || w.expired()) {
+          c.eos_reported = true;
+          return Step::eos;
+        }
+        eos = true;
       }
-      eos = true;
+      return std::nullopt;
     }
-    if (w.expired()) return eos ? Step::eos : Step::timeout;
-    // Spin or yield (not once the stream has ended: then sleep). A spin
-    // reads again after every pause: at the producer's frontier one load of
-    // head's line (try_read_once()).
-    if (!eos && w.pause([&]() noexcept { return (s = try_read(out, copy_to)) != Step::empty; })) {
-      if (s == Step::empty) s = try_read(out, copy_to);  // after a yield (or a spin step that found nothing)
+    Step at_deadline() const noexcept { return eos ? Step::eos : Step::timeout; }
+    // Not once the stream has ended: then sleep.
+    bool may_spin() const noexcept { return !eos; }
+    // At the producer's frontier one load of head's line (try_read_once()).
+    std::optional<Step> ready() noexcept {
+      const Step r = c.try_read(out, copy_to);
+      return r == Step::empty ? std::nullopt : std::optional<Step>(r);
+    }
+
+    std::optional<Step> sleep(detail::Waiter& w) noexcept {
+      // Dekker with the producer (consumer_watch.hpp, arm_data_sleep()). A
+      // WaitSet's thread may own the sleeping flag already: then it is not
+      // ours to clear.
+      layout::SegmentHeader* h = c.h;
+      const bool mine = detail::arm_data_sleep(h, c.slot);
+      const std::uint32_t seen = h->data_futex.load(std::memory_order_acquire);
+      const bool barrier_ok = detail::heavy_barrier();
+      s = c.try_read(out, copy_to);
+      if (s == Step::empty && (eos || h->closed.load(std::memory_order_acquire) == 0))
+        detail::futex_wait(&h->data_futex, seen, w.sleep_slice(barrier_ok, detail::kLivenessPeriodNs));
+      detail::disarm_data_sleep(h, c.slot, mine);
+      c.slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
       if (s != Step::empty) return s;
-      continue;
+      if (eos && !c.end_of_stream(false)) eos = false;  // a new producer took over: wait for its data as usual
+      return std::nullopt;
     }
-    // Dekker with the producer (consumer_watch.hpp, arm_data_sleep()).
-    // A WaitSet's thread may own the sleeping flag already: then it is not
-    // ours to clear.
-    const bool mine = detail::arm_data_sleep(h, slot);
-    const std::uint32_t seen = h->data_futex.load(std::memory_order_acquire);
-    const bool barrier_ok = detail::heavy_barrier();
-    s = try_read(out, copy_to);
-    if (s == Step::empty && (eos || h->closed.load(std::memory_order_acquire) == 0))
-      detail::futex_wait(&h->data_futex, seen, w.sleep_slice(barrier_ok, detail::kLivenessPeriodNs));
-    detail::disarm_data_sleep(h, slot, mine);
-    slot->last_active_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
-    if (s != Step::empty) return s;
-    if (eos && !end_of_stream(false)) eos = false;  // a new producer took over: wait for its data as usual
-    s = try_read(out, copy_to);
-    if (s != Step::empty) return s;
-  }
+  } side{*this, out, copy_to};
+  detail::Waiter w(opt.wait, timeout, next_liveness);
+  return detail::wait_until(w, side);
 }
 
 namespace detail {

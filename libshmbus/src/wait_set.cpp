@@ -38,6 +38,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -287,18 +288,28 @@ std::span<Consumer* const> WaitSet::wait(std::chrono::nanoseconds timeout) {
   Impl& s = *impl_;
   s.ready.clear();
   if (s.members.empty()) return {};
-  for (detail::Waiter w(s.opt, timeout, s.next_liveness);; w.tick()) {
-    s.collect(w.liveness_due());
-    if (!s.ready.empty() || w.expired()) break;
-    if (w.pause()) continue;
-    s.mine.clear();
-    for (Consumer* c : s.members) s.mine.push_back(detail::ConsumerAccess::watch(*c));
-    sleep_on(s.mine, nullptr, 0, w.sleep_slice(true, detail::kLivenessPeriodNs), [&] {
-      s.collect(false);
-      return !s.ready.empty();
-    });
-    if (!s.ready.empty()) break;
-  }
+  // What a set waits for (detail::wait_until()): a member with news.
+  struct ForNews {
+    Impl& s;
+    std::optional<bool> look(detail::Waiter& w) {
+      s.collect(w.liveness_due());
+      return s.ready.empty() ? std::nullopt : std::optional<bool>(true);
+    }
+    bool at_deadline() const noexcept { return false; }
+    bool may_spin() const noexcept { return true; }
+    std::optional<bool> ready() const noexcept { return std::nullopt; }  // look() asks every member once a step
+    std::optional<bool> sleep(detail::Waiter& w) {
+      s.mine.clear();
+      for (Consumer* c : s.members) s.mine.push_back(detail::ConsumerAccess::watch(*c));
+      sleep_on(s.mine, nullptr, 0, w.sleep_slice(true, detail::kLivenessPeriodNs), [&] {
+        s.collect(false);
+        return !s.ready.empty();
+      });
+      return s.ready.empty() ? std::nullopt : std::optional<bool>(true);
+    }
+  } side{s};
+  detail::Waiter w(s.opt, timeout, s.next_liveness);
+  (void)detail::wait_until(w, side);
   if (s.ready.empty() && s.efd >= 0) s.rearm();
   return {s.ready.data(), s.ready.size()};
 }

@@ -6,17 +6,10 @@
 // kLivenessPeriodNs, at who they wait for (a dead reader, a dead producer).
 // A Waiter owns that clock arithmetic: the deadline, where the spin and
 // yield phases end, the liveness tick, and how long one futex sleep may
-// last. The caller owns what it waits for and its side of the futex
-// handshake (back_pressure.cpp; consumer_wait.cpp and wait_set.cpp, with
-// consumer_watch.hpp's arm_data_sleep()), in a loop of this shape:
-//
-//   for (Waiter w(...);; w.tick()) {
-//     if (w.liveness_due()) ...look at the other side (a system call)...
-//     if (w.expired()) return timeout;
-//     if (w.pause()) continue;  // spin a step, or yield (a consumer looks
-//                               // again after every pause: pause(ready))
-//     arm, heavy_barrier(), check, futex_wait(w.sleep_slice(...)), disarm;
-//   }
+// last; wait_until() is the one loop every waiter runs with it. The caller
+// supplies only what it waits for and its side of the futex handshake
+// (back_pressure.cpp; consumer_wait.cpp and wait_set.cpp, with
+// consumer_watch.hpp's arm_data_sleep()).
 //
 // Nothing here makes a system call in the spin phase but the clock read
 // (vDSO), so a short wait stays free of them.
@@ -27,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "shmbus/wait.hpp"
 #include "sys.hpp"
@@ -140,5 +134,37 @@ class Waiter {
   std::uint64_t yield_end_ = 0;
   std::uint32_t yields_ = 0;
 };
+
+// One wait, the loop the producer (for space), a consumer (for data) and a
+// WaitSet all run. Each turn:
+//   side.look(w)      what ends the wait now: the check, and, when
+//                     w.liveness_due(), a look at the other side (a system
+//                     call); an R to return, or nullopt
+//   w.expired()       then side.at_deadline() is returned
+//   w.pause(...)      a spin or yield step while side.may_spin();
+//                     side.ready() is asked after every pause of the spin
+//                     phase, and what it finds returned at once (one load,
+//                     for a consumer; nothing, for a waiter whose check
+//                     costs more: look() makes it once a step)
+//   side.sleep(w)     past the yield phase: the waiter's side of the futex
+//                     handshake (arm, heavy_barrier(), check once more,
+//                     futex_wait for at most w.sleep_slice(...), disarm);
+//                     an R to return, or nullopt
+template <class Side>
+auto wait_until(Waiter& w, Side& side) noexcept(noexcept(side.look(w)) && noexcept(side.sleep(w))) {
+  using R = decltype(side.at_deadline());
+  for (;; w.tick()) {
+    if (std::optional<R> r = side.look(w)) return *r;
+    if (w.expired()) return side.at_deadline();
+    if (side.may_spin()) {
+      std::optional<R> found;
+      if (w.pause([&]() noexcept { return (found = side.ready()).has_value(); })) {
+        if (found) return *found;  // no clock read on the way out
+        continue;
+      }
+    }
+    if (std::optional<R> r = side.sleep(w)) return *r;
+  }
+}
 
 }  // namespace shmbus::detail

@@ -182,8 +182,10 @@ BackPressure::Wait BackPressure::wait(std::uint64_t last_seq, std::chrono::nanos
         h->producer_sleeping.store(0, std::memory_order_relaxed);
         return Wait::room;
       }
-      futex_wait(&h->space_futex, seen,
-                 w.sleep_slice(barrier_ok, std::min(kChunkSleepNs, next_hold_look - w.now())));
+      // Not past the next look at the holders: at once (1 ns; a 0 would
+      // mean no timeout to futex_wait()) if a liveness look took this turn.
+      const std::uint64_t to_hold_look = next_hold_look > w.now() ? next_hold_look - w.now() : 1;
+      futex_wait(&h->space_futex, seen, w.sleep_slice(barrier_ok, std::min(kChunkSleepNs, to_hold_look)));
       h->producer_sleeping.store(0, std::memory_order_relaxed);
       return std::nullopt;
     }

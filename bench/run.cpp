@@ -88,7 +88,8 @@ void apply_scale(Options& o) {
   if (cores.size() < 2) throw Usage("--scale: needs at least two physical cores (found " +
                                     std::to_string(cores.size()) + ")");
   const auto most = static_cast<std::uint32_t>(std::min<std::size_t>(cores.size() - 1, kMaxConsumers));
-  std::vector<std::uint32_t> fan{1, 4, static_cast<std::uint32_t>(cores.size() / 2), most};
+  // At most kMaxConsumers (16): on a bigger machine half the cores is that many.
+  std::vector<std::uint32_t> fan{1, 4, std::min(static_cast<std::uint32_t>(cores.size() / 2), most), most};
   std::sort(fan.begin(), fan.end());
   fan.erase(std::unique(fan.begin(), fan.end()), fan.end());
   fan.erase(std::remove_if(fan.begin(), fan.end(), [&](std::uint32_t n) { return n < 1 || n > most; }), fan.end());

@@ -8,10 +8,6 @@
 
 namespace shmbus {
 
-using detail::Step;
-using detail::Dest;
-using layout::kMaxSequence;
-
 bool Consumer::Impl::announced(std::uint64_t c) noexcept {
   const std::uint64_t hd = h->head.load(std::memory_order_acquire);
   if (hd < kMaxSequence && hd > head_seen) head_seen = hd;

@@ -13,10 +13,6 @@
 
 namespace shmbus {
 
-using detail::Step;
-using detail::Dest;
-using layout::kMaxSequence;
-
 void Consumer::Impl::make_copy_buffer() {
   batch_cap = std::clamp<std::size_t>(detail::kCopyBudget / std::max<std::uint32_t>(1, max_payload), 1, 64);
   copy_room = batch_cap * max_payload;

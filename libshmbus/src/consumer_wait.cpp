@@ -7,10 +7,6 @@
 
 namespace shmbus {
 
-using detail::Step;
-using detail::Dest;
-using layout::kMaxSequence;
-
 bool Consumer::Impl::end_of_stream(bool probe) noexcept {
   // Pairs with the producer's release store of `closed` after its last commit.
   if (h->closed.load(std::memory_order_acquire) != 0) {
